@@ -1,0 +1,18 @@
+# The two commands of the README: `make demo` and `make test`.
+.PHONY: install dev demo test lint
+
+install:
+	scripts/install.sh
+
+dev:
+	scripts/install.sh --dev
+
+demo: install
+	.venv/bin/servehall serve --demo
+
+test: dev
+	.ci/services.sh
+	.venv/bin/python -m pytest -q
+
+lint:
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy core/src plugins/*/src

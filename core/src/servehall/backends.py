@@ -1,0 +1,141 @@
+"""Device backends: how a plugin offers a device, and how the host picks one.
+
+A plugin adds a :class:`BackendSpec` to the :class:`BackendRegistry` passed to
+``servehall_register_backends``. ``probe()`` must be cheap and must not import heavy
+libraries at module import time; it reports availability with a human reason
+(``"torch.cuda.is_available() is False"``). Idea from vLLM's platform probing
+(``vllm/platforms/__init__.py``), without its Platform god-class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from servehall.errors import ConfigError
+
+if TYPE_CHECKING:
+    from servehall.config.models import ModelConfig
+    from servehall.engine import Engine
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """Whether a backend can run here, and why (or why not)."""
+
+    available: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class BackendSpec:
+    """A device backend.
+
+    Attributes:
+        name: the name used in config (``backend = "openvino_cpu"``).
+        probe: ``() -> ProbeResult``; never raises (the registry turns exceptions into an
+            unavailable result).
+        factory: ``(model: ModelConfig) -> Engine``; builds an unstarted engine; may import
+            heavy libraries.
+        auto_priority: order for ``backend = "auto"``: larger wins; accelerators use
+            >= 100, CPU backends < 100. ``None`` excludes the backend from ``auto``.
+        description: one line for ``servehall plugins``.
+    """
+
+    name: str
+    probe: Callable[[], ProbeResult]
+    factory: Callable[[ModelConfig], Engine]
+    auto_priority: int | None = 10
+    description: str = ""
+
+
+class BackendRegistry:
+    """Backends collected from every plugin, by name."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, BackendSpec] = {}
+        self.owners: dict[str, str] = {}
+        self._current_owner = "?"
+
+    def add(self, spec: BackendSpec) -> None:
+        """Register ``spec``. Raises ConfigError when the name is already taken."""
+        if spec.name in self._specs:
+            raise ConfigError(
+                f"backend {spec.name!r} registered twice "
+                f"(by {self.owners[spec.name]!r} and {self._current_owner!r})"
+            )
+        self._specs[spec.name] = spec
+        self.owners[spec.name] = self._current_owner
+
+    def get(self, name: str) -> BackendSpec:
+        """The spec called ``name``; ConfigError listing known names otherwise."""
+        try:
+            return self._specs[name]
+        except KeyError:
+            known = ", ".join(sorted(self._specs)) or "none"
+            raise ConfigError(f"unknown backend {name!r}; registered backends: {known}") from None
+
+    def names(self) -> list[str]:
+        return sorted(self._specs)
+
+    def specs(self) -> list[BackendSpec]:
+        return [self._specs[n] for n in self.names()]
+
+    def probe(self, name: str) -> ProbeResult:
+        """Run a backend's probe, turning any exception into an unavailable result."""
+        spec = self.get(name)
+        try:
+            return spec.probe()
+        except Exception as exc:  # a probe must never break the host
+            return ProbeResult(False, f"probe raised {type(exc).__name__}: {exc}")
+
+    def select(self, name: str) -> BackendSpec:
+        """Resolve a configured backend name (``"auto"`` included) to one spec.
+
+        ``auto`` picks the available backend with the highest ``auto_priority``; when
+        none is available, or several share the top priority, raises ConfigError listing
+        every candidate with its probe reason. A named backend that is unavailable also
+        raises ConfigError with its reason.
+        """
+        if name != "auto":
+            spec = self.get(name)
+            result = self.probe(name)
+            if not result.available:
+                raise ConfigError(f"backend {name!r} is not available: {result.reason}")
+            return spec
+        candidates: list[tuple[BackendSpec, ProbeResult]] = [
+            (s, self.probe(s.name)) for s in self.specs() if s.auto_priority is not None
+        ]
+        report = "; ".join(
+            f"{s.name}: {'available' if r.available else 'unavailable'} ({r.reason})"
+            for s, r in candidates
+        )
+        usable = [s for s, r in candidates if r.available]
+        if not usable:
+            raise ConfigError(f"backend 'auto': no backend is available — {report or 'none'}")
+        top = max(s.auto_priority or 0 for s in usable)
+        best = [s for s in usable if (s.auto_priority or 0) == top]
+        if len(best) > 1:
+            names = ", ".join(s.name for s in best)
+            raise ConfigError(
+                f"backend 'auto' is ambiguous: {names} are equally preferred; "
+                f"name one in config — {report}"
+            )
+        return best[0]
+
+    def describe(self) -> list[dict[str, Any]]:
+        """``[{name, plugin, available, reason, auto_priority}]`` for ``servehall plugins``."""
+        out = []
+        for spec in self.specs():
+            r = self.probe(spec.name)
+            out.append(
+                {
+                    "name": spec.name,
+                    "plugin": self.owners.get(spec.name),
+                    "available": r.available,
+                    "reason": r.reason,
+                    "auto_priority": spec.auto_priority,
+                }
+            )
+        return out

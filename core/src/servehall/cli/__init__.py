@@ -1,0 +1,60 @@
+"""The ``servehall`` command line (Typer). Core commands and plugin commands both arrive
+through ``servehall_register_commands``; the core's live in ``servehall.defaults.commands``."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from servehall.errors import ServehallError
+
+
+def _preparse_config(argv: list[str]) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+    return os.environ.get("SERVEHALL_CONFIG")
+
+
+def build_cli(argv: list[str] | None = None) -> typer.Typer:
+    """The Typer app with core commands plus the commands of the enabled plugins.
+
+    Plugins listed in ``[plugins] enabled`` of the config named by ``--config`` (or
+    ``SERVEHALL_CONFIG``) may add commands; a config that cannot be read here is
+    reported later by the command itself.
+    """
+    from servehall.config.settings import load_settings
+    from servehall.plugins import PluginHost
+
+    cli = typer.Typer(
+        name="servehall",
+        help="servehall: serve LLMs over an OpenAI-compatible HTTP/2 API through plugins.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    enabled: list[str] = []
+    try:
+        path = _preparse_config(sys.argv[1:] if argv is None else argv)
+        enabled = load_settings(path).plugins.enabled
+    except ServehallError:
+        enabled = []
+    try:
+        host = PluginHost(enabled)
+    except ServehallError:
+        host = PluginHost([])
+    host.commands(cli)
+    return cli
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        build_cli()()
+    except ServehallError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None

@@ -1,0 +1,97 @@
+"""The core's config sections. Plugins contribute their own via ``servehall_settings_models``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from servehall.config.secrets import Secret
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PluginsSettings(_Section):
+    """``[plugins]``: which entry points of group ``servehall`` load (defaults always load)."""
+
+    enabled: list[str] = Field(default_factory=list)
+
+
+class ServerSettings(_Section):
+    """``[server]``: listening sockets, TLS, limits and auth allow-list.
+
+    ``bind`` entries are ``host:port``; each serves HTTP/1.1, h2c (prior knowledge and
+    upgrade) and, with ``certfile``/``keyfile``, TLS with ALPN ``h2``.
+    """
+
+    bind: list[str] = Field(default_factory=lambda: ["127.0.0.1:8000"])
+    certfile: Path | None = None
+    keyfile: Path | None = None
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    graceful_timeout_s: float = Field(default=60.0, ge=0)
+    keep_alive_timeout_s: float = Field(default=75.0, ge=1)
+    keep_alive_max_requests: int = Field(default=1_000_000, ge=1)
+    auth_allow_paths: list[str] = Field(
+        default_factory=lambda: ["/health/live", "/health/ready"]
+    )
+    default_max_tokens: int = Field(default=256, ge=1)
+    max_n: int = Field(default=8, ge=1)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("bind")
+    @classmethod
+    def _check_bind(cls, v: list[str]) -> list[str]:
+        for b in v:
+            host, sep, port = b.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"bind entry {b!r} is not host:port")
+        return v
+
+
+class ModelConfig(_Section):
+    """``[[models]]``: one served model.
+
+    ``backend`` is a backend name or ``"auto"``; ``options`` are backend-specific
+    (e.g. ``inference_precision`` for ``openvino_cpu``, ``dtype`` for torch backends).
+    ``max_model_len`` caps the context (tokens); None uses the model's own.
+    """
+
+    name: str = Field(min_length=1)
+    path: Path
+    backend: str = "auto"
+    max_model_len: int | None = Field(default=None, ge=16)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("path")
+    @classmethod
+    def _expand(cls, v: Path) -> Path:
+        return v.expanduser()
+
+
+class SchedulerSettings(_Section):
+    """``[scheduler]``: policy name, concurrency and queue limits (per model)."""
+
+    policy: str = "fcfs"
+    max_concurrency: int = Field(default=16, ge=1)
+    max_queue: int = Field(default=256, ge=0)
+    queue_timeout_s: float = Field(default=30.0, gt=0)
+    retry_after_s: int = Field(default=1, ge=1)
+
+
+class DatabaseSettings(_Section):
+    """``[database]``: where request logs and audit events go."""
+
+    url: Secret = Field(default="sqlite+aiosqlite:///servehall.db", validate_default=True)  # type: ignore[assignment]
+    store_prompts: bool = False
+    auto_migrate: bool = False
+
+
+class SinkConfig(_Section):
+    """``[[sinks]]``: one record sink (``sql``, ``jsonl``, or a plugin's)."""
+
+    name: str
+    required: bool = False
+    options: dict[str, Any] = Field(default_factory=dict)

@@ -1,0 +1,162 @@
+"""The engine interface: what a device backend hands the host.
+
+A backend turns a model directory into an :class:`Engine`. The host reaches an engine
+only through this async interface, so an engine can run on a thread of the host today
+and in a supervised worker process later without changing the request path.
+
+Shapes and units:
+
+* token ids are ``int`` indices into the model's vocabulary;
+* ``SamplingParams.max_tokens`` counts generated (decode) tokens, not prompt tokens;
+* ``EngineStats`` memory figures are bytes, KV-cache figures are blocks (pages).
+
+Continuous batching (Yu et al., "Orca", OSDI 2022; Kwon et al., "vLLM / PagedAttention",
+SOSP 2023): a request joins the running batch at the next engine step and leaves it at
+the step where it finishes or is aborted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+EngineFinishReason = Literal["stop", "length", "abort", "error"]
+"""Why an engine stream ended: ``stop`` = an end-of-sequence token was produced,
+``length`` = ``max_tokens`` was reached, ``abort`` = :meth:`Engine.abort` was called,
+``error`` = the engine failed this request (the host answers 500-free with an error)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Decoding parameters of one engine request (one choice; ``n`` is expanded by the host).
+
+    Attributes:
+        max_tokens: most tokens to generate, >= 1.
+        temperature: softmax temperature, >= 0; 0 means greedy (argmax) decoding.
+        top_p: nucleus-sampling mass in (0, 1] (Holtzman et al., 2020).
+        seed: per-request RNG seed, or None for a non-deterministic one.
+        presence_penalty, frequency_penalty: OpenAI-style penalties in [-2, 2]; an engine
+            that cannot apply them lists neither in :attr:`Engine.supported_params`.
+        stop_token_ids: extra token ids that end the request with ``stop`` (besides EOS).
+        ignore_eos: keep generating past EOS (benchmarks only).
+    """
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TokenDelta:
+    """Tokens produced for one request since the previous delta.
+
+    ``token_ids`` may hold one or more ids (an engine may coalesce steps). The last delta
+    of a stream has ``finish_reason`` set (its ``token_ids`` may be empty); no delta
+    follows it. ``error`` carries a short, user-safe message when ``finish_reason`` is
+    ``"error"``.
+    """
+
+    token_ids: tuple[int, ...]
+    finish_reason: EngineFinishReason | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """A point-in-time view of an engine, for metrics and ``/health``.
+
+    ``kv_cache_blocks_*`` count KV-cache pages; ``device_memory_*`` are bytes (None when
+    the device cannot report them).
+    """
+
+    running: int
+    waiting: int
+    kv_cache_blocks_used: int
+    kv_cache_blocks_total: int
+    device_memory_used_bytes: int | None = None
+    device_memory_total_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineHealth:
+    """Whether the engine can infer right now, with a reason when it cannot."""
+
+    ok: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """Static facts about the served model that the host needs before any engine work.
+
+    Attributes:
+        max_model_len: context length in tokens (prompt + generated).
+        eos_token_ids: ids that end generation.
+        vocab_size: size of the output vocabulary.
+    """
+
+    max_model_len: int
+    eos_token_ids: tuple[int, ...] = ()
+    vocab_size: int = 0
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A continuous-batching inference engine for one model on one device.
+
+    Lifecycle: the host awaits :meth:`start` once, then calls :meth:`add_request` many
+    times concurrently, then awaits :meth:`shutdown`. All methods are called on the
+    host's asyncio event loop; engines run their device work off the loop (a thread or a
+    worker process) and must never block it.
+    """
+
+    #: Backend name that built this engine (``"openvino_cpu"``, ``"cpu"``, ...).
+    backend: str
+    #: Optional sampling fields this engine honours, a subset of
+    #: ``{"seed", "top_p", "presence_penalty", "frequency_penalty"}``. The host answers
+    #: 400 naming the parameter when a request sets an unsupported one to a non-default.
+    supported_params: frozenset[str]
+
+    @property
+    def model_info(self) -> ModelInfo:
+        """Static facts about the loaded model."""
+        ...
+
+    async def start(self) -> None:
+        """Load weights and start the step loop. Raises ``EngineError`` on failure."""
+        ...
+
+    def add_request(
+        self, request_id: str, prompt_token_ids: Sequence[int], params: SamplingParams
+    ) -> AsyncIterator[TokenDelta]:
+        """Queue a request; iterate the result to receive its deltas in order.
+
+        The request joins the running batch at the next step. The iterator always ends
+        with a delta whose ``finish_reason`` is set — including after :meth:`abort`.
+        Closing the iterator early (``aclose()``) aborts the request. ``request_id``
+        must be unique among live requests (``ValueError`` otherwise).
+        """
+        ...
+
+    async def abort(self, request_id: str) -> None:
+        """Abort a queued or running request and free its KV cache. Unknown ids are ignored."""
+        ...
+
+    async def health(self) -> EngineHealth:
+        """Cheap check that the engine can infer (step loop alive, device reachable)."""
+        ...
+
+    def stats(self) -> EngineStats:
+        """Current counters; must be cheap (called on every ``/metrics`` scrape)."""
+        ...
+
+    async def shutdown(self) -> None:
+        """Abort everything, stop the step loop and release device memory. Idempotent."""
+        ...

@@ -1,0 +1,52 @@
+"""The running host: settings, plugins, engines, schedulers and the record bus.
+
+One :class:`Host` lives per ``servehall serve`` process; the Starlette app reaches it as
+``request.app.state.host``. Plugins receive it in ``servehall_startup``/``_shutdown``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from servehall.config.settings import Settings
+from servehall.plugins import PluginHost
+
+if TYPE_CHECKING:
+    from servehall.engine import Engine
+    from servehall.filters import InputFilter
+    from servehall.scheduling import Scheduler
+
+
+@dataclass
+class ServedModel:
+    """A model the host serves: its config name, engine, scheduler and tokenizer."""
+
+    name: str
+    backend: str
+    engine: Engine
+    scheduler: Scheduler
+    tokenizer: Any
+    max_model_len: int
+
+
+@dataclass
+class Host:
+    """Everything a request needs, built once at startup.
+
+    Attributes:
+        settings: the validated effective config.
+        plugins: the plugin host (typed hook calls).
+        models: served models by name.
+        input_filters: filters from ``servehall_input_filters``.
+        records: the record bus (``emit(RequestRecord)``, ``audit(AuditEvent)``); None
+            until the records layer starts.
+        state: free space for plugins, keyed by plugin name.
+    """
+
+    settings: Settings
+    plugins: PluginHost
+    models: dict[str, ServedModel] = field(default_factory=dict)
+    input_filters: list[InputFilter] = field(default_factory=list)
+    records: Any = None
+    state: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,95 @@
+"""Record shapes and the sink interface.
+
+Times are UTC ``datetime``; durations are seconds (float); token counts are ints.
+No record ever carries an API key, JWT or other secret.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One row of ``request_log``: written once per request, whatever its outcome.
+
+    ``finish_reason`` is the OpenAI value of the first choice (``stop``, ``length``,
+    ``content_filter``) or ``client_disconnect`` / ``error``. ``filter_verdicts`` is a
+    list of ``{"rule", "action", "stage", "count", "monitor"}`` dicts.
+    ``prompt_text`` / ``completion_text`` are set only when ``database.store_prompts``.
+    """
+
+    request_id: str
+    received_at: datetime
+    finished_at: datetime | None = None
+    principal_id: str | None = None
+    tenant: str | None = None
+    model: str | None = None
+    backend: str | None = None
+    endpoint: str = ""
+    status_code: int = 0
+    error_code: str | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    queue_time_s: float | None = None
+    ttft_s: float | None = None
+    latency_s: float | None = None
+    stream: bool = False
+    client_addr: str | None = None
+    filter_verdicts: list[dict[str, Any]] = field(default_factory=list)
+    prompt_text: str | None = None
+    completion_text: str | None = None
+
+
+@dataclass(slots=True)
+class AuditEvent:
+    """One row of ``audit_event``: an admin action or security event.
+
+    ``actor`` is a principal id (or ``"system"``), ``action`` a dotted verb such as
+    ``key.created``, ``config.loaded``, ``auth.failed``; ``details`` is JSON-able and
+    holds no secret. ``prev_hash``/``hash`` are filled by the audit chain writer.
+    """
+
+    action: str
+    actor: str = "system"
+    target: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    at: datetime | None = None
+
+
+Record = RequestRecord | AuditEvent
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """A destination for records. Called off the request path, in batches."""
+
+    name: str
+    #: When True the host fails closed: if this sink cannot write and its buffer is
+    #: exhausted, new requests get 503 instead of going unrecorded.
+    required: bool
+
+    async def start(self) -> None:
+        """Open connections/files. Raise to refuse startup."""
+        ...
+
+    async def write(self, records: Sequence[Record]) -> None:
+        """Persist a batch, in order. Raise on failure; the bus retries with backoff."""
+        ...
+
+    async def close(self) -> None:
+        """Flush and close. Idempotent."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SinkSpec:
+    """A sink kind a plugin offers: ``factory(options: dict, settings) -> Sink``."""
+
+    name: str
+    factory: Callable[..., Sink]
+    description: str = ""

@@ -1,0 +1,5 @@
+"""Built-in scheduling policies."""
+
+from servehall.schedulers.fcfs import FcfsScheduler
+
+__all__ = ["FcfsScheduler"]
