@@ -1,0 +1,1 @@
+"""Test support shipped with the core: the backend conformance kit (pytest plugin)."""
