@@ -9,8 +9,10 @@ PY=${PYTHON:-python3}
 python -m pip install -q --upgrade pip
 # torch: the CPU build pinned for this suite (see README). Install it first so nothing
 # else pulls a CUDA build.
-python -m pip install -q "torch==2.13.*"
+export PIP_CONSTRAINT="$PWD/requirements/constraints.txt"
+python -m pip install -q "torch==2.13.0"
 python -m pip install -q -r requirements/runtime.txt
+python -m pip install -q --no-deps "optimum-intel==2.2.*"
 if [ "${1:-}" = "--dev" ]; then
   python -m pip install -q -r requirements/dev.txt
 fi
