@@ -1,0 +1,278 @@
+"""Shared end-to-end fixtures: the demo model and real ``servehall serve`` subprocesses.
+
+Fixtures
+--------
+
+``demo_model_dir`` (session)
+    A :class:`pathlib.Path` to the demo model, built once per test session with
+    ``servehall.demo.build_demo_model`` under pytest's session temp dir (or reused from
+    ``$SERVEHALL_TEST_DEMO_DIR`` when that variable names a directory).
+
+``servehall_server`` (session; a factory)
+    ``servehall_server(config, *, env=None, ready_timeout=180.0, name="server",
+    extra_args=()) -> ServerHandle`` writes ``config`` (a dict, dumped as TOML, or TOML
+    text) to a file, starts ``servehall serve --config FILE --bind 127.0.0.1:PORT`` as a
+    real subprocess (Hypercorn) on a free port, waits until ``GET /health/ready`` answers
+    200, and returns a :class:`ServerHandle` with ``base_url``, ``port``, ``process``,
+    ``log_path``, ``config_path`` and ``log_text()``. The handle is a context manager;
+    ``stop()`` sends SIGTERM (then SIGKILL after 15 s). Servers still running at the end
+    of the session are stopped. If the server exits or is not ready in time, the factory
+    raises ``RuntimeError`` with the tail of the server log.
+
+    A TLS config (``server.certfile``/``keyfile``) is probed over ``https`` (without
+    certificate verification); ``base_url`` then starts with ``https://``.
+
+``demo_config(model_dir, **sections)`` (plain helper, import it or use the fixture
+``demo_config_factory``)
+    A config dict serving ``model_dir`` as model ``"demo"`` with ``backend = "auto"`` and
+    ``options.inference_precision = "f32"``, a JSON-lines-free in-memory setup; keyword
+    arguments merge extra sections (e.g. ``scheduler={"max_concurrency": 2}``).
+
+Typical use, one server per module::
+
+    @pytest.fixture(scope="module")
+    def server(servehall_server, demo_model_dir):
+        with servehall_server(demo_config(demo_model_dir)) as srv:
+            yield srv
+
+    def test_models(server):
+        r = httpx.get(server.base_url + "/v1/models")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+# --- TOML writing (tiny, enough for config files) --------------------------------------
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str | Path):
+        return json.dumps(str(v))
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, Mapping):
+        return (
+            "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(x)}" for k, x in v.items()) + "}"
+        )
+    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def _is_table_list(v: Any) -> bool:
+    return isinstance(v, list | tuple) and bool(v) and all(isinstance(x, Mapping) for x in v)
+
+
+def dump_toml(data: Mapping[str, Any]) -> str:
+    """Write a config dict as TOML: top-level tables, arrays of tables, inline sub-tables."""
+    lines: list[str] = []
+    for key, value in data.items():
+        if not isinstance(value, Mapping) and not _is_table_list(value):
+            lines.append(f"{key} = {_toml_value(value)}")
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            lines.append(f"\n[{key}]")
+            lines.extend(f"{k} = {_toml_value(v)}" for k, v in value.items())
+        elif _is_table_list(value):
+            for item in value:
+                lines.append(f"\n[[{key}]]")
+                lines.extend(f"{k} = {_toml_value(v)}" for k, v in item.items())
+    return "\n".join(lines) + "\n"
+
+
+def demo_config(model_dir: Path | str, **sections: Any) -> dict[str, Any]:
+    """A config serving ``model_dir`` as model ``demo`` on the auto-selected backend (f32)."""
+    cfg: dict[str, Any] = {
+        "models": [
+            {
+                "name": "demo",
+                "path": str(model_dir),
+                "backend": "auto",
+                "options": {"inference_precision": "f32"},
+            }
+        ],
+        "sinks": [],
+    }
+    for name, value in sections.items():
+        if isinstance(value, Mapping) and isinstance(cfg.get(name), Mapping):
+            cfg[name] = {**cfg[name], **value}
+        else:
+            cfg[name] = value
+    return cfg
+
+
+# --- servers ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerHandle:
+    """A running ``servehall serve`` subprocess (see the module docstring)."""
+
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        base_url: str,
+        port: int,
+        log_path: Path,
+        config_path: Path,
+    ) -> None:
+        self.process = process
+        self.base_url = base_url
+        self.port = port
+        self.log_path = log_path
+        self.config_path = config_path
+
+    def log_text(self) -> str:
+        """Everything the server wrote to stdout/stderr so far."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM, wait up to ``timeout`` s, then SIGKILL. Returns the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        return self.process.returncode
+
+    def __enter__(self) -> ServerHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _serve_cmd() -> list[str]:
+    return [sys.executable, "-c", "from servehall.cli import main; main()"]
+
+
+def start_server(
+    config: Mapping[str, Any] | str,
+    workdir: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    ready_timeout: float = 180.0,
+    name: str = "server",
+    extra_args: Sequence[str] = (),
+) -> ServerHandle:
+    """Start ``servehall serve`` and wait for ``/health/ready`` (see module docstring)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    text = config if isinstance(config, str) else dump_toml(config)
+    config_path = workdir / f"{name}.toml"
+    config_path.write_text(text)
+    log_path = workdir / f"{name}.log"
+    port = free_port()
+    tls = "certfile" in text
+    scheme = "https" if tls else "http"
+    base_url = f"{scheme}://127.0.0.1:{port}"
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env.pop("SERVEHALL_CONFIG", None)
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                *_serve_cmd(),
+                "serve",
+                "--config",
+                str(config_path),
+                "--bind",
+                f"127.0.0.1:{port}",
+                *extra_args,
+            ],
+            cwd=workdir,
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    handle = ServerHandle(process, base_url, port, log_path, config_path)
+    deadline = time.monotonic() + ready_timeout
+    last = ""
+    with httpx.Client(verify=False, timeout=5.0) as client:
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"servehall serve exited with {process.returncode} before ready:\n"
+                    + handle.log_text()[-4000:]
+                )
+            try:
+                r = client.get(base_url + "/health/ready")
+                if r.status_code == 200:
+                    return handle
+                last = f"{r.status_code} {r.text[:300]}"
+            except httpx.HTTPError as exc:
+                last = repr(exc)
+            if time.monotonic() > deadline:
+                handle.stop()
+                raise RuntimeError(
+                    f"servehall serve not ready after {ready_timeout:g} s (last: {last}):\n"
+                    + handle.log_text()[-4000:]
+                )
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="session")
+def demo_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo model, built once per session (``$SERVEHALL_TEST_DEMO_DIR`` reuses one)."""
+    preset = os.environ.get("SERVEHALL_TEST_DEMO_DIR")
+    from servehall.demo import build_demo_model
+
+    if preset:
+        return Path(build_demo_model(Path(preset)))
+    return Path(build_demo_model(tmp_path_factory.mktemp("demo-model") / "demo"))
+
+
+@pytest.fixture(scope="session")
+def servehall_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., ServerHandle]]:
+    """Factory that starts real ``servehall serve`` subprocesses (module docstring)."""
+    started: list[ServerHandle] = []
+    root = tmp_path_factory.mktemp("servers")
+    counter = iter(range(1_000_000))
+
+    def factory(config: Mapping[str, Any] | str, **kw: Any) -> ServerHandle:
+        name = kw.pop("name", "server")
+        workdir = root / f"{name}-{next(counter)}"
+        handle = start_server(config, workdir, name=name, **kw)
+        started.append(handle)
+        return handle
+
+    yield factory
+    for handle in started:
+        with contextlib.suppress(Exception):
+            handle.stop()
+
+
+@pytest.fixture(scope="session")
+def demo_config_factory() -> Callable[..., dict[str, Any]]:
+    """:func:`demo_config` as a fixture (for modules that prefer not to import conftest)."""
+    return demo_config
