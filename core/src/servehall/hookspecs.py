@@ -56,7 +56,7 @@ def servehall_register_schedulers(registry: SchedulerRegistry) -> None:
 @hookspec
 def servehall_authenticate(
     request: Request, settings: Settings
-) -> Principal | None | Awaitable[Principal | None]:
+) -> Principal | Awaitable[Principal | None] | None:
     """Identify the caller of an HTTP request (any route outside the auth allow-list).
 
     Return a :class:`~servehall.principal.Principal`, ``None`` when this plugin does not
@@ -70,7 +70,7 @@ def servehall_authenticate(
 @hookspec
 def servehall_authorize(
     request: AdmissionRequest,
-) -> Reservation | None | Awaitable[Reservation | None]:
+) -> Reservation | Awaitable[Reservation | None] | None:
     """Authorize a parsed inference request and reserve quota (step 3).
 
     Called once per inference request after validation and tokenization, with the
@@ -120,12 +120,12 @@ def servehall_settings_models() -> list[tuple[str, type[BaseModel]]] | None:
 
 
 @hookspec
-def servehall_startup(host: Host) -> None | Awaitable[None]:
+def servehall_startup(host: Host) -> Awaitable[None] | None:
     """The host started (engines loaded, database ready). May be async. Collect-all."""
 
 
 @hookspec
-def servehall_shutdown(host: Host) -> None | Awaitable[None]:
+def servehall_shutdown(host: Host) -> Awaitable[None] | None:
     """The host is stopping; release resources. May be async. Collect-all."""
 
 
@@ -144,4 +144,3 @@ HOOK_NAMES: tuple[str, ...] = tuple(
     name for name in list(globals()) if name.startswith("servehall_")
 )
 """Names of every hook in this contract."""
-

@@ -9,7 +9,9 @@ serve when an *enabled* plugin failed. A plugin module may declare
 tuple of major versions; the host refuses one it cannot serve.
 
 Core code calls hooks only through the typed methods of :class:`PluginHost` (tox 4's
-facade idea), never through untyped ``pm.hook.*`` at call sites.
+facade idea), never through untyped ``pm.hook.*`` at call sites. Hooks run in *chain
+order*: the core's default plugins first, then enabled plugins in the order of
+``[plugins] enabled`` (so ``enabled = ["auth", "ldap"]`` asks ``auth`` first).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pluggy
 
@@ -135,7 +137,10 @@ class PluginHost:
         for mod in DEFAULT_PLUGINS:
             module = importlib.import_module(mod)
             self._register(mod.rsplit(".", 1)[-1], module, mod, default=True)
-        for name, ep in sorted(installed.items()):
+        # enabled plugins first, in config order (= hook call order), then the others
+        order = [*self.enabled, *sorted(set(installed) - set(self.enabled))]
+        for name in order:
+            ep = installed[name]
             dist = ep.dist
             info = PluginInfo(
                 name=name,
@@ -199,12 +204,17 @@ class PluginHost:
     def _owner(self, impl: Any) -> str:
         return str(impl.plugin_name)
 
+    @staticmethod
+    def _each(hook: Any, **kwargs: Any) -> list[Any]:
+        """Call a synchronous hook's implementations in chain order; their results."""
+        return [impl.function(**kwargs) for impl in hook.get_hookimpls()]
+
     # --- typed hook calls -------------------------------------------------------------
 
     def backends(self) -> BackendRegistry:
         """Collect every backend (``servehall_register_backends``)."""
         registry = BackendRegistry()
-        for impl in reversed(self.pm.hook.servehall_register_backends.get_hookimpls()):
+        for impl in self.pm.hook.servehall_register_backends.get_hookimpls():
             registry._current_owner = self._owner(impl)
             impl.function(registry=registry)
         return registry
@@ -212,19 +222,19 @@ class PluginHost:
     def schedulers(self) -> SchedulerRegistry:
         """Collect scheduling policies (``servehall_register_schedulers``)."""
         registry = SchedulerRegistry()
-        self.pm.hook.servehall_register_schedulers(registry=registry)
+        self._each(self.pm.hook.servehall_register_schedulers, registry=registry)
         return registry
 
     def sinks(self) -> SinkRegistry:
         """Collect record sink kinds (``servehall_register_sinks``)."""
         registry = SinkRegistry()
-        self.pm.hook.servehall_register_sinks(registry=registry)
+        self._each(self.pm.hook.servehall_register_sinks, registry=registry)
         return registry
 
     def settings_models(self) -> dict[str, type[BaseModel]]:
         """``{section: model}`` from ``servehall_settings_models``; PluginError on clashes."""
         out: dict[str, type[BaseModel]] = {}
-        for result in self.pm.hook.servehall_settings_models():
+        for result in self._each(self.pm.hook.servehall_settings_models):
             for section, model in result or []:
                 if section in out:
                     raise PluginError(f"config section {section!r} claimed by two plugins")
@@ -240,24 +250,24 @@ class PluginHost:
         """First principal from ``servehall_authenticate``, awaiting in chain order.
 
         AuthenticationError from a plugin propagates (401)."""
-        for impl in self.pm.hook.servehall_authenticate.get_hookimpls()[::-1]:
+        for impl in self.pm.hook.servehall_authenticate.get_hookimpls():
             result = impl.function(request=request, settings=settings)
             if inspect.isawaitable(result):
                 result = await result
             if result is not None:
-                return result  # type: ignore[no-any-return]
+                return cast("Principal", result)
         return None
 
     async def authorize(self, request: AdmissionRequest) -> list[Reservation]:
         """Run ``servehall_authorize`` in chain order; on an error, release what was reserved."""
         held: list[Reservation] = []
         try:
-            for impl in self.pm.hook.servehall_authorize.get_hookimpls()[::-1]:
+            for impl in self.pm.hook.servehall_authorize.get_hookimpls():
                 result = impl.function(request=request)
                 if inspect.isawaitable(result):
                     result = await result
                 if result is not None:
-                    held.append(result)
+                    held.append(cast("Reservation", result))
         except BaseException:
             for r in held:
                 await r.release()
@@ -267,7 +277,7 @@ class PluginHost:
     def input_filters(self, settings: Settings) -> list[InputFilter]:
         """Input filters from every plugin, concatenated."""
         out: list[InputFilter] = []
-        for result in self.pm.hook.servehall_input_filters(settings=settings):
+        for result in self._each(self.pm.hook.servehall_input_filters, settings=settings):
             out.extend(result or [])
         return out
 
@@ -281,12 +291,13 @@ class PluginHost:
     ) -> list[OutputStreamFilter]:
         """Fresh per-choice stream filters from every plugin, concatenated."""
         out: list[OutputStreamFilter] = []
-        for result in self.pm.hook.servehall_output_filters(request=request, principal=principal):
+        hook = self.pm.hook.servehall_output_filters
+        for result in self._each(hook, request=request, principal=principal):
             out.extend(result or [])
         return out
 
     async def _call_async(self, hook: Any, **kwargs: Any) -> None:
-        for impl in hook.get_hookimpls()[::-1]:
+        for impl in hook.get_hookimpls():
             result = impl.function(**kwargs)
             if inspect.isawaitable(result):
                 await result
@@ -301,8 +312,8 @@ class PluginHost:
 
     def routes(self, router: RouteRegistry) -> None:
         """Let plugins add routes."""
-        self.pm.hook.servehall_register_routes(router=router)
+        self._each(self.pm.hook.servehall_register_routes, router=router)
 
     def commands(self, cli: typer.Typer) -> None:
         """Let plugins add CLI commands."""
-        self.pm.hook.servehall_register_commands(cli=cli)
+        self._each(self.pm.hook.servehall_register_commands, cli=cli)

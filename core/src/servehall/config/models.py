@@ -34,9 +34,7 @@ class ServerSettings(_Section):
     graceful_timeout_s: float = Field(default=60.0, ge=0)
     keep_alive_timeout_s: float = Field(default=75.0, ge=1)
     keep_alive_max_requests: int = Field(default=1_000_000, ge=1)
-    auth_allow_paths: list[str] = Field(
-        default_factory=lambda: ["/health/live", "/health/ready"]
-    )
+    auth_allow_paths: list[str] = Field(default_factory=lambda: ["/health/live", "/health/ready"])
     default_max_tokens: int = Field(default=256, ge=1)
     max_n: int = Field(default=8, ge=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -84,7 +82,7 @@ class SchedulerSettings(_Section):
 class DatabaseSettings(_Section):
     """``[database]``: where request logs and audit events go."""
 
-    url: Secret = Field(default="sqlite+aiosqlite:///servehall.db", validate_default=True)  # type: ignore[assignment]
+    url: Secret = Field(default="sqlite+aiosqlite:///servehall.db", validate_default=True)
     store_prompts: bool = False
     auto_migrate: bool = False
 

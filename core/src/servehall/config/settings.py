@@ -219,5 +219,3 @@ def masked_dump(settings: Settings) -> dict[str, Any]:
     for name, value in settings.plugin_sections.items():
         out[name] = _mask(value)
     return out
-
-

@@ -80,7 +80,9 @@ def config_check(file: Annotated[Path, typer.Argument(help="Config file to valid
 @config_app.command("show")
 def config_show(
     config: ConfigOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of TOML-ish.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON instead of TOML-ish.")
+    ] = False,
 ) -> None:
     """Print the effective config (file + environment + defaults), secrets masked."""
     from servehall.bootstrap import load_deployment

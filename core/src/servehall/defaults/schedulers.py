@@ -10,6 +10,4 @@ from servehall.scheduling import SchedulerSpec
 
 @hookimpl
 def servehall_register_schedulers(registry: SchedulerRegistry) -> None:
-    registry.add(
-        SchedulerSpec("fcfs", FcfsScheduler, "first come, first served; bounded queue")
-    )
+    registry.add(SchedulerSpec("fcfs", FcfsScheduler, "first come, first served; bounded queue"))

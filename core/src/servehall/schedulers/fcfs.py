@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import time
 
 from servehall.config.models import SchedulerSettings
@@ -85,10 +86,8 @@ class FcfsScheduler:
                 fut.cancel()
             raise
         finally:
-            try:
+            with contextlib.suppress(ValueError):  # already handed a slot by _release
                 self._waiters.remove(fut)
-            except ValueError:
-                pass
         return _Slot(self, time.monotonic() - start)
 
     def _release(self) -> None:

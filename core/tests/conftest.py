@@ -1,0 +1,41 @@
+"""Fixtures for the core's unit tests."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def install_plugin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., Path]]:
+    """Install a real plugin distribution (dist-info + module) on a temporary sys.path entry.
+
+    ``install_plugin(name, source, dist="servehall-x", version="1.0")`` writes
+    ``<module>.py`` with ``source`` and an ``entry_points.txt`` registering ``name`` in the
+    ``servehall`` group, exactly as pip would, so ``importlib.metadata`` finds it.
+    """
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    made: list[str] = []
+
+    def install(name: str, source: str, dist: str | None = None, version: str = "1.0") -> Path:
+        dist = dist or f"servehall-test-{name}"
+        module = f"servehall_test_{name}"
+        (site / f"{module}.py").write_text(textwrap.dedent(source))
+        info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+        (info / "entry_points.txt").write_text(f"[servehall]\n{name} = {module}\n")
+        made.append(module)
+        return site
+
+    yield install
+    for module in made:
+        sys.modules.pop(module, None)
