@@ -4,6 +4,7 @@ The public API for plugins is exactly the names in ``__all__``; anything else is
 """
 
 from servehall.backends import BackendRegistry, BackendSpec, ProbeResult
+from servehall.bootstrap import load_deployment
 from servehall.config import ModelConfig, Secret, Settings, load_settings
 from servehall.engine import (
     Engine,
@@ -94,5 +95,6 @@ __all__ = [
     "TokenDelta",
     "__version__",
     "hookimpl",
+    "load_deployment",
     "load_settings",
 ]
