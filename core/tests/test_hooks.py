@@ -57,7 +57,7 @@ def test_hook_register_backends() -> None:
             registry.add(BackendSpec("x", lambda: ProbeResult(True, "ok"), lambda m: None))
 
     reg = _host(P()).backends()
-    assert reg.names() == ["x"] and reg.select("x").name == "x"
+    assert "x" in reg.names() and reg.select("x").name == "x"
 
 
 def test_hook_register_schedulers() -> None:

@@ -52,6 +52,7 @@ ENTRY_POINT_GROUP = "servehall"
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "servehall.defaults.schedulers",
     "servehall.defaults.commands",
+    "servehall.defaults.cpu_backend",
 )
 """Core modules registered as plugins on every host, before any entry point."""
 

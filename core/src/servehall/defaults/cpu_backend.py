@@ -1,0 +1,40 @@
+"""Default plugin: backend ``cpu`` — the shared torch engine on the host CPU.
+
+It is the reference backend for parity tests. Available whenever torch and transformers
+import (extra ``servehall[torch]``); the probe checks with ``importlib.util.find_spec``
+only, so listing backends never imports torch. ``auto_priority`` 10: the last resort of
+``backend = "auto"`` (accelerators use >= 100, optimized CPU backends sit in between).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from servehall.backends import BackendRegistry, BackendSpec, ProbeResult
+from servehall.engines.torch import CpuDevice, torch_engine_factory
+from servehall.hookimpl import hookimpl
+
+CPU_AUTO_PRIORITY = 10
+
+
+def probe_cpu() -> ProbeResult:
+    """Available when torch and transformers are installed (no import)."""
+    missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+    if missing:
+        return ProbeResult(
+            False, f"{', '.join(missing)} not installed (pip install 'servehall[torch]')"
+        )
+    return ProbeResult(True, "torch on the host CPU")
+
+
+@hookimpl
+def servehall_register_backends(registry: BackendRegistry) -> None:
+    registry.add(
+        BackendSpec(
+            "cpu",
+            probe_cpu,
+            torch_engine_factory(CpuDevice, "cpu"),
+            auto_priority=CPU_AUTO_PRIORITY,
+            description="torch + transformers continuous batching on the host CPU (reference)",
+        )
+    )

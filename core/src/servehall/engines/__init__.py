@@ -1,0 +1,1 @@
+"""Engines shipped with the core (imported only when their backend is selected)."""
