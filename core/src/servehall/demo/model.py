@@ -1,0 +1,155 @@
+"""The demo model's weights: a tiny Llama-architecture decoder, briefly trained on the corpus.
+
+Architecture (Touvron et al., "Llama 2", 2023): RMSNorm, rotary position embeddings,
+SwiGLU MLP, grouped-query attention (4 query heads, 2 KV heads), tied input/output
+embeddings; about 1.3 M parameters, context length 2048. Weights start from a seeded
+normal initialisation and take a short AdamW run (a few seconds on one CPU thread) over
+the corpus so greedy decoding produces real words rather than one repeated token.
+
+Determinism: one intra-op thread, ``torch.use_deterministic_algorithms`` and a fixed seed;
+two builds with the same package versions on the same CPU give bit-identical weights.
+torch and transformers are imported lazily (``servehall[torch]``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from servehall.demo import corpus
+from servehall.demo.tokenizer import BOS, END, EOS, PAD, render_chat
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+CONTEXT_LENGTH = 2048
+HIDDEN_SIZE = 128
+INTERMEDIATE_SIZE = 352
+NUM_LAYERS = 4
+NUM_HEADS = 4
+NUM_KV_HEADS = 2
+TRAIN_STEPS = 160
+TRAIN_BATCH = 8
+TRAIN_SEQ_LEN = 96
+LEARNING_RATE = 4e-3
+
+
+def llama_config(tok: Tokenizer) -> dict[str, Any]:
+    """The ``config.json`` fields of the demo model (a ``LlamaForCausalLM``)."""
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": tok.get_vocab_size(),
+        "hidden_size": HIDDEN_SIZE,
+        "intermediate_size": INTERMEDIATE_SIZE,
+        "num_hidden_layers": NUM_LAYERS,
+        "num_attention_heads": NUM_HEADS,
+        "num_key_value_heads": NUM_KV_HEADS,
+        "head_dim": HIDDEN_SIZE // NUM_HEADS,
+        "hidden_act": "silu",
+        "max_position_embeddings": CONTEXT_LENGTH,
+        "initializer_range": 0.02,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": True,
+        "bos_token_id": tok.token_to_id(BOS),
+        "eos_token_id": [tok.token_to_id(END), tok.token_to_id(EOS)],
+        "pad_token_id": tok.token_to_id(PAD),
+        "torch_dtype": "float32",
+        "use_cache": True,
+    }
+
+
+def generation_config(tok: Tokenizer) -> dict[str, Any]:
+    """The ``generation_config.json`` fields (greedy by default, both end tokens stop)."""
+    return {
+        "bos_token_id": tok.token_to_id(BOS),
+        "eos_token_id": [tok.token_to_id(END), tok.token_to_id(EOS)],
+        "pad_token_id": tok.token_to_id(PAD),
+        "do_sample": False,
+    }
+
+
+def training_stream(tok: Tokenizer, seed: int) -> list[int]:
+    """All corpus documents tokenized and concatenated: text as ``BOS text EOS``, chats
+    rendered with the demo chat format (each reply ends with ``<|end|>``).
+
+    Drill lines are encoded in four pieces split at random characters, so the model also
+    sees words continued from a non-canonical token boundary (``... ABC`` + ``DEFGH``).
+    """
+    rng = random.Random(seed + 1)
+    ids: list[int] = []
+    for kind, payload in corpus.documents(seed):
+        if kind == "drill":
+            assert isinstance(payload, str)
+            cuts = sorted(rng.sample(range(1, len(payload)), 3))
+            bounds = [0, *cuts, len(payload)]
+            parts = [payload[a:b] for a, b in itertools.pairwise(bounds)]
+            parts[0], parts[-1] = BOS + parts[0], parts[-1] + EOS
+            for part in parts:
+                ids += tok.encode(part, add_special_tokens=False).ids
+            continue
+        if kind == "chat":
+            assert isinstance(payload, list)
+            msgs: list[tuple[str, str]] = []
+            for q, a in payload:
+                msgs += [("user", q), ("assistant", a)]
+            text = render_chat(msgs)
+        else:
+            text = f"{BOS}{payload}{EOS}"
+        ids += tok.encode(text, add_special_tokens=False).ids
+    return ids
+
+
+def build_weights(tok: Tokenizer, out: Path, *, seed: int) -> None:
+    """Initialise, briefly train and save the model into ``out`` (``config.json``,
+    ``generation_config.json``, ``model.safetensors``)."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = llama_config(tok)
+    prev_threads = torch.get_num_threads()
+    prev_det = torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        torch.manual_seed(seed)
+        config = LlamaConfig(**{k: v for k, v in cfg.items() if k != "architectures"})
+        model = LlamaForCausalLM(config).float()
+        _train(model, training_stream(tok, seed), seed)
+        state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+        state.pop("lm_head.weight", None)  # tied to model.embed_tokens.weight
+    finally:
+        torch.set_num_threads(prev_threads)
+        torch.use_deterministic_algorithms(prev_det)
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    gen = generation_config(tok)
+    (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
+
+
+def _train(model: Any, stream: list[int], seed: int) -> None:
+    """A short AdamW run of next-token prediction on random windows of ``stream``."""
+    import torch
+
+    rng = random.Random(seed)
+    data = torch.tensor(stream, dtype=torch.long)
+    opt = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
+    model.train()
+    for step in range(TRAIN_STEPS):
+        starts = [rng.randrange(0, len(stream) - TRAIN_SEQ_LEN - 1) for _ in range(TRAIN_BATCH)]
+        batch = torch.stack([data[s : s + TRAIN_SEQ_LEN] for s in starts])
+        lr = LEARNING_RATE * min(1.0, (step + 1) / 20) * (1 - step / TRAIN_STEPS * 0.9)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        loss = model(input_ids=batch, labels=batch).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    model.eval()

@@ -1,0 +1,122 @@
+"""The demo model's byte-level BPE tokenizer and chat template.
+
+The tokenizer is trained with the Hugging Face ``tokenizers`` library (byte-level BPE as in
+GPT-2, Radford et al. 2019) on :func:`servehall.demo.corpus.tokenizer_corpus`, so identical
+package versions give an identical ``tokenizer.json``. Like Llama 3, encoding with special
+tokens prepends ``<|begin_of_text|>``; chat templates already contain it, so templated
+prompts are tokenized with ``add_special_tokens=False``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+BOS = "<|begin_of_text|>"
+EOS = "<|end_of_text|>"
+PAD = "<|pad|>"
+SYSTEM = "<|system|>"
+USER = "<|user|>"
+ASSISTANT = "<|assistant|>"
+END = "<|end|>"
+SPECIAL_TOKENS = (BOS, EOS, PAD, SYSTEM, USER, ASSISTANT, END)
+"""Special tokens, in id order (ids 0..6)."""
+
+VOCAB_SIZE = 2048
+"""Target vocabulary size, special tokens and the 256 byte symbols included."""
+
+DEMO_CHAT_TEMPLATE = (
+    "{%- if messages | length == 0 %}{{ raise_exception('messages must not be empty') }}"
+    "{%- endif %}"
+    "{{- bos_token }}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] not in ['system', 'user', 'assistant'] %}"
+    "{{- raise_exception(\"unknown role '\" ~ message['role'] ~ \"'; "
+    'expected system, user or assistant") }}'
+    "{%- endif %}"
+    "{%- if message['role'] == 'system' and not loop.first %}"
+    "{{- raise_exception('a system message may only come first') }}"
+    "{%- endif %}"
+    "{%- if message['content'] is not string %}"
+    "{{- raise_exception('message content must be a string') }}"
+    "{%- endif %}"
+    "{{- '<|' ~ message['role'] ~ '|>\\n' ~ message['content'] ~ '<|end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|assistant|>\\n' }}{%- endif %}"
+)
+"""Strict Jinja chat template: roles ``system`` (first only), ``user``, ``assistant``;
+string content only; anything else raises (``raise_exception``). Each turn renders as
+``<|role|>\\n{content}<|end|>\\n``; the generation prompt is ``<|assistant|>\\n``."""
+
+
+def render_chat(messages: list[tuple[str, str]], add_generation_prompt: bool = False) -> str:
+    """Render ``[(role, content)]`` exactly as :data:`DEMO_CHAT_TEMPLATE` does (no Jinja)."""
+    out = BOS
+    for role, content in messages:
+        out += f"<|{role}|>\n{content}{END}\n"
+    if add_generation_prompt:
+        out += f"{ASSISTANT}\n"
+    return out
+
+
+def train_tokenizer(lines: list[str]) -> Tokenizer:
+    """Train a byte-level BPE tokenizer on ``lines``; returns a ``tokenizers.Tokenizer``.
+
+    Special tokens get ids 0..6 (:data:`SPECIAL_TOKENS`); a post-processor prepends BOS.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        min_frequency=2,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(lines, trainer=trainer)
+    bos_id = tok.token_to_id(BOS)
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, bos_id)]
+    )
+    return tok
+
+
+def write_tokenizer_files(
+    tok: Tokenizer, out: Path, *, chat_template: str, model_max_length: int
+) -> None:
+    """Write ``tokenizer.json``, ``tokenizer_config.json`` and ``special_tokens_map.json``."""
+    tok.save(str(out / "tokenizer.json"), pretty=True)
+    added = {
+        str(tok.token_to_id(t)): {
+            "content": t,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": True,
+        }
+        for t in SPECIAL_TOKENS
+    }
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": BOS,
+        "eos_token": END,
+        "pad_token": PAD,
+        "add_bos_token": True,
+        "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": model_max_length,
+        "model_input_names": ["input_ids", "attention_mask"],
+        "added_tokens_decoder": added,
+        "chat_template": chat_template,
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    special = {"bos_token": BOS, "eos_token": END, "pad_token": PAD}
+    (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")

@@ -1,0 +1,156 @@
+"""Tests of servehall.demo: a real build of the demo model, loaded with transformers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servehall.demo import DEMO_CHAT_TEMPLATE, build_demo_model, default_demo_dir
+from servehall.demo.build import MANIFEST
+from servehall.demo.corpus import tokenizer_corpus
+from servehall.demo.tokenizer import train_tokenizer, write_tokenizer_files
+
+FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    MANIFEST,
+)
+
+
+def _sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_demo_model(tmp_path_factory.mktemp("demo") / "model")
+
+
+@pytest.fixture(scope="module")
+def hf(demo_dir: Path):  # type: ignore[no-untyped-def]
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(demo_dir), AutoModelForCausalLM.from_pretrained(demo_dir)
+
+
+def _greedy(hf, ids: list[int], n: int) -> list[int]:  # type: ignore[no-untyped-def]
+    import torch
+
+    _, model = hf
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False)
+    return [int(t) for t in out[0][len(ids) :]]
+
+
+def test_demo_layout_and_size(demo_dir: Path) -> None:
+    for name in FILES:
+        assert (demo_dir / name).is_file(), name
+    cfg = json.loads((demo_dir / "config.json").read_text())
+    assert cfg["model_type"] == "llama"
+    assert cfg["max_position_embeddings"] == 2048
+    assert (demo_dir / "model.safetensors").stat().st_size < 20 * 1024 * 1024
+
+
+def test_concurrent_builds_are_deterministic_and_atomic(demo_dir: Path, tmp_path: Path) -> None:
+    """Two processes build the same directory at once: one complete model results, and it
+    is bit-identical to an independent build (tokenizer.json and weights)."""
+    target = tmp_path / "m"
+    code = (
+        "import sys; from servehall.demo import build_demo_model; "
+        "print(build_demo_model(sys.argv[1]))"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=240)[0].strip() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    assert outs == [str(target), str(target)]
+    for name in FILES:
+        if name != MANIFEST:
+            assert _sha(target / name) == _sha(demo_dir / name), name
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".m.build-")]
+    assert leftovers == []
+
+
+def test_reuse_without_rebuild(demo_dir: Path) -> None:
+    before = (demo_dir / "model.safetensors").stat().st_mtime_ns
+    assert build_demo_model(demo_dir) == demo_dir
+    assert (demo_dir / "model.safetensors").stat().st_mtime_ns == before
+
+
+def test_refuses_to_overwrite_foreign_directory(tmp_path: Path) -> None:
+    (tmp_path / "precious.txt").write_text("keep me")
+    with pytest.raises(FileExistsError):
+        build_demo_model(tmp_path, force=True)
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
+
+
+def test_default_dir_honours_cache_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SERVEHALL_CACHE_DIR", str(tmp_path))
+    assert default_demo_dir() == tmp_path / "demo-model"
+    monkeypatch.delenv("SERVEHALL_CACHE_DIR")
+    assert default_demo_dir() == Path("~/.cache/servehall/demo-model").expanduser()
+
+
+def test_tokenizer_roundtrip_and_special_tokens(hf) -> None:  # type: ignore[no-untyped-def]
+    tok, _ = hf
+    text = "Hello, wörld! ABCDEFGH 123 — unusual ☃ text"
+    ids = tok(text).input_ids
+    assert ids[0] == tok.convert_tokens_to_ids("<|begin_of_text|>")
+    assert tok.decode(ids, skip_special_tokens=True) == text
+    # special-token text inside user content is plain text when not split as special
+    ids = tok("<|end|>", add_special_tokens=False, split_special_tokens=True).input_ids
+    assert tok.convert_tokens_to_ids("<|end|>") not in ids
+
+
+def test_vocab_has_token_spanning_def(hf) -> None:  # type: ignore[no-untyped-def]
+    """API case C05 needs a generated token whose text contains "DE" past its first char."""
+    tok, _ = hf
+    pieces = [tok.decode([i]) for i in tok("ABCDEFGH", add_special_tokens=False).input_ids]
+    assert any("DEF" in p for p in pieces), pieces
+    prompt = tok("ABCDEFGH ABCDEFGH ABC").input_ids
+    gen = [tok.decode([i]) for i in _greedy(hf, prompt, 30)]
+    assert any("DE" in p and not p.startswith("DE") for p in gen), gen
+
+
+def test_greedy_generation_is_words_not_one_token(hf) -> None:  # type: ignore[no-untyped-def]
+    tok, _ = hf
+    gen = _greedy(hf, tok("The cat").input_ids, 24)
+    assert len(set(gen)) >= 5, gen
+    words = tok.decode(gen).split()
+    assert {"the", "a"} & set(words), words
+
+
+def test_chat_template_strict(hf) -> None:  # type: ignore[no-untyped-def]
+    tok, _ = hf
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    assert text == (
+        "<|begin_of_text|><|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\n"
+    )
+    for bad in (
+        [{"role": "tool", "content": "x"}],
+        [{"role": "user", "content": "x"}, {"role": "system", "content": "late"}],
+        [{"role": "user", "content": None}],
+    ):
+        with pytest.raises(Exception, match=r"role|system|content"):
+            tok.apply_chat_template(bad, tokenize=False)
+
+
+def test_chat_template_variant_is_written(tmp_path: Path) -> None:
+    tok = train_tokenizer(tokenizer_corpus(0)[:200])
+    variant = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    write_tokenizer_files(tok, tmp_path, chat_template=variant, model_max_length=2048)
+    cfg = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    assert cfg["chat_template"] == variant != DEMO_CHAT_TEMPLATE
