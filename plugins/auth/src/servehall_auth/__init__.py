@@ -1,0 +1,1 @@
+"""servehall-auth: API keys, JWT, scopes and token-aware rate limits for servehall."""

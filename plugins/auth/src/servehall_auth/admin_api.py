@@ -1,0 +1,231 @@
+"""Admin HTTP API for API keys, for principals with the ``admin`` scope.
+
+============================================  =============================================
+``GET    /admin/keys[?tenant=T&all=true]``     list keys (``all``: include revoked)
+``POST   /admin/keys``                         create; body ``{"tenant", "name", "scopes",
+                                               "models", "rpm", "tpm", "expires_at"}``;
+                                               201 with ``key`` (shown only here, once)
+``GET    /admin/keys/{id}``                    one key (``id`` = ``sh-<key_id>`` or bare)
+``POST   /admin/keys/{id}/revoke``             revoke (also ``DELETE /admin/keys/{id}``)
+``POST   /admin/keys/{id}/rotate``             new secret; body ``{"overlap_s": 3600}``
+                                               keeps the old one valid that long
+============================================  =============================================
+
+The host authenticates these routes like every other; this module checks the scope.
+Errors use the OpenAI envelope. Every operation is an audit event (``key.listed``,
+``key.created``, ``key.revoked``, ``key.rotated``) with the caller as actor.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from servehall import (
+    SCOPE_ADMIN,
+    AuditEvent,
+    AuthenticationError,
+    InvalidRequestError,
+    NotFoundError,
+    PermissionDeniedError,
+    Principal,
+    ServehallError,
+)
+from servehall_auth.store import KeyNotFoundError, KeyRecord, utcnow
+
+if TYPE_CHECKING:
+    from servehall_auth.runtime import AuthRuntime
+
+
+class CreateKeyBody(BaseModel):
+    """Body of ``POST /admin/keys``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: str = Field(min_length=1, max_length=200)
+    name: str | None = Field(default=None, max_length=200)
+    scopes: list[str] = Field(default_factory=lambda: ["inference"], min_length=1)
+    models: list[str] | None = None
+    rpm: int | None = Field(default=None, ge=1)
+    tpm: int | None = Field(default=None, ge=1)
+    expires_at: datetime | None = None
+
+
+class RotateBody(BaseModel):
+    """Body of ``POST /admin/keys/{id}/rotate``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    overlap_s: float = Field(default=0.0, ge=0, le=30 * 86400)
+
+
+def _error(exc: ServehallError) -> JSONResponse:
+    return JSONResponse(exc.envelope(), status_code=exc.status, headers=exc.headers)
+
+
+def _admin(request: Request) -> Principal:
+    principal = getattr(request.state, "principal", None)
+    if not isinstance(principal, Principal):
+        raise AuthenticationError()
+    if not principal.has_scope(SCOPE_ADMIN):
+        raise PermissionDeniedError(
+            "This credential lacks the 'admin' scope.", code="insufficient_scope"
+        )
+    return principal
+
+
+def _key_id(raw: str) -> str:
+    return raw.removeprefix("sh-")
+
+
+async def _json(request: Request) -> Any:
+    body = await request.body()
+    if not body:
+        return {}
+    try:
+        import json
+
+        return json.loads(body)
+    except ValueError:
+        raise InvalidRequestError("The body is not valid JSON.") from None
+
+
+def _validate(model: type[BaseModel], data: Any) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors(include_input=False, include_url=False)[0]
+        param = ".".join(str(p) for p in first["loc"]) or None
+        raise InvalidRequestError(f"Invalid body: {param}: {first['msg']}", param=param) from None
+
+
+def _key_details(rec: KeyRecord) -> dict[str, Any]:
+    d = rec.as_dict()
+    return {k: d[k] for k in ("tenant", "name", "scopes", "models", "rpm", "tpm", "expires_at")}
+
+
+def build_routes(runtime_of: Any) -> list[Route]:
+    """The ``/admin/keys`` routes; ``runtime_of(request)`` returns the :class:`AuthRuntime`."""
+
+    def rt(request: Request) -> AuthRuntime:
+        r: AuthRuntime = runtime_of(request)
+        if r.keys is None:
+            raise InvalidRequestError("API keys are disabled ([auth] api_keys = false).")
+        return r
+
+    async def list_keys(request: Request) -> JSONResponse:
+        try:
+            who = _admin(request)
+            r = rt(request)
+            tenant = request.query_params.get("tenant")
+            include = request.query_params.get("all", "").lower() in ("1", "true", "yes")
+            assert r.keys is not None
+            recs = await r.keys.list(tenant=tenant, include_revoked=include)
+            r.audit(
+                AuditEvent(
+                    action="key.listed",
+                    actor=who.id,
+                    details={"tenant": tenant, "include_revoked": include, "count": len(recs)},
+                )
+            )
+            now = utcnow()
+            return JSONResponse({"object": "list", "data": [x.as_dict(now) for x in recs]})
+        except ServehallError as exc:
+            return _error(exc)
+
+    async def create_key(request: Request) -> JSONResponse:
+        try:
+            who = _admin(request)
+            r = rt(request)
+            body: CreateKeyBody = _validate(CreateKeyBody, await _json(request))
+            assert r.keys is not None
+            rec, key = await r.keys.create(
+                tenant=body.tenant,
+                name=body.name,
+                scopes=body.scopes,
+                models=body.models,
+                rpm=body.rpm,
+                tpm=body.tpm,
+                expires_at=body.expires_at,
+                created_by=who.id,
+            )
+            r.audit(
+                AuditEvent(
+                    action="key.created",
+                    actor=who.id,
+                    target=rec.public_id,
+                    details=_key_details(rec),
+                )
+            )
+            return JSONResponse({**rec.as_dict(), "key": key}, status_code=201)
+        except ServehallError as exc:
+            return _error(exc)
+
+    async def get_key(request: Request) -> JSONResponse:
+        try:
+            _admin(request)
+            r = rt(request)
+            assert r.keys is not None
+            rec = await r.keys.get(_key_id(request.path_params["key_id"]))
+            return JSONResponse(rec.as_dict())
+        except KeyNotFoundError:
+            return _error(_not_found())
+        except ServehallError as exc:
+            return _error(exc)
+
+    async def revoke_key(request: Request) -> JSONResponse:
+        try:
+            who = _admin(request)
+            r = rt(request)
+            assert r.keys is not None
+            rec = await r.keys.revoke(_key_id(request.path_params["key_id"]))
+            r.audit(AuditEvent(action="key.revoked", actor=who.id, target=rec.public_id))
+            return JSONResponse(rec.as_dict())
+        except KeyNotFoundError:
+            return _error(_not_found())
+        except ServehallError as exc:
+            return _error(exc)
+
+    async def rotate_key(request: Request) -> JSONResponse:
+        try:
+            who = _admin(request)
+            r = rt(request)
+            body: RotateBody = _validate(RotateBody, await _json(request))
+            assert r.keys is not None
+            try:
+                rec, key = await r.keys.rotate(
+                    _key_id(request.path_params["key_id"]), timedelta(seconds=body.overlap_s)
+                )
+            except ValueError as exc:
+                raise InvalidRequestError(str(exc)) from None
+            r.audit(
+                AuditEvent(
+                    action="key.rotated",
+                    actor=who.id,
+                    target=rec.public_id,
+                    details={"overlap_s": body.overlap_s},
+                )
+            )
+            return JSONResponse({**rec.as_dict(), "key": key})
+        except KeyNotFoundError:
+            return _error(_not_found())
+        except ServehallError as exc:
+            return _error(exc)
+
+    return [
+        Route("/admin/keys", list_keys, methods=["GET"]),
+        Route("/admin/keys", create_key, methods=["POST"]),
+        Route("/admin/keys/{key_id}", get_key, methods=["GET"]),
+        Route("/admin/keys/{key_id}", revoke_key, methods=["DELETE"]),
+        Route("/admin/keys/{key_id}/revoke", revoke_key, methods=["POST"]),
+        Route("/admin/keys/{key_id}/rotate", rotate_key, methods=["POST"]),
+    ]
+
+
+def _not_found() -> ServehallError:
+    return NotFoundError("No API key with that id.", code="key_not_found")

@@ -1,0 +1,120 @@
+"""Token buckets behind a small store interface.
+
+A :class:`Bucket` is one limit: ``capacity`` units that refill continuously at
+``capacity / 60`` units per second (a per-minute limit). Requests-per-minute buckets
+count requests, tokens-per-minute buckets count tokens.
+
+:class:`LimiterStore` is the whole interface the rate limiter needs; this module ships
+the in-process :class:`MemoryLimiterStore`. A shared store (Redis, PostgreSQL) for
+several replicas implements the same three methods, with :meth:`acquire` atomic across
+its buckets (e.g. one Lua script).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """A per-minute limit.
+
+    Attributes:
+        key: the store key, e.g. ``p:sh-abc:requests`` or ``t:team-a:tokens``.
+        capacity: units per minute (also the burst size).
+    """
+
+    key: str
+    capacity: float
+
+    @property
+    def refill_per_s(self) -> float:
+        """Units added per second."""
+        return self.capacity / 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Acquired:
+    """Result of :meth:`LimiterStore.acquire`.
+
+    Attributes:
+        ok: True when every bucket had enough and was debited; False when none was.
+        levels: each bucket's level after the call (``key → units``); may be negative
+            after a settle that charged more than reserved.
+        retry_after_s: when not ok, seconds until every bucket would have enough
+            (``math.inf`` when an amount exceeds a bucket's capacity).
+    """
+
+    ok: bool
+    levels: dict[str, float]
+    retry_after_s: float = 0.0
+
+
+@runtime_checkable
+class LimiterStore(Protocol):
+    """Where bucket levels live. All amounts are in the bucket's units."""
+
+    async def acquire(self, charges: Sequence[tuple[Bucket, float]]) -> Acquired:
+        """Atomically debit every ``(bucket, amount)`` if all have enough, else none."""
+        ...
+
+    async def credit(self, charges: Sequence[tuple[Bucket, float]]) -> None:
+        """Add amounts back (capped at capacity); a negative amount debits, unchecked."""
+        ...
+
+    async def levels(self, buckets: Sequence[Bucket]) -> dict[str, float]:
+        """Current levels without changing them."""
+        ...
+
+
+class MemoryLimiterStore:
+    """In-process buckets (one replica). Full buckets are dropped to bound memory.
+
+    Args:
+        clock: monotonic seconds (injectable for tests).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._state: dict[str, tuple[float, float]] = {}  # key → (level, at)
+
+    def _level(self, b: Bucket, now: float) -> float:
+        level, at = self._state.get(b.key, (b.capacity, now))
+        return min(b.capacity, level + (now - at) * b.refill_per_s)
+
+    def _set(self, b: Bucket, level: float, now: float) -> None:
+        if level >= b.capacity:
+            self._state.pop(b.key, None)
+        else:
+            self._state[b.key] = (level, now)
+
+    async def acquire(self, charges: Sequence[tuple[Bucket, float]]) -> Acquired:
+        """See :meth:`LimiterStore.acquire` (no await inside: atomic in one event loop)."""
+        now = self._clock()
+        current = {b.key: self._level(b, now) for b, _ in charges}
+        wait = 0.0
+        for b, amount in charges:
+            short = amount - current[b.key]
+            if short > 0:
+                wait = max(wait, math.inf if amount > b.capacity else short / b.refill_per_s)
+        if wait > 0:
+            return Acquired(False, current, wait)
+        for b, amount in charges:
+            current[b.key] -= amount
+            self._set(b, current[b.key], now)
+        return Acquired(True, current)
+
+    async def credit(self, charges: Sequence[tuple[Bucket, float]]) -> None:
+        """See :meth:`LimiterStore.credit`."""
+        now = self._clock()
+        for b, amount in charges:
+            self._set(b, min(b.capacity, self._level(b, now) + amount), now)
+
+    async def levels(self, buckets: Sequence[Bucket]) -> dict[str, float]:
+        """See :meth:`LimiterStore.levels`."""
+        now = self._clock()
+        return {b.key: self._level(b, now) for b in buckets}

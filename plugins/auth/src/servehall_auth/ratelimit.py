@@ -1,0 +1,168 @@
+"""Token-aware rate limits: reserve at admission, settle at the end, release on rejection.
+
+Per principal (API key or JWT subject) and, when ``[auth.tenants.<name>]`` sets them,
+per tenant: a requests-per-minute bucket and a tokens-per-minute bucket. Admission
+reserves 1 request and ``prompt_tokens + max_tokens × n`` tokens in every bucket at
+once (all or nothing, so a rejected request consumes nothing). When the request ends,
+:meth:`TokenReservation.settle` refunds the difference between the estimate and the
+real usage; when the host rejects it later (queue full, timeout, filter),
+:meth:`TokenReservation.release` gives everything back.
+
+Headers follow OpenAI's names: ``x-ratelimit-limit-requests``,
+``x-ratelimit-limit-tokens``, ``x-ratelimit-remaining-requests``,
+``x-ratelimit-remaining-tokens``, ``x-ratelimit-reset-requests``,
+``x-ratelimit-reset-tokens`` (durations like ``1s``, ``6m0s``, ``250ms``: time until
+the bucket is full again). For each kind, the most restrictive bucket (key or tenant)
+is reported. A 429 adds ``Retry-After`` (whole seconds, at least 1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from servehall import AdmissionRequest, Principal, RateLimitError
+from servehall_auth.limiter import Bucket, LimiterStore
+from servehall_auth.settings import AuthSettings
+
+Kind = Literal["requests", "tokens"]
+
+
+def format_duration(seconds: float) -> str:
+    """OpenAI-style duration: ``250ms``, ``1s``, ``1.5s``, ``6m0s``, ``1h2m3s``."""
+    seconds = max(0.0, seconds)
+    if seconds < 1:
+        return f"{math.ceil(seconds * 1000)}ms"
+    if seconds < 60:
+        text = f"{seconds:.3f}".rstrip("0").rstrip(".")
+        return f"{text}s"
+    total = math.ceil(seconds)
+    h, rem = divmod(total, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m}m{s}s" if h else f"{m}m{s}s"
+
+
+@dataclass(frozen=True, slots=True)
+class _Limit:
+    bucket: Bucket
+    kind: Kind
+
+
+class RateLimiter:
+    """Builds buckets for a principal and reserves quota in a :class:`LimiterStore`."""
+
+    def __init__(self, store: LimiterStore, settings: AuthSettings) -> None:
+        self.store = store
+        self.settings = settings
+
+    def limits_for(self, principal: Principal) -> list[_Limit]:
+        """Buckets that apply to ``principal`` (empty when it is unlimited)."""
+        out: list[_Limit] = []
+        rpm = principal.limits.get("rpm") or self.settings.default_rpm
+        tpm = principal.limits.get("tpm") or self.settings.default_tpm
+        if rpm:
+            out.append(_Limit(Bucket(f"p:{principal.id}:requests", float(rpm)), "requests"))
+        if tpm:
+            out.append(_Limit(Bucket(f"p:{principal.id}:tokens", float(tpm)), "tokens"))
+        tenant = self.settings.tenants.get(principal.tenant or "") if principal.tenant else None
+        if tenant is not None:
+            if tenant.rpm:
+                out.append(
+                    _Limit(Bucket(f"t:{principal.tenant}:requests", float(tenant.rpm)), "requests")
+                )
+            if tenant.tpm:
+                out.append(
+                    _Limit(Bucket(f"t:{principal.tenant}:tokens", float(tenant.tpm)), "tokens")
+                )
+        return out
+
+    async def reserve(self, request: AdmissionRequest) -> TokenReservation | None:
+        """Reserve quota for ``request``; None when no limit applies.
+
+        Raises:
+            RateLimitError: a bucket lacks room (429 with ``Retry-After`` and
+                ``x-ratelimit-*`` headers); nothing was debited.
+        """
+        limits = self.limits_for(request.principal)
+        if not limits:
+            return None
+        tokens = float(request.token_estimate)
+        charges = [(lim.bucket, 1.0 if lim.kind == "requests" else tokens) for lim in limits]
+        result = await self.store.acquire(charges)
+        headers = _headers(limits, result.levels)
+        if not result.ok:
+            if math.isinf(result.retry_after_s):
+                cap = min(lim.bucket.capacity for lim in limits if lim.kind == "tokens")
+                raise RateLimitError(
+                    f"This request may use up to {int(tokens)} tokens (prompt + max_tokens × n), "
+                    f"more than the limit of {int(cap)} tokens per minute; lower max_tokens.",
+                    code="tokens_exceed_limit",
+                    headers=headers,
+                )
+            headers["Retry-After"] = str(max(1, math.ceil(result.retry_after_s)))
+            raise RateLimitError(
+                f"Rate limit reached for {request.principal.id}; retry after "
+                f"{headers['Retry-After']} s.",
+                headers=headers,
+            )
+        return TokenReservation(self.store, limits, tokens, headers)
+
+
+def _headers(limits: list[_Limit], levels: dict[str, float]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for kind in ("requests", "tokens"):
+        chosen = [lim for lim in limits if lim.kind == kind]
+        if not chosen:
+            continue
+        tight = min(chosen, key=lambda lim: levels.get(lim.bucket.key, lim.bucket.capacity))
+        b = tight.bucket
+        level = levels.get(b.key, b.capacity)
+        out[f"x-ratelimit-limit-{kind}"] = str(int(b.capacity))
+        out[f"x-ratelimit-remaining-{kind}"] = str(max(0, math.floor(level)))
+        out[f"x-ratelimit-reset-{kind}"] = format_duration((b.capacity - level) / b.refill_per_s)
+    return out
+
+
+class TokenReservation:
+    """Quota held for one request (implements :class:`servehall.Reservation`).
+
+    Exactly one of :meth:`settle` / :meth:`release` takes effect; later calls are no-ops.
+    """
+
+    def __init__(
+        self, store: LimiterStore, limits: list[_Limit], tokens: float, headers: dict[str, str]
+    ) -> None:
+        self._store = store
+        self._limits = limits
+        self.reserved_tokens = tokens
+        self._headers = headers
+        self._done = False
+
+    async def settle(self, prompt_tokens: int, completion_tokens: int) -> None:
+        """Charge the real usage: refund ``estimate − (prompt + completion)`` tokens
+        (a negative refund, if a backend overran ``max_tokens``, charges the excess)."""
+        if self._done:
+            return
+        self._done = True
+        refund = self.reserved_tokens - float(prompt_tokens + completion_tokens)
+        if refund:
+            await self._store.credit(
+                [(lim.bucket, refund) for lim in self._limits if lim.kind == "tokens"]
+            )
+
+    async def release(self) -> None:
+        """The request was rejected after admission: give back the request and tokens."""
+        if self._done:
+            return
+        self._done = True
+        await self._store.credit(
+            [
+                (lim.bucket, 1.0 if lim.kind == "requests" else self.reserved_tokens)
+                for lim in self._limits
+            ]
+        )
+
+    def headers(self) -> dict[str, str]:
+        """``x-ratelimit-*`` headers as of admission."""
+        return dict(self._headers)

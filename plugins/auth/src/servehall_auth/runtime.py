@@ -1,0 +1,143 @@
+"""The auth plugin's per-process state: key store, JWT verifier, rate limiter, auditor.
+
+Built at ``servehall_startup`` (:meth:`AuthRuntime.start`) and closed at shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from servehall import (
+    SCOPE_INFERENCE,
+    AdmissionRequest,
+    AuditEvent,
+    NotFoundError,
+    PermissionDeniedError,
+    Principal,
+)
+from servehall_auth.audit import AuditFn, FailureAuditor
+from servehall_auth.authn import Authenticator
+from servehall_auth.limiter import LimiterStore, MemoryLimiterStore
+from servehall_auth.ratelimit import RateLimiter, TokenReservation
+from servehall_auth.settings import AuthSettings
+
+if TYPE_CHECKING:
+    from servehall_auth.jwt_verify import JwtVerifier
+    from servehall_auth.store import KeyStore
+
+log = logging.getLogger("servehall_auth")
+
+
+class AuthRuntime:
+    """Everything the hooks need, for one host process.
+
+    Args:
+        settings: the validated ``[auth]`` section.
+        keys: the key store, or None when API keys are off.
+        jwt: the JWT verifier, or None without ``[auth.jwt]``.
+        audit: where audit events go (``host.records.audit``); must not block or raise.
+        limiter_store: bucket storage (default: in-process).
+    """
+
+    def __init__(
+        self,
+        settings: AuthSettings,
+        keys: KeyStore | None,
+        jwt: JwtVerifier | None,
+        audit: AuditFn,
+        limiter_store: LimiterStore | None = None,
+    ) -> None:
+        self.settings = settings
+        self.keys = keys
+        self.jwt = jwt
+        self._audit = audit
+        self.auditor = FailureAuditor(self.audit, settings.audit_failures_per_minute)
+        self.authenticator = Authenticator(settings, keys, jwt, self.auditor)
+        self.limiter = RateLimiter(limiter_store or MemoryLimiterStore(), settings)
+
+    @classmethod
+    async def start(cls, settings: AuthSettings, database_url: str, audit: AuditFn) -> AuthRuntime:
+        """Open the key store (checking the ``api_key`` table exists) and load JWT keys.
+
+        Raises:
+            ConfigError: the table is missing or JWT key material cannot be loaded.
+        """
+        keys = None
+        if settings.api_keys:
+            from servehall_auth.store import KeyStore, make_engine
+
+            assert settings.pepper is not None  # enforced by AuthSettings
+            url = (
+                settings.database_url.get_secret_value() if settings.database_url else database_url
+            )
+            keys = KeyStore(
+                make_engine(url),
+                settings.pepper.get_secret_value(),
+                cache_ttl_s=settings.key_cache_ttl_s,
+            )
+            try:
+                await keys.check_schema()
+            except BaseException:
+                await keys.engine.dispose()
+                raise
+        jwt = None
+        if settings.jwt is not None:
+            from servehall_auth.jwt_verify import JwtVerifier
+
+            jwt = JwtVerifier(settings.jwt)
+        return cls(settings, keys, jwt, audit)
+
+    async def close(self) -> None:
+        """Release the database pool."""
+        if self.keys is not None:
+            await self.keys.engine.dispose()
+
+    def audit(self, event: AuditEvent) -> None:
+        """Send an audit event; a failing sink is logged, never raised to the caller."""
+        try:
+            self._audit(event)
+        except Exception as exc:  # the records layer must not break authentication
+            log.warning("audit event %s not recorded: %s", event.action, type(exc).__name__)
+
+    async def authenticate(
+        self, authorization: list[str], x_api_key: list[str], *, path: str, client: str | None
+    ) -> Principal | None:
+        """See :meth:`Authenticator.authenticate`; adds the tenant's prompt policy."""
+        principal = await self.authenticator.authenticate(
+            authorization, x_api_key, path=path, client=client
+        )
+        if principal is not None and principal.tenant is not None:
+            tenant = self.settings.tenants.get(principal.tenant)
+            if tenant is not None and tenant.store_prompts is not None:
+                principal.attributes["store_prompts"] = tenant.store_prompts
+        return principal
+
+    async def authorize(self, request: AdmissionRequest) -> TokenReservation | None:
+        """Scope and model checks, then the rate-limit reservation.
+
+        Raises:
+            PermissionDeniedError: no ``inference`` scope, or a model outside the
+                principal's list (403).
+            NotFoundError: a model outside the list with ``hide_forbidden_models`` (404,
+                the same answer as for a model that does not exist).
+            RateLimitError: over a limit (429).
+        """
+        p = request.principal
+        if not p.has_scope(SCOPE_INFERENCE):
+            raise PermissionDeniedError(
+                "This credential lacks the 'inference' scope.", code="insufficient_scope"
+            )
+        if not p.may_use(request.model):
+            if self.settings.hide_forbidden_models:
+                raise NotFoundError(
+                    f"The model `{request.model}` does not exist or you do not have access to it.",
+                    param="model",
+                    code="model_not_found",
+                )
+            raise PermissionDeniedError(
+                f"This credential may not use the model `{request.model}`.",
+                param="model",
+                code="model_not_allowed",
+            )
+        return await self.limiter.reserve(request)

@@ -1,0 +1,407 @@
+"""The ``api_key`` table and the async key store (SQLAlchemy 2, SQLite and PostgreSQL).
+
+The table is created by the Alembic revision ``auth_0001_api_key`` (branch ``auth``);
+:data:`api_key` mirrors it for queries. Only hashes are stored (see
+:mod:`servehall_auth.keys`): ``secret_hash`` for the current secret and, during a
+rotation's overlap window, ``prev_secret_hash`` valid until ``prev_valid_until``.
+Times are timezone-aware UTC.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from servehall import ConfigError, Principal
+from servehall_auth.keys import (
+    format_key,
+    hash_key,
+    new_key_id,
+    new_secret,
+    public_id,
+    verify_key,
+)
+
+metadata = sa.MetaData()
+
+api_key = sa.Table(
+    "api_key",
+    metadata,
+    sa.Column("key_id", sa.String(16), primary_key=True),
+    sa.Column("secret_hash", sa.String(64), nullable=False),
+    sa.Column("prev_secret_hash", sa.String(64), nullable=True),
+    sa.Column("prev_valid_until", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("name", sa.String(200), nullable=True),
+    sa.Column("tenant", sa.String(200), nullable=False),
+    sa.Column("scopes", sa.JSON, nullable=False),
+    sa.Column("models", sa.JSON, nullable=True),
+    sa.Column("rpm", sa.Integer, nullable=True),
+    sa.Column("tpm", sa.Integer, nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("created_by", sa.String(200), nullable=True),
+    sa.Column("expires_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("revoked_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("rotated_at", sa.DateTime(timezone=True), nullable=True),
+)
+"""Mirror of the migrated ``api_key`` table."""
+
+
+def utcnow() -> datetime:
+    """Now, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+def _aware(dt: datetime | None) -> datetime | None:
+    # SQLite returns naive datetimes; everything stored is UTC.
+    if dt is None or dt.tzinfo is not None:
+        return dt
+    return dt.replace(tzinfo=UTC)
+
+
+def _utc(dt: datetime | None) -> datetime | None:
+    # Given times: naive means UTC; aware ones are converted to UTC.
+    if dt is None:
+        return None
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    """One API key's settings (never its secret or hash).
+
+    ``models`` None means every model. ``status(now)`` is ``active``, ``expired`` or
+    ``revoked``.
+    """
+
+    key_id: str
+    tenant: str
+    name: str | None
+    scopes: tuple[str, ...]
+    models: tuple[str, ...] | None
+    rpm: int | None
+    tpm: int | None
+    created_at: datetime
+    created_by: str | None
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    rotated_at: datetime | None
+    prev_valid_until: datetime | None
+
+    @property
+    def public_id(self) -> str:
+        """``sh-<key_id>``."""
+        return public_id(self.key_id)
+
+    def status(self, now: datetime | None = None) -> str:
+        """``revoked``, ``expired`` or ``active``."""
+        now = now or utcnow()
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= now:
+            return "expired"
+        return "active"
+
+    def principal(self) -> Principal:
+        """The principal this key authenticates as."""
+        limits: dict[str, int] = {}
+        if self.rpm:
+            limits["rpm"] = self.rpm
+        if self.tpm:
+            limits["tpm"] = self.tpm
+        return Principal(
+            id=self.public_id,
+            tenant=self.tenant,
+            scopes=frozenset(self.scopes),
+            models=frozenset(self.models) if self.models is not None else None,
+            kind="api_key",
+            limits=limits,
+            attributes={"key_name": self.name} if self.name else {},
+        )
+
+    def as_dict(self, now: datetime | None = None) -> dict[str, Any]:
+        """JSON-able view (times as ISO 8601 strings) for the CLI and admin API."""
+
+        def iso(dt: datetime | None) -> str | None:
+            return dt.isoformat() if dt else None
+
+        return {
+            "id": self.public_id,
+            "key_id": self.key_id,
+            "tenant": self.tenant,
+            "name": self.name,
+            "scopes": list(self.scopes),
+            "models": list(self.models) if self.models is not None else None,
+            "rpm": self.rpm,
+            "tpm": self.tpm,
+            "created_at": iso(self.created_at),
+            "created_by": self.created_by,
+            "expires_at": iso(self.expires_at),
+            "revoked_at": iso(self.revoked_at),
+            "rotated_at": iso(self.rotated_at),
+            "previous_secret_valid_until": iso(self.prev_valid_until),
+            "status": self.status(now),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    record: KeyRecord
+    secret_hash: str
+    prev_secret_hash: str | None
+
+
+def _row(m: Any) -> _Row:
+    rec = KeyRecord(
+        key_id=m["key_id"],
+        tenant=m["tenant"],
+        name=m["name"],
+        scopes=tuple(m["scopes"] or ()),
+        models=tuple(m["models"]) if m["models"] is not None else None,
+        rpm=m["rpm"],
+        tpm=m["tpm"],
+        created_at=_aware(m["created_at"]) or utcnow(),
+        created_by=m["created_by"],
+        expires_at=_aware(m["expires_at"]),
+        revoked_at=_aware(m["revoked_at"]),
+        rotated_at=_aware(m["rotated_at"]),
+        prev_valid_until=_aware(m["prev_valid_until"]),
+    )
+    return _Row(rec, m["secret_hash"], m["prev_secret_hash"])
+
+
+class KeyNotFoundError(LookupError):
+    """No key with that id."""
+
+
+def make_engine(url: str) -> AsyncEngine:
+    """An async engine for ``url`` (``sqlite+aiosqlite://`` or ``postgresql+asyncpg://``).
+
+    SQLite connections wait up to 10 s for a lock instead of failing at once.
+    """
+    kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if url.startswith("sqlite"):
+        kwargs["connect_args"] = {"timeout": 10}
+    return create_async_engine(url, **kwargs)
+
+
+class KeyStore:
+    """Create, list, revoke, rotate and verify API keys.
+
+    Args:
+        engine: async engine on the deployment database (migrated: ``api_key`` exists).
+        pepper: the server-side secret mixed into hashes (never stored).
+        cache_ttl_s: how long :meth:`verify` may reuse a fetched row (0: never). Changes
+            made through this store drop the row at once; changes made elsewhere (the
+            CLI, another replica) are seen within this many seconds.
+        cache_size: most rows cached.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        pepper: str,
+        *,
+        cache_ttl_s: float = 0.0,
+        cache_size: int = 10_000,
+    ) -> None:
+        self.engine = engine
+        self._pepper = pepper
+        self._ttl = cache_ttl_s
+        self._cache_size = cache_size
+        self._cache: dict[str, tuple[float, _Row]] = {}
+
+    def __repr__(self) -> str:
+        return f"KeyStore(engine={self.engine.url.render_as_string(hide_password=True)!r})"
+
+    async def check_schema(self) -> None:
+        """Raise ConfigError when the ``api_key`` table is missing (not migrated)."""
+
+        def has_table(conn: sa.Connection) -> bool:
+            return sa.inspect(conn).has_table("api_key")
+
+        async with self.engine.connect() as conn:
+            ok = await conn.run_sync(has_table)
+        if not ok:
+            raise ConfigError(
+                "auth: table api_key does not exist; migrate the database first "
+                "(servehall db upgrade, or alembic upgrade heads)"
+            )
+
+    async def create(
+        self,
+        *,
+        tenant: str,
+        name: str | None = None,
+        scopes: list[str] | tuple[str, ...] = ("inference",),
+        models: list[str] | tuple[str, ...] | None = None,
+        rpm: int | None = None,
+        tpm: int | None = None,
+        expires_at: datetime | None = None,
+        created_by: str | None = None,
+    ) -> tuple[KeyRecord, str]:
+        """Create a key; returns its record and the full key text (shown once)."""
+        now = utcnow()
+        expires_at = _utc(expires_at)
+        for _ in range(5):
+            key_id = new_key_id()
+            key = format_key(key_id, new_secret())
+            values = {
+                "key_id": key_id,
+                "secret_hash": hash_key(key, self._pepper),
+                "prev_secret_hash": None,
+                "prev_valid_until": None,
+                "name": name,
+                "tenant": tenant,
+                "scopes": sorted(set(scopes)),
+                "models": sorted(set(models)) if models is not None else None,
+                "rpm": rpm,
+                "tpm": tpm,
+                "created_at": now,
+                "created_by": created_by,
+                "expires_at": expires_at,
+                "revoked_at": None,
+                "rotated_at": None,
+            }
+            try:
+                async with self.engine.begin() as conn:
+                    await conn.execute(api_key.insert().values(**values))
+            except sa.exc.IntegrityError:
+                continue  # key id collision (2^-50 per pair); draw again
+            return _row(values).record, key
+        raise RuntimeError("could not draw a unique key id")
+
+    async def _get_row(self, key_id: str) -> _Row | None:
+        async with self.engine.connect() as conn:
+            res = await conn.execute(sa.select(api_key).where(api_key.c.key_id == key_id))
+            m = res.mappings().first()
+        return _row(m) if m is not None else None
+
+    async def get(self, key_id: str) -> KeyRecord:
+        """The key's record. Raises KeyNotFoundError."""
+        row = await self._get_row(key_id)
+        if row is None:
+            raise KeyNotFoundError(key_id)
+        return row.record
+
+    async def list(
+        self, *, tenant: str | None = None, include_revoked: bool = False
+    ) -> list[KeyRecord]:
+        """Keys ordered by creation time, optionally of one tenant and with revoked ones."""
+        q = sa.select(api_key).order_by(api_key.c.created_at, api_key.c.key_id)
+        if tenant is not None:
+            q = q.where(api_key.c.tenant == tenant)
+        if not include_revoked:
+            q = q.where(api_key.c.revoked_at.is_(None))
+        async with self.engine.connect() as conn:
+            res = await conn.execute(q)
+            return [_row(m).record for m in res.mappings().all()]
+
+    async def revoke(self, key_id: str) -> KeyRecord:
+        """Revoke now (idempotent: an already revoked key keeps its first revocation time).
+
+        Raises KeyNotFoundError."""
+        self.forget(key_id)
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                api_key.update()
+                .where(api_key.c.key_id == key_id, api_key.c.revoked_at.is_(None))
+                .values(revoked_at=utcnow(), prev_secret_hash=None, prev_valid_until=None)
+            )
+        self.forget(key_id)
+        return await self.get(key_id)
+
+    async def rotate(self, key_id: str, overlap: timedelta = timedelta(0)) -> tuple[KeyRecord, str]:
+        """Give the key a new secret; the old secret keeps working for ``overlap``.
+
+        The key id, tenant, scopes, models and limits stay. A second rotation inside an
+        overlap window ends the first window (only the latest previous secret is kept).
+
+        Raises:
+            KeyNotFoundError: no such key.
+            ValueError: the key is revoked.
+        """
+        row = await self._get_row(key_id)
+        if row is None:
+            raise KeyNotFoundError(key_id)
+        if row.record.revoked_at is not None:
+            raise ValueError("a revoked key cannot be rotated")
+        now = utcnow()
+        key = format_key(key_id, new_secret())
+        keep = overlap.total_seconds() > 0
+        self.forget(key_id)
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                api_key.update()
+                .where(api_key.c.key_id == key_id)
+                .values(
+                    secret_hash=hash_key(key, self._pepper),
+                    prev_secret_hash=row.secret_hash if keep else None,
+                    prev_valid_until=now + overlap if keep else None,
+                    rotated_at=now,
+                )
+            )
+        self.forget(key_id)
+        return await self.get(key_id), key
+
+    async def verify(
+        self, key_id: str, key: str, now: datetime | None = None
+    ) -> tuple[str, KeyRecord | None]:
+        """Check a presented key. Returns ``(outcome, record)``.
+
+        ``outcome`` is ``ok``, ``ok_previous`` (the pre-rotation secret inside its overlap
+        window), ``unknown_key``, ``bad_secret``, ``revoked`` or ``expired``; the record
+        is returned only when the secret matched.
+        """
+        row = await self._cached_row(key_id)
+        return check(row, key, self._pepper, now or utcnow())
+
+    async def _cached_row(self, key_id: str) -> _Row | None:
+        if self._ttl <= 0:
+            return await self._get_row(key_id)
+        t = time.monotonic()
+        hit = self._cache.get(key_id)
+        if hit is not None and t - hit[0] < self._ttl:
+            return hit[1]
+        row = await self._get_row(key_id)
+        if row is None:
+            self._cache.pop(key_id, None)
+            return None
+        if len(self._cache) >= self._cache_size:
+            self._cache.pop(next(iter(self._cache)))
+        self._cache[key_id] = (t, row)
+        return row
+
+    def forget(self, key_id: str) -> None:
+        """Drop a cached row (after a change)."""
+        self._cache.pop(key_id, None)
+
+
+def check(row: _Row | None, key: str, pepper: str, now: datetime) -> tuple[str, KeyRecord | None]:
+    """The verification rule of :meth:`KeyStore.verify`, on an already fetched row."""
+    if row is None:
+        return "unknown_key", None
+    outcome = "ok"
+    if not verify_key(key, pepper, row.secret_hash):
+        prev_ok = (
+            row.prev_secret_hash is not None
+            and row.record.prev_valid_until is not None
+            and now < row.record.prev_valid_until
+            and verify_key(key, pepper, row.prev_secret_hash)
+        )
+        if not prev_ok:
+            return "bad_secret", None
+        outcome = "ok_previous"
+    status = row.record.status(now)
+    if status != "active":
+        return status, row.record
+    return outcome, row.record
+
+
+async def close_store(store: KeyStore) -> None:
+    """Dispose of the store's engine (its connection pool)."""
+    await store.engine.dispose()
