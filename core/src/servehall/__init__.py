@@ -37,6 +37,7 @@ from servehall.filters import (
 from servehall.hookimpl import hookimpl
 from servehall.host import Host, ServedModel
 from servehall.principal import ANONYMOUS, SCOPE_ADMIN, SCOPE_INFERENCE, Principal
+from servehall.records.bus import open_record_bus
 from servehall.records.types import AuditEvent, RequestRecord, Sink, SinkSpec
 from servehall.registries import SchedulerRegistry, SinkRegistry
 from servehall.routes import RouteRegistry
@@ -97,4 +98,5 @@ __all__ = [
     "hookimpl",
     "load_deployment",
     "load_settings",
+    "open_record_bus",
 ]
