@@ -8,6 +8,7 @@ dev:
 	scripts/install.sh --dev
 
 demo: install
+	.venv/bin/servehall db upgrade
 	.venv/bin/servehall serve --demo
 
 test: dev

@@ -53,6 +53,8 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "servehall.defaults.schedulers",
     "servehall.defaults.commands",
     "servehall.defaults.cpu_backend",
+    "servehall.defaults.sinks",
+    "servehall.defaults.records_commands",
 )
 """Core modules registered as plugins on every host, before any entry point."""
 

@@ -1,51 +1,189 @@
 """The record bus: the request path's only door to the records layer.
 
-Interface used by the request path (kept stable for the records layer to fill in):
+Interface used by the request path:
 
-* ``await open_record_bus(settings, plugins) -> RecordBus`` at startup;
+* ``await open_record_bus(settings, plugins) -> RecordBus`` at startup: builds the sinks
+  of ``[[sinks]]`` (kinds from ``servehall_register_sinks``; the core offers ``sql`` and
+  ``jsonl``), starts them (the ``sql`` sink refuses an un-migrated database with a
+  :class:`~servehall.errors.ConfigError` naming ``servehall db upgrade``, or migrates
+  when ``[database] auto_migrate``), then records the ``config.loaded`` and
+  ``plugins.loaded`` audit events;
 * ``bus.emit(RequestRecord)`` and ``bus.audit(AuditEvent)``: synchronous, never block,
-  never raise;
-* ``bus.check_admission()``: raises ``ServiceUnavailableError`` (503) while a
-  ``required`` sink cannot write and its buffer is exhausted (fail closed);
-* ``await bus.close()``: flush and close at shutdown.
+  never raise; call them on the event loop thread;
+* ``bus.check_admission()``: raises :class:`~servehall.errors.ServiceUnavailableError`
+  (503, ``Retry-After``, code ``records_unavailable``) while a ``required`` sink cannot
+  write and its buffer is exhausted (fail closed);
+* ``await bus.close()``: flush and close at shutdown (unwritten records are saved to
+  the spill file and replayed at the next start).
 
-This first version keeps records in a bounded in-memory list (for tests and for hosts
-without sinks); the SQL/JSON-lines pipeline replaces it.
+Each sink gets its own :class:`~servehall.records.runner.SinkRunner` (bounded queue,
+batches, retry with backoff, spill file, replay). Runner settings come from the sink's
+``options`` (``buffer``, ``batch_size``, ``linger_s``, ``spill``, ``spill_path``,
+``spill_max_bytes``, ``retry_initial_s``, ``retry_max_s``, ``retry_after_s``,
+``close_timeout_s``); the other options go to the sink's factory.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from typing import TYPE_CHECKING
+import hashlib
+import json
+import logging
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
-from servehall.records.types import AuditEvent, Record, RequestRecord
+from servehall.errors import ConfigError, ServehallError, ServiceUnavailableError
+from servehall.records.runner import FAIL_CLOSED_CODE, RUNNER_OPTIONS, SinkRunner
+from servehall.records.types import AuditEvent, RequestRecord
 
 if TYPE_CHECKING:
     from servehall.config.settings import Settings
     from servehall.plugins import PluginHost
 
+log = logging.getLogger("servehall.records")
+
 
 class RecordBus:
-    """Bounded in-memory record bus (placeholder pipeline)."""
+    """Fans records out to sink runners (see module docstring).
 
-    def __init__(self, maxlen: int = 10_000) -> None:
-        self.recent: deque[Record] = deque(maxlen=maxlen)
+    Args:
+        runners: one started :class:`SinkRunner` per configured sink (may be empty: the
+            bus then keeps nothing, e.g. ``sinks = []`` in tests).
+        store_prompts: ``[database] store_prompts``; when False prompt and completion
+            text are removed from every record before any sink sees it.
+    """
+
+    def __init__(self, runners: list[SinkRunner] | None = None, *, store_prompts: bool = False):
+        self.runners = list(runners or [])
+        self._required = [r for r in self.runners if r.required]
+        self.store_prompts = store_prompts
+        self.emitted = 0
 
     def emit(self, record: RequestRecord) -> None:
-        """Queue a request-log record."""
-        self.recent.append(record)
+        """Queue one request-log record (prompt text dropped unless allowed)."""
+        if (record.prompt_text is not None or record.completion_text is not None) and (
+            not self.store_prompts or record.store_prompts is False
+        ):
+            record.prompt_text = None
+            record.completion_text = None
+        self.emitted += 1
+        for r in self.runners:
+            r.put(record)
 
     def audit(self, event: AuditEvent) -> None:
-        """Queue an audit event."""
-        self.recent.append(event)
+        """Queue one audit event (``at`` defaults to now, UTC)."""
+        if event.at is None:
+            event.at = datetime.now(UTC)
+        for r in self.runners:
+            r.put(event)
 
     def check_admission(self) -> None:
-        """Raise ServiceUnavailableError when records cannot be kept (never, here)."""
+        """Raise ServiceUnavailableError (503) while a required sink is exhausted."""
+        for r in self._required:
+            if r.exhausted:
+                raise ServiceUnavailableError(
+                    f"Request logging is unavailable (sink {r.name!r} cannot write and its "
+                    "buffer is full); the server does not accept requests it cannot record. "
+                    "Retry later.",
+                    code=FAIL_CLOSED_CODE,
+                    headers={"Retry-After": str(r.retry_after_s)},
+                )
+
+    @property
+    def healthy(self) -> bool:
+        """True when every required sink is writing (a readiness signal)."""
+        return all(r.healthy and not r.exhausted for r in self._required)
+
+    def stats(self) -> list[dict[str, Any]]:
+        """Per-sink counters (queued, spilled bytes, written, dropped, failures)."""
+        return [r.stats() for r in self.runners]
 
     async def close(self) -> None:
-        """Flush and close (nothing to do here)."""
+        """Flush every sink (bounded by each runner's ``close_timeout_s``) and close."""
+        for r in self.runners:
+            await r.close()
+
+
+def _config_digest(dump: dict[str, Any]) -> str:
+    text = json.dumps(dump, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def startup_events(settings: Settings, plugins: PluginHost) -> list[AuditEvent]:
+    """The ``config.loaded`` and ``plugins.loaded`` audit events (secrets masked)."""
+    from servehall.config.settings import masked_dump
+
+    dump = masked_dump(settings)
+    loaded = [
+        {"name": p["name"], "version": p["version"], "distribution": p["distribution"]}
+        for p in plugins.describe()
+        if p["loaded"]
+    ]
+    return [
+        AuditEvent(
+            action="config.loaded",
+            target="servehall",
+            details={"sha256": _config_digest(dump), "config": dump},
+        ),
+        AuditEvent(
+            action="plugins.loaded",
+            target="servehall",
+            details={"enabled": list(settings.plugins.enabled), "loaded": loaded},
+        ),
+    ]
+
+
+def _spill_default(name: str, index: int, taken: set[str]) -> str:
+    base = f"servehall-spill-{name}.jsonl"
+    if base in taken:
+        base = f"servehall-spill-{name}-{index}.jsonl"
+    taken.add(base)
+    return base
 
 
 async def open_record_bus(settings: Settings, plugins: PluginHost) -> RecordBus:
-    """Build and start the bus for this deployment."""
-    return RecordBus()
+    """Build, start and return the bus for this deployment (see module docstring).
+
+    Raises:
+        ConfigError: an unknown sink name, bad sink options, an un-migrated or
+            unreachable database, or a sink that refuses to start.
+    """
+    registry = plugins.sinks()
+    runners: list[SinkRunner] = []
+    taken: set[str] = set()
+    try:
+        for i, sc in enumerate(settings.sinks):
+            spec = registry.get(sc.name)
+            options = dict(sc.options)
+            runner_opts = {k: options.pop(k) for k in RUNNER_OPTIONS if k in options}
+            runner_opts.setdefault("spill_path", _spill_default(sc.name, i, taken))
+            try:
+                sink = spec.factory(options, settings)
+            except ServehallError:
+                raise
+            except Exception as exc:
+                raise ConfigError(f"sinks[{i}] ({sc.name}): {exc}") from None
+            sink.required = sc.required
+            try:
+                runner = SinkRunner(sink, required=sc.required, **runner_opts)
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"sinks[{i}] ({sc.name}).options: {exc}") from None
+            try:
+                await runner.start()
+            except ServehallError:
+                raise
+            except Exception as exc:
+                raise ConfigError(
+                    f"sinks[{i}] ({sc.name}): cannot start: {type(exc).__name__}: {exc}"
+                ) from None
+            runners.append(runner)
+    except BaseException:
+        for r in runners:
+            await r.close()
+        raise
+    bus = RecordBus(runners, store_prompts=settings.database.store_prompts)
+    for ev in startup_events(settings, plugins):
+        bus.audit(ev)
+    return bus
+
+
+__all__ = ["RecordBus", "open_record_bus", "startup_events"]

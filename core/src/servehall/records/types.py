@@ -19,7 +19,11 @@ class RequestRecord:
     ``finish_reason`` is the OpenAI value of the first choice (``stop``, ``length``,
     ``content_filter``) or ``client_disconnect`` / ``error``. ``filter_verdicts`` is a
     list of ``{"rule", "action", "stage", "count", "monitor"}`` dicts.
-    ``prompt_text`` / ``completion_text`` are set only when ``database.store_prompts``.
+    ``prompt_text`` / ``completion_text`` are kept only when ``database.store_prompts``
+    is on and ``store_prompts`` is not False: the request path sets ``store_prompts``
+    from the principal's per-tenant policy (``principal.attributes["store_prompts"]``,
+    supplied by the auth plugin); None means "follow the global setting". The record
+    bus drops the texts otherwise, before any sink sees the record.
     """
 
     request_id: str
@@ -43,6 +47,7 @@ class RequestRecord:
     filter_verdicts: list[dict[str, Any]] = field(default_factory=list)
     prompt_text: str | None = None
     completion_text: str | None = None
+    store_prompts: bool | None = None
 
 
 @dataclass(slots=True)

@@ -1,0 +1,13 @@
+"""Database access shared by the core and plugins: engine, models, migrations.
+
+Public (re-exported from ``servehall``): :class:`DbBase` (declarative base whose
+``metadata`` carries the constraint naming convention; plugin-owned tables subclass it),
+:class:`UTCDateTime` (timestamp column type), :func:`create_db_engine` (async engine from
+a URL or the settings' ``[database] url``). Plugin migrations: see ``docs/sql.md``.
+"""
+
+from servehall.db.engine import create_db_engine, database_url, safe_url
+from servehall.db.models import DbBase
+from servehall.db.types import UTCDateTime
+
+__all__ = ["DbBase", "UTCDateTime", "create_db_engine", "database_url", "safe_url"]

@@ -1,0 +1,78 @@
+"""Async engines for the deployment database (SQLite with WAL, or PostgreSQL).
+
+URLs: ``sqlite+aiosqlite:///path.db`` (relative to the working directory) and
+``postgresql+asyncpg://user:password@host:port/db``. The URL is a secret in config
+(it may carry a password) and is never logged; :func:`safe_url` renders it masked.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from servehall.errors import ConfigError
+
+if TYPE_CHECKING:
+    from servehall.config.settings import Settings
+
+SUPPORTED_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
+
+
+def database_url(settings: Settings) -> str:
+    """The configured ``[database] url`` as plain text (it is a secret: don't log it)."""
+    return settings.database.url.get_secret_value()
+
+
+def safe_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for messages and logs)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "<unparseable database url>"
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def create_db_engine(url_or_settings: str | Settings, **kwargs: Any) -> AsyncEngine:
+    """Create an :class:`~sqlalchemy.ext.asyncio.AsyncEngine` for the deployment database.
+
+    Args:
+        url_or_settings: a URL, or the :class:`~servehall.Settings` whose
+            ``[database] url`` to use.
+        kwargs: extra ``create_async_engine`` arguments.
+
+    SQLite connections run with ``journal_mode=WAL``, ``synchronous=NORMAL`` and a 10 s
+    busy timeout; PostgreSQL connections are pre-pinged so a restarted server is
+    reconnected transparently.
+
+    Raises:
+        ConfigError: the URL does not parse or names an unsupported driver.
+    """
+    url = url_or_settings if isinstance(url_or_settings, str) else database_url(url_or_settings)
+    try:
+        parsed = make_url(url)
+    except Exception:
+        raise ConfigError("database.url: not a valid SQLAlchemy URL") from None
+    if parsed.drivername not in SUPPORTED_DRIVERS:
+        raise ConfigError(
+            f"database.url: driver {parsed.drivername!r} is not supported; use "
+            + " or ".join(f"{d}://..." for d in SUPPORTED_DRIVERS)
+        )
+    if parsed.drivername.startswith("sqlite"):
+        engine = create_async_engine(parsed, **kwargs)
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+    kwargs.setdefault("pool_pre_ping", True)
+    kwargs.setdefault("pool_size", 4)
+    kwargs.setdefault("max_overflow", 4)
+    return create_async_engine(parsed, **kwargs)

@@ -1,0 +1,120 @@
+"""Alembic migrations, run programmatically (``servehall db upgrade``, auto-migrate,
+and the schema check ``serve`` does before it accepts requests).
+
+The migration tree lives in the repository's ``migrations/`` directory (``alembic.ini``
+beside it); ``$SERVEHALL_MIGRATIONS`` points elsewhere. The core's revisions form the
+main line from ``0001_base``; plugin-owned tables are separate branches rooted at
+``0001_base`` (``branch_labels = ("<plugin>",)``), so upgrading always targets ``heads``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from servehall.errors import ConfigError
+
+UPGRADE_HINT = "servehall db upgrade"
+
+
+def migrations_dir() -> Path:
+    """The Alembic script directory (``$SERVEHALL_MIGRATIONS`` or the repo's ``migrations``).
+
+    Raises:
+        ConfigError: no migration directory can be found.
+    """
+    env = os.environ.get("SERVEHALL_MIGRATIONS")
+    candidates = [Path(env)] if env else []
+    here = Path(__file__).resolve()
+    candidates += [p / "migrations" for p in here.parents]
+    for c in candidates:
+        if (c / "env.py").is_file() and (c / "versions").is_dir():
+            return c
+    raise ConfigError("cannot find the servehall migrations directory; set SERVEHALL_MIGRATIONS")
+
+
+def alembic_config() -> Config:
+    """An Alembic :class:`Config` for the servehall migration tree."""
+    mdir = migrations_dir()
+    ini = mdir.parent / "alembic.ini"
+    cfg = Config(str(ini)) if ini.is_file() else Config()
+    cfg.set_main_option("script_location", str(mdir))
+    cfg.set_main_option("version_locations", str(mdir / "versions"))
+    cfg.set_main_option("path_separator", "os")
+    return cfg
+
+
+def script_heads() -> set[str]:
+    """Every head revision of the migration tree (core and plugin branches)."""
+    return set(ScriptDirectory.from_config(alembic_config()).get_heads())
+
+
+def _current_heads(conn: Connection) -> set[str]:
+    return set(MigrationContext.configure(conn).get_current_heads())
+
+
+def _missing_heads(conn: Connection) -> set[str]:
+    """Heads of the tree that the database has not reached."""
+    script = ScriptDirectory.from_config(alembic_config())
+    current = _current_heads(conn)
+    applied: set[str] = set()
+    for rev in current:
+        for r in script.iterate_revisions(rev, "base"):
+            applied.add(r.revision)
+    return {h for h in script.get_heads() if h not in applied}
+
+
+def _upgrade(conn: Connection, cfg: Config) -> None:
+    cfg.attributes["connection"] = conn
+    command.upgrade(cfg, "heads")
+
+
+async def upgrade_database(engine: AsyncEngine) -> None:
+    """Run ``alembic upgrade heads`` on ``engine``'s database (in one transaction)."""
+    cfg = alembic_config()
+    async with engine.begin() as conn:
+        await conn.run_sync(_upgrade, cfg)
+
+
+async def pending_heads(engine: AsyncEngine) -> set[str]:
+    """Heads of the migration tree the database lacks (empty: fully migrated)."""
+    async with engine.connect() as conn:
+        return await conn.run_sync(_missing_heads)
+
+
+async def ensure_schema(engine: AsyncEngine, *, auto_migrate: bool, config_hint: str = "") -> None:
+    """Make sure the schema is current: migrate when ``auto_migrate``, else refuse.
+
+    Raises:
+        ConfigError: the database is not migrated (the message names the command to run),
+            or cannot be reached.
+    """
+    try:
+        missing = await pending_heads(engine)
+        if missing and auto_migrate:
+            await upgrade_database(engine)
+            missing = await pending_heads(engine)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"database: cannot check the schema: {_brief(exc)}") from None
+    if missing:
+        raise ConfigError(
+            "database is not migrated (missing revision(s): "
+            + ", ".join(sorted(missing))
+            + f"); run `{UPGRADE_HINT}{config_hint}` (with the same --config) first, or set "
+            "[database] auto_migrate = true"
+        )
+
+
+def _brief(exc: BaseException) -> str:
+    text: Any = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"[:300]

@@ -1,0 +1,114 @@
+"""SQLAlchemy 2 models of the core's tables (the schema migrations create them).
+
+Core tables: ``request_log`` (one row per request), ``audit_event`` (hash-chained admin
+and security events) and ``audit_chain_head`` (one row: the chain's last hash, so a
+truncated tail is detected). Units: times UTC, durations seconds, tokens counts.
+
+Plugin-owned tables subclass :class:`DbBase` (exported as ``servehall.DbBase``) so they
+share the metadata and its constraint naming convention; their Alembic revisions live
+in ``migrations/versions`` as their own branch rooted at ``0001_base`` (see
+``docs/sql.md``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, Float, Index, Integer, MetaData, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from servehall.db.types import UTCDateTime
+
+NAMING_CONVENTION: dict[str, str] = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+"""Constraint names used by every servehall table (stable names make migrations portable)."""
+
+#: BIGINT on PostgreSQL, INTEGER (the rowid alias, so it autoincrements) on SQLite.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class DbBase(DeclarativeBase):
+    """Declarative base for core and plugin tables (shared ``metadata``)."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class RequestLog(DbBase):
+    """``request_log``: one row per HTTP inference request, whatever its outcome."""
+
+    __tablename__ = "request_log"
+
+    request_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    principal_id: Mapped[str | None] = mapped_column(String(128))
+    tenant: Mapped[str | None] = mapped_column(String(128))
+    model: Mapped[str | None] = mapped_column(String(256))
+    backend: Mapped[str | None] = mapped_column(String(64))
+    endpoint: Mapped[str] = mapped_column(String(256), default="")
+    status_code: Mapped[int] = mapped_column(Integer)
+    error_code: Mapped[str | None] = mapped_column(String(128))
+    finish_reason: Mapped[str | None] = mapped_column(String(64))
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    queue_time_s: Mapped[float | None] = mapped_column(Float)
+    ttft_s: Mapped[float | None] = mapped_column(Float)
+    latency_s: Mapped[float | None] = mapped_column(Float)
+    stream: Mapped[bool] = mapped_column(Boolean, default=False)
+    client_addr: Mapped[str | None] = mapped_column(String(128))
+    filter_verdicts: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    prompt_text: Mapped[str | None] = mapped_column(Text)
+    completion_text: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        Index(None, "received_at"),
+        Index(None, "tenant", "received_at"),
+        Index(None, "model", "received_at"),
+        Index(None, "status_code", "received_at"),
+        Index(None, "principal_id", "received_at"),
+    )
+
+
+class AuditEventRow(DbBase):
+    """``audit_event``: hash-chained admin/security events (``servehall audit verify``).
+
+    ``hash`` = SHA-256 hex of ``prev_hash`` + canonical JSON of (at, actor, action,
+    target, details); see :mod:`servehall.records.chain`.
+    """
+
+    __tablename__ = "audit_event"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
+    actor: Mapped[str] = mapped_column(String(128))
+    action: Mapped[str] = mapped_column(String(128))
+    target: Mapped[str | None] = mapped_column(String(256))
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64), unique=True)
+
+    __table_args__ = (Index(None, "at"), Index(None, "action", "at"))
+
+
+class AuditChainHead(DbBase):
+    """``audit_chain_head``: exactly one row (id 1) holding the chain's tail.
+
+    Writers lock this row first, which serialises chain appends across processes.
+    """
+
+    __tablename__ = "audit_chain_head"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    last_id: Mapped[int] = mapped_column(BigInteger, default=0)
+    last_hash: Mapped[str] = mapped_column(String(64))
+    events: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+GENESIS_HASH = "0" * 64
+"""``prev_hash`` of the first audit event."""

@@ -1,0 +1,177 @@
+"""Test support for database code (core and plugins): PostgreSQL and SQLite fixtures'
+building blocks. Not imported by the server.
+
+* :func:`pg_test_url` — ``$SERVEHALL_TEST_PG_URL`` or the server ``.ci/services.d/
+  postgres.sh`` starts (``postgresql+asyncpg://servehall:servehall@127.0.0.1:55432/
+  servehall_test``).
+* :func:`require_pg` — that URL when the server answers; otherwise the calling test
+  **fails** when ``CI=true`` and is skipped elsewhere.
+* :func:`create_pg_database` / :func:`drop_pg_database` — a private database per test
+  (the test role has ``CREATEDB``), so parallel test runs never see each other's rows.
+* :class:`PgCluster` — a throw-away PostgreSQL cluster of its own (initdb in a temp
+  dir, own port) that a test may stop and start, e.g. to simulate an outage, without
+  disturbing the shared server.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import uuid
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+
+PG_DEFAULT_URL = "postgresql+asyncpg://servehall:servehall@127.0.0.1:55432/servehall_test"
+
+
+def pg_test_url() -> str:
+    """The PostgreSQL URL tests use (``$SERVEHALL_TEST_PG_URL`` or the CI default)."""
+    return os.environ.get("SERVEHALL_TEST_PG_URL", PG_DEFAULT_URL)
+
+
+def _plain_dsn(url: str, database: str | None = None) -> str:
+    u = make_url(url).set(drivername="postgresql")
+    if database is not None:
+        u = u.set(database=database)
+    return u.render_as_string(hide_password=False)
+
+
+async def pg_reachable(url: str, timeout: float = 3.0) -> bool:
+    """True when a connection to ``url`` succeeds within ``timeout`` seconds."""
+    import asyncpg
+
+    try:
+        conn = await asyncpg.connect(_plain_dsn(url), timeout=timeout)
+    except (OSError, asyncpg.PostgresError, TimeoutError):
+        return False
+    await conn.close()
+    return True
+
+
+def pg_port_open(url: str, timeout: float = 2.0) -> bool:
+    """True when ``url``'s host:port accepts a TCP connection (no event loop needed)."""
+    u = make_url(url)
+    try:
+        with socket.create_connection((u.host or "127.0.0.1", u.port or 5432), timeout):
+            return True
+    except OSError:
+        return False
+
+
+def require_pg() -> str:
+    """The test PostgreSQL URL; fail (``CI=true``) or skip the test when unreachable."""
+    import pytest
+
+    url = pg_test_url()
+    if pg_port_open(url):
+        return url
+    msg = f"PostgreSQL not reachable at {make_url(url).render_as_string(hide_password=True)}"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(msg + " (CI=true: run .ci/services.sh)")
+    pytest.skip(msg + " (start it with .ci/services.d/postgres.sh)")
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def create_pg_database(url: str, prefix: str = "servehall_t") -> str:
+    """Create a fresh, uniquely named database next to ``url``'s; its URL."""
+    import asyncpg
+
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(_plain_dsn(url))
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+async def drop_pg_database(url: str) -> None:
+    """Drop the database ``url`` names (from a connection to the ``postgres`` db)."""
+    import asyncpg
+
+    name = make_url(url).database
+    conn = await asyncpg.connect(_plain_dsn(url, "postgres"))
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+def pg_bin_dir() -> Path | None:
+    """Directory of the newest installed PostgreSQL server binaries, or None."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    if found:
+        return found[-1].parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).resolve().parent if initdb else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PgCluster:
+    """A private PostgreSQL cluster in ``root`` (trust auth on loopback; test only).
+
+    As root the server runs as the ``postgres`` user (initdb refuses root). ``url`` is
+    an asyncpg URL for database ``postgres`` as user ``postgres``.
+    """
+
+    def __init__(self, root: Path, port: int | None = None) -> None:
+        bindir = pg_bin_dir()
+        if bindir is None:
+            raise RuntimeError("PostgreSQL server binaries not found")
+        self.bin = bindir
+        self.root = root
+        self.data = root / "data"
+        self.port = port or _free_port()
+        self.url = f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/postgres"
+        self._user = "postgres" if os.geteuid() == 0 else None
+
+    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        cmd = [str(self.bin / args[0]), *args[1:]]
+        if self._user:
+            cmd = ["runuser", "-u", self._user, "--", *cmd]
+        return subprocess.run(cmd, check=check, capture_output=True, text=True, cwd="/")
+
+    def init(self) -> PgCluster:
+        """initdb (trust auth, UTF-8)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self._user:
+            shutil.chown(self.root, self._user)
+        self._run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-locale",
+        )
+        return self
+
+    def start(self) -> None:
+        """Start on 127.0.0.1:``port`` and wait until it accepts connections."""
+        opts = (
+            f"-c listen_addresses=127.0.0.1 -p {self.port} "
+            f"-c unix_socket_directories={self.root} -c fsync=off"
+        )
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w", "-o", opts, "start"
+        )
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (``pg_ctl stop -m mode``; ``immediate`` simulates a crash)."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop", check=False)
+
+    def destroy(self) -> None:
+        """Stop and delete the cluster."""
+        self.stop("immediate")
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -1,0 +1,161 @@
+"""Default plugin: ``servehall db upgrade|status`` and ``servehall audit verify|query``."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import typer
+
+from servehall.hookimpl import hookimpl
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="Config file (TOML/YAML); default $SERVEHALL_CONFIG."),
+]
+T = TypeVar("T")
+
+db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
+audit_app = typer.Typer(help="Audit trail and request-log queries.", no_args_is_help=True)
+
+
+def _with_engine(config: Path | None, fn: Callable[[Any], Awaitable[T]]) -> T:
+    """Load the deployment, open its database, run ``fn(engine)``; exit 2 on errors."""
+    from servehall.bootstrap import load_deployment
+    from servehall.db.engine import create_db_engine
+    from servehall.errors import ServehallError
+
+    async def go() -> T:
+        settings, _ = load_deployment(config)
+        engine = create_db_engine(settings)
+        try:
+            return await fn(engine)
+        finally:
+            await engine.dispose()
+
+    try:
+        return asyncio.run(go())
+    except ServehallError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except OSError as exc:
+        typer.echo(f"error: cannot reach the database: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+@db_app.command("upgrade")
+def db_upgrade(config: ConfigOpt = None) -> None:
+    """Migrate the database to the newest schema (``alembic upgrade heads``)."""
+    from servehall.db.engine import safe_url
+    from servehall.db.migrate import pending_heads, upgrade_database
+
+    async def go(engine: Any) -> set[str]:
+        await upgrade_database(engine)
+        return await pending_heads(engine)
+
+    missing = _with_engine(config, go)
+    if missing:  # pragma: no cover - upgrade heads leaves nothing missing
+        typer.echo(f"error: still missing {', '.join(sorted(missing))}", err=True)
+        raise typer.Exit(1)
+    from servehall.bootstrap import load_deployment
+
+    settings, _ = load_deployment(config)
+    typer.echo(f"{safe_url(settings.database.url.get_secret_value())}: schema is up to date")
+
+
+@db_app.command("status")
+def db_status(config: ConfigOpt = None) -> None:
+    """Say whether the database is migrated; exit 1 when it is not."""
+    from servehall.db.migrate import pending_heads
+
+    missing = _with_engine(config, pending_heads)
+    if missing:
+        typer.echo(
+            f"not migrated (missing: {', '.join(sorted(missing))}); run `servehall db upgrade`"
+        )
+        raise typer.Exit(1)
+    typer.echo("schema is up to date")
+
+
+@audit_app.command("verify")
+def audit_verify(config: ConfigOpt = None) -> None:
+    """Walk the audit_event hash chain; exit 1 naming the first bad row."""
+    from servehall.records.chain import verify_chain
+
+    result = _with_engine(config, verify_chain)
+    if not result.ok:
+        where = f"audit_event id {result.bad_id}" if result.bad_id is not None else "audit_event"
+        typer.echo(f"FAILED: {where}: {result.reason} ({result.checked} row(s) verified)")
+        raise typer.Exit(1)
+    typer.echo(f"OK: {result.checked} audit event(s), chain intact")
+
+
+def _render(cols: list[str], rows: list[dict[str, Any]], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(rows, indent=2, ensure_ascii=False, default=str)
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+        w.writeheader()
+        for row in rows:
+            w.writerow(
+                {k: json.dumps(v) if isinstance(v, dict | list) else v for k, v in row.items()}
+            )
+        return buf.getvalue()
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table()
+    for c in cols:
+        table.add_column(c)
+    for row in rows:
+        table.add_row(*("" if row[c] is None else str(row[c]) for c in cols))
+    out = io.StringIO()
+    Console(file=out, width=200).print(table)
+    return out.getvalue()
+
+
+@audit_app.command("query")
+def audit_query(
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="requests_per_tenant_day | error_rate_by_status | latency_by_model | audit_events"
+        ),
+    ],
+    since: Annotated[
+        str | None, typer.Option("--since", help="YYYY-MM-DD or ISO-8601 time (UTC).")
+    ] = None,
+    fmt: Annotated[
+        Literal["table", "csv", "json"], typer.Option("--format", help="Output format.")
+    ] = "table",
+    limit: Annotated[int | None, typer.Option("--limit", help="At most this many rows.")] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Run one of the documented SQL views (see docs/sql.md) and print its rows."""
+    from servehall.errors import ServehallError
+    from servehall.records.queries import find_query, parse_since, run_query
+
+    try:
+        find_query(name)
+        when = parse_since(since) if since else None
+    except ServehallError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+    async def go(engine: Any) -> tuple[list[str], list[dict[str, Any]]]:
+        return await run_query(engine, name, when, limit)
+
+    cols, rows = _with_engine(config, go)
+    typer.echo(_render(cols, rows, fmt), nl=False)
+
+
+@hookimpl
+def servehall_register_commands(cli: typer.Typer) -> None:
+    cli.add_typer(db_app, name="db")
+    cli.add_typer(audit_app, name="audit")

@@ -1,0 +1,179 @@
+"""Turning records into rows and JSON lines, safely.
+
+* :func:`clean_text` makes any ``str`` storable on both databases: NUL (U+0000, which
+  PostgreSQL text and JSON columns reject) is removed and lone UTF-16 surrogates (which
+  cannot be encoded as UTF-8) become U+FFFD. Every text value and every string inside
+  JSON values goes through it, so an insert never fails on text content (case C29).
+* :func:`redact` masks values under secret-looking keys (``password``, ``api_key``,
+  ``token``, ``authorization`` …) and pydantic ``SecretStr`` values in audit details.
+* :func:`to_json` / :func:`from_json` are the lossless JSON-lines form used by the
+  ``jsonl`` sink and the bus's spill file (times as ISO-8601 UTC).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import SecretStr
+
+from servehall.records.types import AuditEvent, Record, RequestRecord
+
+MASK = "**********"
+_SECRET_KEY = re.compile(
+    r"(^|[_\-.])(secret|secrets|password|passwd|api_?key|apikey|authorization|bearer"
+    r"|credentials?|private_?key|token|access_token|refresh_token|cookie)$",
+    re.IGNORECASE,
+)
+
+
+def clean_text(value: str) -> str:
+    """``value`` without NUL characters and with lone surrogates replaced by U+FFFD."""
+    if value.isascii():
+        return value.replace("\x00", "") if "\x00" in value else value
+    if "\x00" in value:
+        value = value.replace("\x00", "")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        value = value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return value
+
+
+def clean_json(value: Any) -> Any:
+    """A JSON-able copy of ``value`` with every string cleaned (keys too).
+
+    Tuples become lists, non-finite floats ``None``, unknown objects their ``str``.
+    """
+    if isinstance(value, str):
+        return clean_text(value)
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {clean_text(str(k)): clean_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [clean_json(v) for v in value]
+    if isinstance(value, datetime):
+        return iso_utc(value)
+    if isinstance(value, SecretStr):
+        return MASK
+    return clean_text(str(value))
+
+
+def redact(value: Any) -> Any:
+    """``value`` with values under secret-looking keys and ``SecretStr`` values masked."""
+    if isinstance(value, SecretStr):
+        return MASK
+    if isinstance(value, dict):
+        return {
+            k: (MASK if isinstance(k, str) and _SECRET_KEY.search(k) and v else redact(v))
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [redact(v) for v in value]
+    return value
+
+
+def iso_utc(value: datetime) -> str:
+    """``value`` as ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` in UTC (naive values are UTC)."""
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC).replace(tzinfo=None)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_iso(value: str) -> datetime:
+    """Inverse of :func:`iso_utc` (also accepts offsets); an aware UTC datetime."""
+    dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC)
+
+
+def _opt(value: str | None) -> str | None:
+    return None if value is None else clean_text(value)
+
+
+def request_row(rec: RequestRecord) -> dict[str, Any]:
+    """The ``request_log`` row for ``rec`` (text cleaned; prompts as the bus left them)."""
+    return {
+        "request_id": clean_text(rec.request_id),
+        "received_at": rec.received_at,
+        "finished_at": rec.finished_at,
+        "principal_id": _opt(rec.principal_id),
+        "tenant": _opt(rec.tenant),
+        "model": _opt(rec.model),
+        "backend": _opt(rec.backend),
+        "endpoint": clean_text(rec.endpoint),
+        "status_code": rec.status_code,
+        "error_code": _opt(rec.error_code),
+        "finish_reason": _opt(rec.finish_reason),
+        "prompt_tokens": rec.prompt_tokens,
+        "completion_tokens": rec.completion_tokens,
+        "queue_time_s": rec.queue_time_s,
+        "ttft_s": rec.ttft_s,
+        "latency_s": rec.latency_s,
+        "stream": rec.stream,
+        "client_addr": _opt(rec.client_addr),
+        "filter_verdicts": clean_json(rec.filter_verdicts) if rec.filter_verdicts else [],
+        "prompt_text": _opt(rec.prompt_text),
+        "completion_text": _opt(rec.completion_text),
+    }
+
+
+def audit_fields(ev: AuditEvent) -> dict[str, Any]:
+    """The stored (cleaned, redacted) content of an audit event; ``at`` must be set."""
+    assert ev.at is not None
+    return {
+        "at": ev.at,
+        "actor": clean_text(ev.actor),
+        "action": clean_text(ev.action),
+        "target": _opt(ev.target),
+        "details": clean_json(redact(ev.details or {})),
+    }
+
+
+def to_json(record: Record) -> dict[str, Any]:
+    """A JSON-able dict for ``record`` with ``"type": "request" | "audit"``."""
+    if isinstance(record, RequestRecord):
+        row = request_row(record)
+        row["received_at"] = iso_utc(record.received_at)
+        row["finished_at"] = iso_utc(record.finished_at) if record.finished_at else None
+        return {"type": "request", **row}
+    ev = audit_fields(record) if record.at else {**asdict(record), "at": None}
+    out = {"type": "audit", **ev}
+    if record.at is not None:
+        out["at"] = iso_utc(record.at)
+    return out
+
+
+def dumps(record: Record) -> str:
+    """One JSON line (no trailing newline) for ``record``."""
+    return json.dumps(to_json(record), ensure_ascii=False, separators=(",", ":"))
+
+
+def from_json(data: dict[str, Any]) -> Record:
+    """Inverse of :func:`to_json`. Raises ValueError for an unknown ``type``."""
+    data = dict(data)
+    kind = data.pop("type", None)
+    if kind == "request":
+        data["received_at"] = parse_iso(data["received_at"])
+        if data.get("finished_at"):
+            data["finished_at"] = parse_iso(data["finished_at"])
+        known = RequestRecord.__dataclass_fields__
+        return RequestRecord(**{k: v for k, v in data.items() if k in known})
+    if kind == "audit":
+        at = data.get("at")
+        return AuditEvent(
+            action=data["action"],
+            actor=data.get("actor", "system"),
+            target=data.get("target"),
+            details=data.get("details") or {},
+            at=parse_iso(at) if at else None,
+        )
+    raise ValueError(f"unknown record type {kind!r}")

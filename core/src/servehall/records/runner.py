@@ -1,0 +1,392 @@
+"""One sink's pipeline: bounded queue → batches → retries → spill file → replay.
+
+Records reach a :class:`SinkRunner` through :meth:`SinkRunner.put` (synchronous, O(1),
+called on the event loop thread) and are written by one background task in batches of
+up to ``batch_size``, in order. While the sink fails, the task retries the same batch
+with exponential backoff (``retry_initial_s`` doubling up to ``retry_max_s``).
+
+Order-preserving overflow, oldest first:
+
+1. ``mem`` — up to ``buffer`` records in memory;
+2. the spill file (``spill_path``, JSON lines, up to ``spill_max_bytes``) — once it is in
+   use every new record goes there, and it is replayed in order after ``mem`` drains;
+3. ``tail`` — when memory and spill are both full ("exhausted"). A ``required`` sink
+   keeps answered requests' records here (the host stops admitting new requests, see
+   :attr:`SinkRunner.exhausted`); other sinks drop and count records instead.
+
+At close, whatever could not be written is saved to the spill file (in order) and
+replayed at the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from collections import deque
+from itertools import islice
+from pathlib import Path
+from typing import IO, Any
+
+from servehall.records.codec import dumps, from_json
+from servehall.records.types import Record, RequestRecord, Sink
+
+log = logging.getLogger("servehall.records")
+
+FAIL_CLOSED_CODE = "records_unavailable"
+"""``error_code`` of the 503 a required sink's exhaustion causes."""
+
+RUNNER_OPTIONS = (
+    "buffer",
+    "batch_size",
+    "linger_s",
+    "spill",
+    "spill_path",
+    "spill_max_bytes",
+    "retry_initial_s",
+    "retry_max_s",
+    "retry_after_s",
+    "close_timeout_s",
+)
+"""Keys of a ``[[sinks]] options`` table consumed by the runner, not the sink factory."""
+
+
+class SinkRunner:
+    """Feeds one :class:`~servehall.records.types.Sink` (see module docstring).
+
+    Args:
+        sink: the sink.
+        required: fail closed when exhausted (``[[sinks]] required``).
+        buffer: records held in memory before spilling.
+        batch_size: most records per ``sink.write`` call (one transaction for ``sql``).
+        linger_s: after the queue wakes up, wait this long to gather a bigger batch.
+        spill: False disables the spill file.
+        spill_path: spill file (default ``servehall-spill-<sink>.jsonl`` in the working
+            directory).
+        spill_max_bytes: spill file size limit (bytes, approximate).
+        retry_initial_s / retry_max_s: backoff between failed writes (seconds).
+        retry_after_s: ``Retry-After`` of the fail-closed 503 (seconds).
+        close_timeout_s: how long ``close`` tries to drain before saving to the spill file.
+    """
+
+    def __init__(
+        self,
+        sink: Sink,
+        *,
+        required: bool = False,
+        buffer: int = 10_000,
+        batch_size: int = 500,
+        linger_s: float = 0.02,
+        spill: bool = True,
+        spill_path: str | Path | None = None,
+        spill_max_bytes: int = 256 * 1024 * 1024,
+        retry_initial_s: float = 0.05,
+        retry_max_s: float = 5.0,
+        retry_after_s: int = 5,
+        close_timeout_s: float = 10.0,
+    ) -> None:
+        self.sink = sink
+        self.name = sink.name
+        self.required = required
+        self.buffer = max(1, int(buffer))
+        self.batch_size = max(1, int(batch_size))
+        self.linger_s = float(linger_s)
+        self.spill_path: Path | None = (
+            Path(spill_path or f"servehall-spill-{sink.name}.jsonl").expanduser() if spill else None
+        )
+        self.spill_max_bytes = int(spill_max_bytes)
+        self.retry_initial_s = float(retry_initial_s)
+        self.retry_max_s = float(retry_max_s)
+        self.retry_after_s = int(retry_after_s)
+        self.close_timeout_s = float(close_timeout_s)
+
+        self.mem: deque[Record] = deque()
+        self.tail: deque[Record] = deque()
+        self._spill_fh: IO[str] | None = None
+        self._spill_active = False
+        self._spill_bytes = 0
+        self._spill_read_pos = 0
+        self._spill_broken = False
+
+        self.written = 0
+        self.dropped = 0
+        self.failures = 0
+        self.healthy = True
+        self.last_error: str | None = None
+        self._last_warn = 0.0
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._task: asyncio.Task[None] | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the sink, pick up a spill file left by a previous run, start the task."""
+        try:
+            await self.sink.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.sink.close()
+            raise
+        if self.spill_path is not None and self.spill_path.exists():
+            self._adopt_spill_file()
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"servehall-sink-{self.name}"
+        )
+        if self._spill_active:
+            self._wake.set()
+
+    async def close(self) -> None:
+        """Drain (up to ``close_timeout_s``), save the rest to the spill file, close."""
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), self.close_timeout_s)
+            except (TimeoutError, asyncio.CancelledError):
+                self._task.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._task
+            self._task = None
+        self._save_leftovers()
+        with contextlib.suppress(Exception):
+            await self.sink.close()
+
+    # --- the producer side -------------------------------------------------------------
+
+    def _can_mem(self) -> bool:
+        return not self._spill_active and not self.tail and len(self.mem) < self.buffer
+
+    def _can_spill(self) -> bool:
+        return (
+            self.spill_path is not None
+            and not self._spill_broken
+            and not self.tail
+            and self._spill_bytes < self.spill_max_bytes
+        )
+
+    @property
+    def exhausted(self) -> bool:
+        """True when neither memory nor the spill file can take another record."""
+        return not self._can_mem() and not self._can_spill()
+
+    @property
+    def pending(self) -> int:
+        """Records not yet written (memory + tail; spilled records not counted)."""
+        return len(self.mem) + len(self.tail)
+
+    def put(self, record: Record) -> None:
+        """Queue ``record``. Never blocks, never raises."""
+        if self._can_mem():
+            self.mem.append(record)
+        elif self._can_spill() and self._spill(record):
+            pass
+        elif self.required and not (
+            isinstance(record, RequestRecord)
+            and record.error_code == FAIL_CLOSED_CODE
+            and len(self.tail) >= self.buffer
+        ):
+            self.tail.append(record)
+        else:
+            self.dropped += 1
+            self._warn(f"sink {self.name!r}: buffer and spill file full; record dropped")
+            return
+        self._wake.set()
+
+    def _spill(self, record: Record) -> bool:
+        assert self.spill_path is not None
+        try:
+            if self._spill_fh is None:
+                self.spill_path.parent.mkdir(parents=True, exist_ok=True)
+                self._spill_fh = self.spill_path.open("a", encoding="utf-8")
+                if not self._spill_active:
+                    self._spill_read_pos = self._spill_fh.tell()
+                    self._spill_bytes = 0
+            line = dumps(record) + "\n"
+            self._spill_fh.write(line)
+            self._spill_fh.flush()
+        except OSError as exc:
+            self._spill_broken = True
+            self._warn(f"sink {self.name!r}: cannot write spill file: {exc.strerror}")
+            return False
+        if not self._spill_active:
+            self._spill_active = True
+            self._warn(f"sink {self.name!r}: buffer full; spilling to {self.spill_path}")
+        self._spill_bytes += len(line)
+        return True
+
+    def _warn(self, msg: str) -> None:
+        now = time.monotonic()
+        if now - self._last_warn > 5.0:
+            self._last_warn = now
+            log.warning(msg)
+
+    # --- the consumer side -------------------------------------------------------------
+
+    def _read_spill(self) -> tuple[list[Record], int]:
+        assert self.spill_path is not None
+        records: list[Record] = []
+        with self.spill_path.open("r", encoding="utf-8") as fh:
+            fh.seek(self._spill_read_pos)
+            pos = self._spill_read_pos
+            while len(records) < self.batch_size:
+                line = fh.readline()
+                if not line.endswith("\n"):
+                    break
+                pos = fh.tell()
+                try:
+                    records.append(from_json(json.loads(line)))
+                except (ValueError, KeyError, TypeError):
+                    log.error("sink %r: skipped a corrupt spill-file line", self.name)
+        return records, pos
+
+    def _end_spill(self) -> None:
+        """The spill file is fully replayed: remove it, resume memory buffering."""
+        if self._spill_fh is not None:
+            self._spill_fh.close()
+            self._spill_fh = None
+        assert self.spill_path is not None
+        with contextlib.suppress(OSError):
+            self.spill_path.unlink()
+        self._spill_active = False
+        self._spill_bytes = 0
+        self._spill_read_pos = 0
+        log.info("sink %r: spill file replayed", self.name)
+
+    def _next_batch(self) -> tuple[list[Record], int | None]:
+        """The next batch and, when it comes from the spill file, its end offset."""
+        if not self.mem and not self._spill_active and self.tail:
+            self.mem, self.tail = self.tail, deque()
+        if self.mem:
+            return list(islice(self.mem, 0, self.batch_size)), None
+        if self._spill_active:
+            try:
+                records, pos = self._read_spill()
+            except OSError as exc:
+                log.error("sink %r: cannot read spill file: %s", self.name, exc.strerror)
+                records, pos = [], self._spill_read_pos
+            if records:
+                return records, pos
+            if pos != self._spill_read_pos:  # only corrupt lines were read
+                self._spill_read_pos = pos
+                return self._next_batch()
+            self._end_spill()
+            return self._next_batch()
+        return [], None
+
+    async def _sleep(self, seconds: float) -> None:
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), seconds)
+
+    async def _run(self) -> None:
+        backoff = self.retry_initial_s
+        while True:
+            batch, spill_pos = self._next_batch()
+            if not batch:
+                if self._closing:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                if self.linger_s > 0 and not self._closing:
+                    await asyncio.sleep(self.linger_s)
+                continue
+            try:
+                await self.sink.write(batch)
+            except Exception as exc:
+                self.failures += 1
+                self.healthy = False
+                self.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
+                self._warn(f"sink {self.name!r}: write failed, retrying: {self.last_error}")
+                await asyncio.sleep(backoff) if not self._closing else await self._sleep(backoff)
+                backoff = min(backoff * 2, self.retry_max_s)
+                continue
+            if not self.healthy:
+                log.info("sink %r: writing again", self.name)
+            backoff = self.retry_initial_s
+            self.healthy = True
+            self.written += len(batch)
+            if spill_pos is None:
+                for _ in range(len(batch)):
+                    self.mem.popleft()
+            else:
+                self._spill_read_pos = spill_pos
+
+    # --- persistence at close / start ----------------------------------------------------
+
+    def _save_leftovers(self) -> None:
+        """Write mem + unread spill + tail, in order, to the spill file (atomically)."""
+        unread = b""
+        if self._spill_fh is not None:
+            self._spill_fh.close()
+            self._spill_fh = None
+        if self._spill_active and self.spill_path is not None and self.spill_path.exists():
+            with self.spill_path.open("rb") as fh:
+                fh.seek(self._spill_read_pos)
+                unread = fh.read()
+        left = len(self.mem) + len(self.tail)
+        if not left and not unread:
+            if self._spill_active and self.spill_path is not None:
+                with contextlib.suppress(OSError):
+                    self.spill_path.unlink()
+            return
+        if self.spill_path is None:
+            if left:
+                log.error(
+                    "sink %r: %d record(s) could not be written and are lost", self.name, left
+                )
+            return
+        tmp = self.spill_path.with_name(self.spill_path.name + ".tmp")
+        try:
+            with tmp.open("wb") as fh:
+                fh.write("".join(dumps(r) + "\n" for r in self.mem).encode("utf-8"))
+                fh.write(unread)
+                fh.write("".join(dumps(r) + "\n" for r in self.tail).encode("utf-8"))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.spill_path)
+        except OSError as exc:
+            log.error("sink %r: cannot save %d record(s): %s", self.name, left, exc.strerror)
+            return
+        log.warning(
+            "sink %r: %d record(s) saved to %s; replayed at the next start",
+            self.name,
+            left,
+            self.spill_path,
+        )
+        self.mem.clear()
+        self.tail.clear()
+
+    def _adopt_spill_file(self) -> None:
+        assert self.spill_path is not None
+        size = self.spill_path.stat().st_size
+        if size == 0:
+            self.spill_path.unlink()
+            return
+        with self.spill_path.open("rb+") as fh:  # drop a torn last line
+            data = fh.read()
+            end = data.rfind(b"\n") + 1
+            if end != len(data):
+                fh.truncate(end)
+        self._spill_active = True
+        self._spill_bytes = end
+        self._spill_read_pos = 0
+        log.info("sink %r: replaying %s from a previous run", self.name, self.spill_path)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for health and metrics (records, bytes)."""
+        return {
+            "sink": self.name,
+            "required": self.required,
+            "healthy": self.healthy,
+            "exhausted": self.exhausted,
+            "queued": self.pending,
+            "spilled_bytes": self._spill_bytes if self._spill_active else 0,
+            "written": self.written,
+            "dropped": self.dropped,
+            "failures": self.failures,
+            "last_error": self.last_error,
+        }

@@ -1,0 +1,119 @@
+"""The core's ``sql`` sink: request-log rows and the audit chain in the deployment DB.
+
+Options (``[[sinks]] name = "sql"`` ``options``): ``url`` (default ``[database] url``).
+Each batch is one transaction: the batch's ``request_log`` rows in one multi-row insert
+(``ON CONFLICT (request_id) DO NOTHING``, so a batch retried after a lost commit
+acknowledgement never duplicates a row), then its audit events appended to the chain.
+``start()`` refuses an un-migrated database (``servehall db upgrade``) unless
+``[database] auto_migrate`` is on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Table
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from servehall.db.engine import create_db_engine, database_url
+from servehall.db.migrate import ensure_schema
+from servehall.db.models import RequestLog
+from servehall.records.chain import append_events
+from servehall.records.codec import request_row
+from servehall.records.types import AuditEvent, Record, RequestRecord
+
+if TYPE_CHECKING:
+    from servehall.config.settings import Settings
+
+log = logging.getLogger("servehall.records.sql")
+
+
+def _transient(exc: BaseException) -> bool:
+    """True for errors worth retrying (connection loss, locks), False for bad data."""
+    if isinstance(exc, sa_exc.DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        return isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError)
+    return not isinstance(exc, sa_exc.StatementError)
+
+
+class SqlSink:
+    """Writes records to ``request_log`` / ``audit_event`` (see module docstring)."""
+
+    def __init__(self, url: str, *, auto_migrate: bool = False, name: str = "sql") -> None:
+        self.name = name
+        self.required = False
+        self.url = url
+        self.auto_migrate = auto_migrate
+        self.engine: AsyncEngine | None = None
+        self._insert: Any = None
+
+    async def start(self) -> None:
+        """Connect and check (or migrate) the schema; ConfigError when not migrated."""
+        self.engine = create_db_engine(self.url)
+        await ensure_schema(self.engine, auto_migrate=self.auto_migrate)
+        table: Table = RequestLog.__table__  # type: ignore[assignment]
+        if self.engine.dialect.name == "postgresql":
+            self._insert = pg_insert(table).on_conflict_do_nothing(index_elements=["request_id"])
+        else:
+            self._insert = sqlite_insert(table).on_conflict_do_nothing(
+                index_elements=["request_id"]
+            )
+
+    async def _write(self, conn: AsyncConnection, records: Sequence[Record]) -> None:
+        rows = [request_row(r) for r in records if isinstance(r, RequestRecord)]
+        if rows:
+            await conn.execute(self._insert, rows)
+        events = [r for r in records if isinstance(r, AuditEvent)]
+        for ev in events:
+            if ev.at is None:
+                ev.at = datetime.now(UTC)
+        await append_events(conn, events)
+
+    async def write(self, records: Sequence[Record]) -> None:
+        """Persist a batch in one transaction; raises on connection problems (retried).
+
+        A batch rejected for its content (never expected: text is cleaned) is retried
+        record by record and the offending records are logged and skipped, so one bad
+        record cannot block the queue.
+        """
+        assert self.engine is not None, "start() first"
+        try:
+            async with self.engine.begin() as conn:
+                await self._write(conn, records)
+        except Exception as exc:
+            if _transient(exc) or len(records) == 0:
+                raise
+            log.error(
+                "sql sink: batch rejected (%s); retrying record by record", type(exc).__name__
+            )
+            for rec in records:
+                try:
+                    async with self.engine.begin() as conn:
+                        await self._write(conn, [rec])
+                except Exception as one:
+                    if _transient(one):
+                        raise
+                    log.error(
+                        "sql sink: dropped one %s record: %s",
+                        type(rec).__name__,
+                        type(one).__name__,
+                    )
+
+    async def close(self) -> None:
+        """Dispose of the engine's connections. Idempotent."""
+        if self.engine is not None:
+            await self.engine.dispose()
+            self.engine = None
+
+
+def sql_sink_factory(options: dict[str, Any], settings: Settings) -> SqlSink:
+    """``SinkSpec`` factory for ``sql``: options ``url`` (default ``[database] url``)."""
+    url = str(options.get("url") or database_url(settings))
+    return SqlSink(url, auto_migrate=settings.database.auto_migrate)
