@@ -3,6 +3,8 @@
 The public API for plugins is exactly the names in ``__all__``; anything else is internal.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from servehall.backends import BackendRegistry, BackendSpec, ProbeResult
 from servehall.bootstrap import load_deployment
 from servehall.config import ModelConfig, Secret, Settings, load_settings
@@ -45,6 +47,22 @@ from servehall.scheduling import Scheduler, SchedulerSpec, Slot, Ticket
 from servehall.usage import AdmissionRequest, Reservation
 from servehall.version import HOOK_API_VERSION, __version__
 
+if TYPE_CHECKING:  # imported lazily below (SQLAlchemy is heavy): see __getattr__
+    from servehall.db import DbBase, UTCDateTime, create_db_engine
+
+_LAZY = {name: "servehall.db" for name in ("DbBase", "UTCDateTime", "create_db_engine")}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the database helpers (``DbBase``, ``UTCDateTime``, ``create_db_engine``) on
+    first use, so ``import servehall`` stays light."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'servehall' has no attribute {name!r}")
+
+
 __all__ = [
     "ANONYMOUS",
     "HOOK_API_VERSION",
@@ -57,6 +75,7 @@ __all__ = [
     "BackendSpec",
     "ConfigError",
     "ContentFilterError",
+    "DbBase",
     "Engine",
     "EngineError",
     "EngineHealth",
@@ -94,7 +113,9 @@ __all__ = [
     "StreamFilterResult",
     "Ticket",
     "TokenDelta",
+    "UTCDateTime",
     "__version__",
+    "create_db_engine",
     "hookimpl",
     "load_deployment",
     "load_settings",
