@@ -1,0 +1,43 @@
+"""The Starlette application factory."""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import BaseRoute, Route
+
+from servehall.api import routes
+from servehall.api.auth import AuthMiddleware
+from servehall.api.errors import install_handlers
+from servehall.api.inference import InferenceEndpoint
+from servehall.api.state import ApiState
+from servehall.host import Host
+from servehall.metrics import Metrics
+from servehall.routes import RouteRegistry
+from servehall.serving.probe import Readiness
+
+
+def create_app(
+    host: Host, *, metrics: Metrics | None = None, readiness: Readiness | None = None
+) -> Starlette:
+    """Build the ASGI app for ``host``: core routes, plugin routes, auth, error envelope.
+
+    ``app.state.api`` holds the :class:`~servehall.api.state.ApiState`.
+    """
+    metrics = metrics or Metrics(lambda: host)
+    readiness = readiness or Readiness(host)
+    core: list[BaseRoute] = [
+        Route("/health/live", routes.health_live, methods=["GET"]),
+        Route("/health/ready", routes.health_ready, methods=["GET"]),
+        Route("/v1/models", routes.list_models, methods=["GET"]),
+        Route("/v1/chat/completions", InferenceEndpoint("chat"), methods=["POST"]),
+        Route("/v1/completions", InferenceEndpoint("completion"), methods=["POST"]),
+        Route("/metrics", routes.metrics, methods=["GET"]),
+        Route("/openapi.json", routes.openapi, methods=["GET"]),
+    ]
+    registry = RouteRegistry()
+    host.plugins.routes(registry)
+    app = Starlette(routes=[*core, *registry.routes], middleware=[Middleware(AuthMiddleware)])
+    app.state.api = ApiState(host=host, metrics=metrics, readiness=readiness)
+    install_handlers(app)
+    return app

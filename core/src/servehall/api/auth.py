@@ -1,0 +1,81 @@
+"""Authentication middleware (step 2): every route except ``server.auth_allow_paths``.
+
+Pure ASGI, wrapped around the whole app, so it covers core routes, plugin routes from
+``servehall_register_routes`` and unknown paths alike (an anonymous caller cannot probe
+which routes exist). The principal goes to ``scope["state"]["principal"]``
+(``request.state.principal``):
+
+* no plugin implements ``servehall_authenticate`` → :data:`~servehall.principal.ANONYMOUS`;
+* a plugin returns a principal → that principal (first one wins);
+* none does, or one raises ``AuthenticationError`` → 401 with ``WWW-Authenticate: Bearer``;
+  another ``ServehallError`` (403, 429 …) keeps its status; any other exception from a
+  plugin fails closed as 401 (logged), never a 500.
+
+Each refusal writes one request record (status 401/403/429, no principal).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from servehall.api.errors import error_response
+from servehall.api.state import ApiState
+from servehall.errors import AuthenticationError, ServehallError
+from servehall.principal import ANONYMOUS
+from servehall.serving.context import RequestContext
+
+log = logging.getLogger("servehall.auth")
+
+
+class AuthMiddleware:
+    """See the module docstring."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        api: ApiState = scope["app"].state.api
+        host = api.host
+        state = scope.setdefault("state", {})
+        if scope["path"] in host.settings.server.auth_allow_paths:
+            await self.app(scope, receive, send)
+            return
+        if not host.plugins.has_authenticators:
+            state["principal"] = ANONYMOUS
+            await self.app(scope, receive, send)
+            return
+        try:
+            principal = await host.plugins.authenticate(Request(scope), host.settings)
+            if principal is None:
+                raise AuthenticationError()
+        except ServehallError as exc:
+            await self._refuse(api, scope, receive, send, exc)
+            return
+        except Exception:
+            log.exception("an authentication plugin failed; refusing the request")
+            await self._refuse(api, scope, receive, send, AuthenticationError())
+            return
+        state["principal"] = principal
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    async def _refuse(
+        api: ApiState, scope: Scope, receive: Receive, send: Send, exc: ServehallError
+    ) -> None:
+        client = scope.get("client")
+        ctx = RequestContext(
+            api.host,
+            api.metrics,
+            "req-" + uuid.uuid4().hex,
+            str(scope["path"])[:200],
+            client[0] if client else None,
+        )
+        await error_response(exc)(scope, receive, send)
+        ctx.finish(exc.status, error_code=exc.code)

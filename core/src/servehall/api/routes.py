@@ -1,0 +1,70 @@
+"""Small routes: health, model list, metrics and the OpenAPI document."""
+
+from __future__ import annotations
+
+import time
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from servehall.api.openapi import openapi_document
+from servehall.api.state import ApiState
+from servehall.metrics import CONTENT_TYPE
+from servehall.principal import ANONYMOUS, Principal
+
+_STARTED = int(time.time())
+
+
+def _api(request: Request) -> ApiState:
+    api: ApiState = request.app.state.api
+    return api
+
+
+async def health_live(request: Request) -> Response:
+    """200 while the process answers."""
+    return JSONResponse({"status": "ok"})
+
+
+async def health_ready(request: Request) -> Response:
+    """200 when every model is loaded and its probe succeeded recently, else 503.
+
+    The body reports per-model readiness and engine/scheduler counters (no identities).
+    """
+    ready, body = await _api(request).readiness.report()
+    return JSONResponse(
+        body, status_code=200 if ready else 503, headers=None if ready else {"Retry-After": "1"}
+    )
+
+
+async def list_models(request: Request) -> Response:
+    """``GET /v1/models``: only the models the caller may use."""
+    api = _api(request)
+    principal: Principal = getattr(request.state, "principal", None) or ANONYMOUS
+    data = [
+        {
+            "id": name,
+            "object": "model",
+            "created": _STARTED,
+            "owned_by": "servehall",
+            "max_model_len": served.max_model_len,
+        }
+        for name, served in api.host.models.items()
+        if principal.may_use(name)
+    ]
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def metrics(request: Request) -> Response:
+    """Prometheus text exposition."""
+    return Response(_api(request).metrics.render(), media_type=CONTENT_TYPE)
+
+
+_OPENAPI: dict[str, object] | None = None
+
+
+async def openapi(request: Request) -> Response:
+    """The OpenAPI document (built once)."""
+    global _OPENAPI
+    if _OPENAPI is None:
+        _OPENAPI = openapi_document()
+    return JSONResponse(_OPENAPI)

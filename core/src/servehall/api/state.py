@@ -1,0 +1,18 @@
+"""What the API routes share: the host, its metrics and readiness (``app.state.api``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servehall.host import Host
+from servehall.metrics import Metrics
+from servehall.serving.probe import Readiness
+
+
+@dataclass
+class ApiState:
+    """Attached to the Starlette app as ``app.state.api``."""
+
+    host: Host
+    metrics: Metrics
+    readiness: Readiness

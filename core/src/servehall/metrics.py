@@ -1,0 +1,123 @@
+"""Prometheus metrics of the request path (``GET /metrics``).
+
+Names follow Prometheus conventions (base units, ``_total`` counters). Labels are only
+``model``, ``endpoint``, ``status`` (and ``reason`` for aborts): never a key, a principal
+id or a tenant, so no secret or identity can reach a metric label. Engine gauges
+(running, waiting, KV-cache usage) are read from ``Engine.stats()`` at scrape time.
+
+Each :class:`Metrics` owns its own ``CollectorRegistry`` so several apps can live in one
+process (tests) without clashing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from servehall.host import Host
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
+
+
+class _EngineCollector(Collector):
+    def __init__(self, host_ref: Callable[[], Host | None]) -> None:
+        self._host_ref = host_ref
+
+    def collect(self) -> Iterable[Metric]:
+        running = GaugeMetricFamily(
+            "servehall_requests_running", "Engine requests in the running batch", labels=["model"]
+        )
+        waiting = GaugeMetricFamily(
+            "servehall_requests_waiting",
+            "Requests waiting: engine queue plus admission queue",
+            labels=["model"],
+        )
+        kv = GaugeMetricFamily(
+            "servehall_kv_cache_usage_ratio",
+            "KV-cache blocks used / total (0..1)",
+            labels=["model"],
+        )
+        kv_used = GaugeMetricFamily(
+            "servehall_kv_cache_blocks_used", "KV-cache blocks in use", labels=["model"]
+        )
+        host = self._host_ref()
+        for name, served in (host.models if host else {}).items():
+            try:
+                s = served.engine.stats()
+            except Exception:  # a scrape must never fail because of one engine
+                continue
+            running.add_metric([name], s.running)
+            waiting.add_metric([name], s.waiting + served.scheduler.waiting)
+            total = s.kv_cache_blocks_total
+            kv.add_metric([name], (s.kv_cache_blocks_used / total) if total else 0.0)
+            kv_used.add_metric([name], s.kv_cache_blocks_used)
+        return [running, waiting, kv, kv_used]
+
+
+class Metrics:
+    """The host's metric families (see the module docstring)."""
+
+    def __init__(self, host_ref: Callable[[], Host | None] = lambda: None) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "servehall_requests",
+            "Finished HTTP inference requests",
+            ["model", "endpoint", "status"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "servehall_time_to_first_token_seconds",
+            "Time from arrival to first token",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tpot = Histogram(
+            "servehall_time_per_output_token_seconds",
+            "Mean decode time per output token after the first, per request",
+            ["model"],
+            buckets=_TPOT_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "servehall_e2e_request_latency_seconds",
+            "Arrival to last byte",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue = Histogram(
+            "servehall_queue_time_seconds",
+            "Time waiting for an admission slot",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.prompt_tokens = Counter(
+            "servehall_prompt_tokens",
+            "Prompt tokens of admitted requests",
+            ["model"],
+            registry=r,
+        )
+        self.generation_tokens = Counter(
+            "servehall_generation_tokens", "Generated tokens", ["model"], registry=r
+        )
+        self.aborts = Counter(
+            "servehall_request_aborts",
+            "Requests aborted before finishing",
+            ["model", "reason"],
+            registry=r,
+        )
+        r.register(_EngineCollector(host_ref))
+
+    def render(self) -> bytes:
+        """The text exposition format."""
+        return bytes(generate_latest(self.registry))

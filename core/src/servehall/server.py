@@ -1,0 +1,199 @@
+"""``servehall serve``: build the host, then run Hypercorn until SIGINT/SIGTERM.
+
+Startup, in order: load the deployment (config + enabled plugins + plugin sections),
+add the demo model for ``--demo``, open the record bus, build every model (backend via
+``BackendRegistry.select`` — ``auto`` included —, engine start, tokenizer, scheduler per
+``[scheduler] policy``), collect input filters, run ``servehall_startup`` hooks, probe
+every model once (readiness), then serve.
+
+One Hypercorn listener per ``bind`` entry serves HTTP/1.1, cleartext HTTP/2 (prior
+knowledge and ``Upgrade: h2c``) and, with ``certfile``/``keyfile``, TLS with ALPN ``h2``
+and ``http/1.1``. Hypercorn's defaults that break streaming services are raised from
+config: ``graceful_timeout`` (3 s → ``server.graceful_timeout_s``, so streams in flight
+finish on SIGTERM), ``keep_alive_max_requests`` (1000 → ``server.keep_alive_max_requests``,
+so long-lived HTTP/2 connections are not cut) and ``keep_alive_timeout``.
+
+Shutdown: stop accepting, let in-flight requests finish within the graceful timeout,
+run ``servehall_shutdown`` hooks, shut engines down, close the record bus.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from servehall.config.models import ModelConfig
+from servehall.config.settings import Settings
+from servehall.errors import ConfigError, EngineError
+from servehall.host import Host, ServedModel
+from servehall.plugins import PluginHost
+
+log = logging.getLogger("servehall.server")
+
+
+def _add_demo_model(settings: Settings) -> None:
+    from servehall.demo import DEFAULT_DEMO_DIR, build_demo_model
+
+    path = Path(build_demo_model(DEFAULT_DEMO_DIR))
+    demo = ModelConfig(name="demo", path=path, backend="auto")
+    settings.models = [demo, *(m for m in settings.models if m.name != "demo")]
+
+
+async def build_host(settings: Settings, plugins: PluginHost) -> Host:
+    """Start everything a request needs (see the module docstring).
+
+    Raises:
+        ConfigError: no models, an unknown policy or backend, an unusable model directory.
+        EngineError: an engine failed to start.
+    """
+    from servehall.records.bus import open_record_bus
+    from servehall.text.tokenizer import load_tokenizer
+
+    if not settings.models:
+        raise ConfigError("no [[models]] configured (use --demo to serve the demo model)")
+    host = Host(settings=settings, plugins=plugins)
+    backends = plugins.backends()
+    policy = plugins.schedulers().get(settings.scheduler.policy)
+    host.records = await open_record_bus(settings, plugins)
+    try:
+        for mc in settings.models:
+            if mc.name in host.models:
+                raise ConfigError(f"model name {mc.name!r} configured twice")
+            if not mc.path.exists():
+                raise ConfigError(f"models.{mc.name}.path: {mc.path} does not exist")
+            spec = backends.select(mc.backend)
+            try:
+                tokenizer = load_tokenizer(mc.path)
+            except Exception as exc:
+                raise ConfigError(
+                    f"models.{mc.name}: cannot load the tokenizer from {mc.path}: {exc}"
+                ) from None
+            log.info("model %s: backend %s, loading %s", mc.name, spec.name, mc.path)
+            engine = spec.factory(mc)
+            await engine.start()
+            limits = [engine.model_info.max_model_len, mc.max_model_len or math.inf]
+            host.models[mc.name] = ServedModel(
+                name=mc.name,
+                backend=spec.name,
+                engine=engine,
+                scheduler=policy.factory(settings.scheduler),
+                tokenizer=tokenizer,
+                max_model_len=int(min(limits)),
+            )
+        host.input_filters = plugins.input_filters(settings)
+    except BaseException:
+        await shutdown_host(host)
+        raise
+    return host
+
+
+async def shutdown_host(host: Host) -> None:
+    """Stop engines and close the record bus (errors are logged, not raised)."""
+    for served in host.models.values():
+        try:
+            await served.engine.shutdown()
+        except Exception:
+            log.exception("engine of %s failed to shut down", served.name)
+    if host.records is not None:
+        try:
+            await host.records.close()
+        except Exception:
+            log.exception("record bus failed to close")
+
+
+def hypercorn_config(settings: Settings) -> Any:
+    """The Hypercorn config for ``[server]`` (see the module docstring)."""
+    from hypercorn.config import Config
+
+    s = settings.server
+    cfg = Config()
+    cfg.bind = list(s.bind)
+    if s.certfile and s.keyfile:
+        cfg.certfile = str(s.certfile)
+        cfg.keyfile = str(s.keyfile)
+    elif s.certfile or s.keyfile:
+        raise ConfigError("server.certfile and server.keyfile must be set together")
+    cfg.alpn_protocols = ["h2", "http/1.1"]
+    cfg.graceful_timeout = s.graceful_timeout_s
+    cfg.keep_alive_timeout = s.keep_alive_timeout_s
+    cfg.keep_alive_max_requests = s.keep_alive_max_requests
+    cfg.h2_max_concurrent_streams = 256
+    cfg.accesslog = None
+    cfg.errorlog = logging.getLogger("hypercorn.error")
+    cfg.include_server_header = False
+    return cfg
+
+
+async def run(settings: Settings, plugins: PluginHost) -> None:
+    """Build the host and serve until SIGINT/SIGTERM."""
+    from hypercorn.asyncio import serve as hypercorn_serve
+
+    from servehall.api.app import create_app
+    from servehall.metrics import Metrics
+    from servehall.serving.probe import Readiness
+
+    cfg = hypercorn_config(settings)
+    host = await build_host(settings, plugins)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    readiness = Readiness(host)
+    try:
+        await plugins.startup(host)
+        app = create_app(host, metrics=Metrics(lambda: host), readiness=readiness)
+        for served in host.models.values():
+            if not await readiness.probe(served):
+                raise EngineError(
+                    f"model {served.name}: the startup probe inference failed: "
+                    f"{readiness.last_error.get(served.name)}"
+                )
+        readiness.start()
+        log.info("servehall serving %s on %s", ", ".join(host.models), ", ".join(cfg.bind))
+        await hypercorn_serve(app, cfg, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+    finally:
+        await readiness.stop()
+        try:
+            await plugins.shutdown(host)
+        except Exception:
+            log.exception("a shutdown hook failed")
+        await shutdown_host(host)
+        log.info("servehall stopped")
+
+
+def serve(
+    config: Path | str | None = None, demo: bool = False, bind: Sequence[str] | None = None
+) -> None:
+    """Entry point of ``servehall serve``; blocks until stopped.
+
+    Args:
+        config: config file (else ``$SERVEHALL_CONFIG``, else defaults).
+        demo: serve the demo model (built on first use) as model ``demo``.
+        bind: ``host:port`` entries replacing ``server.bind``.
+
+    Raises:
+        ConfigError, PluginError, EngineError: startup failed (the CLI prints the message).
+    """
+    from servehall.bootstrap import load_deployment
+
+    settings, plugins = load_deployment(config)
+    plugins.check_enabled()
+    level = settings.server.log_level.upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if bind:
+        for b in bind:
+            host, sep, port = b.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ConfigError(f"--bind {b!r} is not host:port")
+        settings.server.bind = list(bind)
+    if demo:
+        _add_demo_model(settings)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run(settings, plugins))

@@ -1,0 +1,116 @@
+"""One choice of a request: engine stream → detokenize → stop strings → output filters.
+
+:class:`ChoiceStream` drives one engine request and yields :class:`ChoiceEvent` text
+deltas; the last event of a choice carries the OpenAI ``finish_reason``. Whenever the
+choice ends before the engine finished (stop string, output filter block, cancellation
+because the client went away) the engine request is aborted, freeing its KV cache.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from servehall.engine import Engine, SamplingParams
+from servehall.errors import EngineError
+from servehall.filters import FilterVerdict, OutputStreamFilter
+from servehall.text.detokenize import IncrementalDetokenizer
+from servehall.text.stops import StopMatcher
+
+_FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
+
+
+@dataclass(slots=True)
+class ChoiceEvent:
+    """Text for choice ``index``; ``finish_reason`` is set on the choice's last event."""
+
+    index: int
+    text: str
+    finish_reason: str | None = None
+
+
+@dataclass(slots=True)
+class ChoiceStream:
+    """State and driver of one choice (see the module docstring)."""
+
+    engine: Engine
+    index: int
+    request_id: str
+    prompt_ids: Sequence[int]
+    params: SamplingParams
+    detok: IncrementalDetokenizer
+    stops: StopMatcher | None = None
+    filters: list[OutputStreamFilter] = field(default_factory=list)
+    completion_tokens: int = 0
+    first_token_at: float | None = None
+    finish_reason: str | None = None
+    text_parts: list[str] = field(default_factory=list)
+    verdicts: list[FilterVerdict] = field(default_factory=list)
+
+    def _filter(self, text: str, final: bool) -> tuple[str, bool]:
+        out = text
+        for f in self.filters:
+            pieces = []
+            if out:
+                r = f.feed(out)
+                pieces.append(r.text)
+                self.verdicts.extend(r.verdicts)
+                if r.blocked:
+                    return "".join(pieces), True
+            if final:
+                r = f.finish()
+                pieces.append(r.text)
+                self.verdicts.extend(r.verdicts)
+                if r.blocked:
+                    return "".join(pieces), True
+            out = "".join(pieces)
+        return out, False
+
+    async def events(self) -> AsyncGenerator[ChoiceEvent, None]:
+        """Run the engine request and yield text deltas; aborts it if cut short."""
+        stream: Any = self.engine.add_request(self.request_id, self.prompt_ids, self.params)
+        engine_done = False
+        try:
+            async for delta in stream:
+                if delta.token_ids:
+                    if self.first_token_at is None:
+                        self.first_token_at = time.monotonic()
+                    self.completion_tokens += len(delta.token_ids)
+                text = self.detok.feed(delta.token_ids) if delta.token_ids else ""
+                finish: str | None = None
+                if delta.finish_reason is not None:
+                    engine_done = True
+                    if delta.finish_reason == "error":
+                        raise EngineError(delta.error or "The engine failed this request.")
+                    text += self.detok.finish()
+                if self.stops is not None:
+                    text, stopped = self.stops.feed(text)
+                    if stopped:
+                        finish = "stop"
+                    elif delta.finish_reason is not None:
+                        text += self.stops.flush()
+                if finish is None and delta.finish_reason is not None:
+                    finish = _FINISH.get(delta.finish_reason, "stop")
+                if self.filters:
+                    text, blocked = self._filter(text, final=finish is not None)
+                    if blocked:
+                        finish = "content_filter"
+                if text:
+                    self.text_parts.append(text)
+                if text or finish is not None:
+                    self.finish_reason = finish
+                    yield ChoiceEvent(self.index, text, finish)
+                if finish is not None:
+                    return
+        finally:
+            if not engine_done:
+                await self.engine.abort(self.request_id)
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)

@@ -1,0 +1,129 @@
+"""Readiness: a model is ready when its engine is healthy and a one-token probe inference
+(or a real request) succeeded recently.
+
+:class:`Readiness` runs the probe at startup and again whenever the last success is
+older than ``probe_interval_s``; ``/health/ready`` answers 200 only while every model has
+succeeded within ``max_age_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from servehall.engine import SamplingParams
+
+if TYPE_CHECKING:
+    from servehall.host import Host, ServedModel
+
+log = logging.getLogger("servehall.health")
+_ids = itertools.count()
+
+
+class Readiness:
+    """Probe bookkeeping for every model of a host."""
+
+    def __init__(
+        self,
+        host: Host,
+        probe_interval_s: float = 10.0,
+        max_age_s: float = 60.0,
+        probe_timeout_s: float = 30.0,
+    ) -> None:
+        self.host = host
+        self.probe_interval_s = probe_interval_s
+        self.max_age_s = max_age_s
+        self.probe_timeout_s = probe_timeout_s
+        self.last_ok: dict[str, float] = {}
+        self.last_error: dict[str, str] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def mark_ok(self, model: str) -> None:
+        """A real request on ``model`` succeeded (counts as a probe)."""
+        self.last_ok[model] = time.monotonic()
+        self.last_error.pop(model, None)
+
+    async def probe(self, served: ServedModel) -> bool:
+        """Run one greedy one-token inference on ``served``; record the outcome."""
+        tok = served.tokenizer
+        prompt = tok.encode_plain("ready", add_special_tokens=True) or [0]
+        rid = f"probe-{next(_ids)}"
+        stream: Any = served.engine.add_request(
+            rid, prompt, SamplingParams(max_tokens=1, temperature=0.0)
+        )
+        try:
+            async with asyncio.timeout(self.probe_timeout_s):
+                async for delta in stream:
+                    if delta.finish_reason == "error":
+                        raise RuntimeError(delta.error or "engine error")
+                    if delta.finish_reason is not None:
+                        break
+        except Exception as exc:
+            self.last_error[served.name] = f"{type(exc).__name__}: {exc}"[:300]
+            log.warning("readiness probe of %s failed: %s", served.name, exc)
+            with contextlib.suppress(Exception):
+                await served.engine.abort(rid)
+            return False
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.aclose()
+        self.mark_ok(served.name)
+        return True
+
+    async def probe_all(self) -> None:
+        for served in list(self.host.models.values()):
+            age = time.monotonic() - self.last_ok.get(served.name, float("-inf"))
+            if age >= self.probe_interval_s:
+                await self.probe(served)
+
+    async def _loop(self) -> None:
+        while True:
+            await self.probe_all()
+            await asyncio.sleep(max(1.0, self.probe_interval_s / 2))
+
+    def start(self) -> None:
+        """Start the background probe loop (on the running event loop)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def report(self) -> tuple[bool, dict[str, Any]]:
+        """``(ready, body)`` for ``/health/ready``; the body includes engine stats."""
+        now = time.monotonic()
+        models: dict[str, Any] = {}
+        ready = bool(self.host.models)
+        for name, served in self.host.models.items():
+            health = await served.engine.health()
+            age = now - self.last_ok[name] if name in self.last_ok else None
+            ok = health.ok and age is not None and age <= self.max_age_s
+            ready = ready and ok
+            s = served.engine.stats()
+            models[name] = {
+                "ready": ok,
+                "backend": served.backend,
+                "reason": ""
+                if ok
+                else (health.reason or self.last_error.get(name) or "no successful probe yet"),
+                "last_probe_age_s": None if age is None else round(age, 3),
+                "engine": {
+                    "running": s.running,
+                    "waiting": s.waiting,
+                    "kv_cache_blocks_used": s.kv_cache_blocks_used,
+                    "kv_cache_blocks_total": s.kv_cache_blocks_total,
+                },
+                "scheduler": {
+                    "running": served.scheduler.running,
+                    "waiting": served.scheduler.waiting,
+                },
+            }
+        return ready, {"status": "ready" if ready else "not_ready", "models": models}

@@ -1,0 +1,151 @@
+"""The model's tokenizer and chat template, with prompt-injection-safe tokenization.
+
+:func:`load_tokenizer` reads a model directory with ``transformers.AutoTokenizer`` (local
+files only; nothing is downloaded). :class:`TextTokenizer` then tokenizes in two modes:
+
+* **template text** (the chat template's own markers such as ``<|im_start|>``) is
+  tokenized with special tokens recognised;
+* **content** (every message's text and the completion prompt) is tokenized with
+  ``encode_special_tokens`` on, so text that merely *looks like* a special token is
+  split into ordinary tokens and can never open a fake turn (case C24).
+
+Chat rendering puts a random placeholder in place of each message content, renders the
+template once, then tokenizes the template pieces and the content pieces separately and
+concatenates the ids.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servehall.errors import InvalidRequestError
+from servehall.text.detokenize import IncrementalDetokenizer, make_detokenizer_factory
+
+
+@dataclass(frozen=True, slots=True)
+class ChatTurn:
+    """One message for the template: ``role`` in system/user/assistant, plain ``content``."""
+
+    role: str
+    content: str
+
+
+class TextTokenizer:
+    """A loaded tokenizer (see the module docstring).
+
+    Attributes:
+        hf: the ``transformers`` tokenizer (for its chat template).
+        eos_token_ids: ids that end generation, from the tokenizer and generation config.
+    """
+
+    def __init__(self, hf: Any, eos_token_ids: Sequence[int] = ()) -> None:
+        from tokenizers import Tokenizer
+
+        self.hf = hf
+        backend = hf.backend_tokenizer
+        self._special = backend
+        self._plain = Tokenizer.from_str(backend.to_str())
+        self._plain.encode_special_tokens = True
+        self.new_detokenizer: Callable[[], IncrementalDetokenizer] = make_detokenizer_factory(
+            backend
+        )
+        ids = list(eos_token_ids)
+        if hf.eos_token_id is not None and hf.eos_token_id not in ids:
+            ids.append(int(hf.eos_token_id))
+        self.eos_token_ids: tuple[int, ...] = tuple(ids)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.hf, "chat_template", None))
+
+    def encode_plain(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        """Ids of user text; special-token look-alikes become ordinary tokens.
+
+        ``add_special_tokens`` adds what the tokenizer's post-processor adds (e.g. BOS).
+        """
+        return list(self._plain.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def encode_template(self, text: str) -> list[int]:
+        """Ids of trusted template text, special tokens recognised, nothing added."""
+        return list(self._special.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` without special tokens."""
+        return str(self._special.decode(list(ids), skip_special_tokens=True))
+
+    def render_chat(self, turns: Sequence[ChatTurn]) -> list[int]:
+        """Prompt ids for a conversation, ending with the assistant generation prompt.
+
+        Raises:
+            InvalidRequestError (param ``messages``): the model has no chat template, or
+                the template refused the conversation (its own message is included, e.g.
+                "Conversation roles must alternate user/assistant/user/assistant/...").
+        """
+        if not self.has_chat_template:
+            raise InvalidRequestError(
+                "This model has no chat template; use /v1/completions.", param="messages"
+            )
+        nonce = secrets.token_hex(6)
+        marks = {f"\ue000{nonce}{i}\ue001": t.content for i, t in enumerate(turns)}
+        conv = [{"role": t.role, "content": m} for m, t in zip(marks, turns, strict=True)]
+        try:
+            rendered = self.hf.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
+        except Exception as exc:  # jinja2 TemplateError from raise_exception, etc.
+            reason = str(exc).strip()[:300] or type(exc).__name__
+            raise InvalidRequestError(
+                f"The model's chat template rejected these messages: {reason}",
+                param="messages",
+                code="invalid_messages",
+            ) from None
+        if not isinstance(rendered, str):
+            raise InvalidRequestError("chat template did not render text", param="messages")
+        ids: list[int] = []
+        pattern = re.compile("|".join(re.escape(m) for m in marks))
+        pos = 0
+        for match in pattern.finditer(rendered):
+            if match.start() > pos:
+                ids.extend(self.encode_template(rendered[pos : match.start()]))
+            content = marks[match.group(0)]
+            if content:
+                ids.extend(self.encode_plain(content))
+            pos = match.end()
+        if pos < len(rendered):
+            ids.extend(self.encode_template(rendered[pos:]))
+        return ids
+
+
+def _generation_eos(path: Path) -> list[int]:
+    import json
+
+    for name in ("generation_config.json", "config.json"):
+        f = path / name
+        if f.is_file():
+            try:
+                eos = json.loads(f.read_text()).get("eos_token_id")
+            except (OSError, ValueError):
+                continue
+            if isinstance(eos, int):
+                return [eos]
+            if isinstance(eos, list):
+                return [int(e) for e in eos]
+    return []
+
+
+def load_tokenizer(path: Path | str) -> TextTokenizer:
+    """Load the tokenizer of a local model directory (Hugging Face files).
+
+    Raises:
+        ValueError: the directory has no usable fast tokenizer.
+    """
+    from transformers import AutoTokenizer
+
+    p = Path(path).expanduser()
+    hf = AutoTokenizer.from_pretrained(str(p), local_files_only=True)
+    if not hasattr(hf, "backend_tokenizer"):
+        raise ValueError(f"{p}: servehall needs a fast (tokenizers) tokenizer")
+    return TextTokenizer(hf, _generation_eos(p))
