@@ -47,9 +47,7 @@ def _settings(url: str, tmp_path: Path, **database: Any) -> Settings:
     return load_settings(
         data={
             "database": {"url": url, **database},
-            "sinks": [
-                {"name": "sql", "options": {"spill_path": str(tmp_path / "spill.jsonl")}}
-            ],
+            "sinks": [{"name": "sql", "options": {"spill_path": str(tmp_path / "spill.jsonl")}}],
         }
     )
 
@@ -142,9 +140,7 @@ async def test_store_prompts_policy(migrated: str, tmp_path: Path):
         bus.emit(_rec(10 + store, prompt_text="secret plan", completion_text="ok"))
         bus.emit(_rec(20 + store, prompt_text="tenant opted out", store_prompts=False))
         await bus.close()
-    rows = await _rows(
-        migrated, "SELECT request_id, prompt_text, completion_text FROM request_log"
-    )
+    rows = await _rows(migrated, "SELECT request_id, prompt_text, completion_text FROM request_log")
     got = {r.request_id: (r.prompt_text, r.completion_text) for r in rows}
     assert got == {
         "req-10": (None, None),

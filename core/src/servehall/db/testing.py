@@ -19,6 +19,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -118,17 +119,19 @@ def _free_port() -> int:
 class PgCluster:
     """A private PostgreSQL cluster in ``root`` (trust auth on loopback; test only).
 
-    As root the server runs as the ``postgres`` user (initdb refuses root). ``url`` is
-    an asyncpg URL for database ``postgres`` as user ``postgres``.
+    As root the server runs as the ``postgres`` user (initdb refuses root). ``root``
+    defaults to a fresh ``/tmp/servehall-pgc-*`` directory. ``url`` is an asyncpg URL for
+    database ``postgres`` as user ``postgres``.
     """
 
-    def __init__(self, root: Path, port: int | None = None) -> None:
+    def __init__(self, root: Path | None = None, port: int | None = None) -> None:
         bindir = pg_bin_dir()
         if bindir is None:
             raise RuntimeError("PostgreSQL server binaries not found")
         self.bin = bindir
-        self.root = root
-        self.data = root / "data"
+        # The server user must reach the directory: pytest's tmp dirs are private to root.
+        self.root = root or Path(tempfile.mkdtemp(prefix="servehall-pgc-", dir="/tmp"))
+        self.data = self.root / "data"
         self.port = port or _free_port()
         self.url = f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/postgres"
         self._user = "postgres" if os.geteuid() == 0 else None
@@ -137,7 +140,10 @@ class PgCluster:
         cmd = [str(self.bin / args[0]), *args[1:]]
         if self._user:
             cmd = ["runuser", "-u", self._user, "--", *cmd]
-        return subprocess.run(cmd, check=check, capture_output=True, text=True, cwd="/")
+        done = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd="/")
+        if check and done.returncode != 0:
+            raise RuntimeError(f"{args[0]} failed ({done.returncode}): {done.stderr.strip()}")
+        return done
 
     def init(self) -> PgCluster:
         """initdb (trust auth, UTF-8)."""

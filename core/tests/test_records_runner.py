@@ -1,0 +1,201 @@
+"""The sink runner and record bus: batching, retry, spill + in-order replay, fail-closed
+admission, leftovers saved at close, and the ``jsonl`` sink."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from servehall import AuditEvent, RequestRecord, ServiceUnavailableError
+from servehall.config.settings import load_settings
+from servehall.plugins import PluginHost
+from servehall.records.bus import RecordBus, open_record_bus
+from servehall.records.jsonl_sink import JsonlSink
+from servehall.records.runner import SinkRunner
+from servehall.records.types import Record
+
+
+class SwitchableSink:
+    """An in-process sink whose storage can be switched off (an outage)."""
+
+    def __init__(self) -> None:
+        self.name = "switch"
+        self.required = False
+        self.up = True
+        self.rows: list[str] = []
+        self.batches: list[int] = []
+
+    async def start(self) -> None:
+        pass
+
+    async def write(self, records: Sequence[Record]) -> None:
+        await asyncio.sleep(0)
+        if not self.up:
+            raise ConnectionError("storage is down")
+        self.batches.append(len(records))
+        for r in records:
+            self.rows.append(r.request_id if isinstance(r, RequestRecord) else r.action)
+
+    async def close(self) -> None:
+        pass
+
+
+def rec(i: int) -> RequestRecord:
+    return RequestRecord(
+        request_id=f"r{i}",
+        received_at=datetime.now(UTC),
+        endpoint="/v1/completions",
+        status_code=200,
+    )
+
+
+async def wait_for(cond, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        if loop.time() > end:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.01)
+
+
+def runner(sink: SwitchableSink, tmp_path: Path, **kw: object) -> SinkRunner:
+    opts: dict[str, object] = {
+        "buffer": 10,
+        "batch_size": 4,
+        "linger_s": 0.0,
+        "retry_initial_s": 0.01,
+        "retry_max_s": 0.02,
+        "spill_path": tmp_path / "spill.jsonl",
+        "close_timeout_s": 0.5,
+    }
+    opts.update(kw)
+    return SinkRunner(sink, **opts)  # type: ignore[arg-type]
+
+
+async def test_batches_and_order(tmp_path: Path):
+    sink = SwitchableSink()
+    r = runner(sink, tmp_path, linger_s=0.05, batch_size=100)
+    await r.start()
+    for i in range(50):
+        r.put(rec(i))
+    await wait_for(lambda: len(sink.rows) == 50)
+    await r.close()
+    assert sink.rows == [f"r{i}" for i in range(50)]
+    assert len(sink.batches) < 5  # batched, not one write per record
+
+
+async def test_outage_spills_then_replays_in_order(tmp_path: Path):
+    sink = SwitchableSink()
+    r = runner(sink, tmp_path)
+    await r.start()
+    sink.up = False
+    for i in range(40):  # 10 in memory, 30 spilled
+        r.put(rec(i))
+        await asyncio.sleep(0)
+    assert (tmp_path / "spill.jsonl").exists()
+    assert not r.exhausted and r.failures > 0
+    sink.up = True
+    for i in range(40, 45):  # arrive during replay: must come after the spilled ones
+        r.put(rec(i))
+    await wait_for(lambda: len(sink.rows) == 45)
+    assert sink.rows == [f"r{i}" for i in range(45)]
+    await wait_for(lambda: not (tmp_path / "spill.jsonl").exists())
+    r.put(rec(45))  # back to memory buffering
+    await wait_for(lambda: len(sink.rows) == 46)
+    await r.close()
+
+
+async def test_required_sink_fails_closed_and_keeps_answered_records(tmp_path: Path):
+    sink = SwitchableSink()
+    r = runner(sink, tmp_path, required=True, spill=False, retry_after_s=7)
+    await r.start()
+    bus = RecordBus([r])
+    sink.up = False
+    for i in range(10):
+        bus.check_admission()
+        bus.emit(rec(i))
+    with pytest.raises(ServiceUnavailableError) as info:
+        bus.check_admission()
+    assert info.value.status == 503 and info.value.headers["Retry-After"] == "7"
+    assert info.value.code == "records_unavailable"
+    for i in range(10, 15):  # admitted earlier, answered now: never dropped
+        bus.emit(rec(i))
+    assert r.dropped == 0
+    sink.up = True
+    await wait_for(lambda: len(sink.rows) == 15)
+    bus.check_admission()  # admits again
+    assert sink.rows == [f"r{i}" for i in range(15)]
+    await bus.close()
+
+
+async def test_optional_sink_drops_and_counts_when_exhausted(tmp_path: Path):
+    sink = SwitchableSink()
+    r = runner(sink, tmp_path, spill=False)
+    await r.start()
+    sink.up = False
+    for i in range(15):
+        r.put(rec(i))
+    assert r.dropped == 5 and r.exhausted
+    RecordBus([r]).check_admission()  # not required: still admits
+    sink.up = True
+    await wait_for(lambda: len(sink.rows) == 10)
+    await r.close()
+
+
+async def test_close_saves_leftovers_and_next_start_replays(tmp_path: Path):
+    sink = SwitchableSink()
+    r = runner(sink, tmp_path)
+    await r.start()
+    sink.up = False
+    for i in range(25):
+        r.put(rec(i))
+    r.put(AuditEvent(action="key.revoked", at=datetime.now(UTC)))
+    await r.close()
+    lines = (tmp_path / "spill.jsonl").read_text().splitlines()
+    assert len(lines) == 26 and json.loads(lines[0])["request_id"] == "r0"
+    sink2 = SwitchableSink()
+    r2 = runner(sink2, tmp_path)
+    await r2.start()
+    await wait_for(lambda: len(sink2.rows) == 26)
+    assert sink2.rows == [*(f"r{i}" for i in range(25)), "key.revoked"]
+    await wait_for(lambda: not (tmp_path / "spill.jsonl").exists())
+    await r2.close()
+
+
+async def test_jsonl_sink_from_config(tmp_path: Path):
+    out = tmp_path / "logs" / "records.jsonl"
+    settings = load_settings(
+        data={"sinks": [{"name": "jsonl", "options": {"path": str(out), "linger_s": 0}}]}
+    )
+    bus = await open_record_bus(settings, PluginHost([]))
+    r = rec(1)
+    r.prompt_text = "not stored by default"
+    r.principal_id = "key-ab12"
+    bus.emit(r)
+    await bus.close()
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [x["type"] for x in lines] == ["audit", "audit", "request"]
+    assert lines[0]["action"] == "config.loaded"
+    assert lines[2]["request_id"] == "r1" and lines[2]["prompt_text"] is None
+    assert lines[2]["received_at"].endswith("Z")
+
+
+async def test_jsonl_sink_stdout(capsys: pytest.CaptureFixture[str]):
+    sink = JsonlSink("-")
+    await sink.start()
+    await sink.write([rec(7)])
+    await sink.close()
+    assert json.loads(capsys.readouterr().out)["request_id"] == "r7"
+
+
+async def test_unknown_sink_is_a_config_error():
+    from servehall import ConfigError
+
+    settings = load_settings(data={"sinks": [{"name": "kafka"}]})
+    with pytest.raises(ConfigError, match="unknown sink 'kafka'"):
+        await open_record_bus(settings, PluginHost([]))
