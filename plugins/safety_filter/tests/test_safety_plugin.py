@@ -1,0 +1,111 @@
+"""The plugin through the real host: entry point, settings section, hooks, metrics."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import REGISTRY
+
+from servehall import AdmissionRequest, Principal, PromptParts, load_settings
+from servehall.errors import ConfigError
+from servehall.plugins import PluginHost
+
+CONFIG = {
+    "plugins": {"enabled": ["safety_filter"]},
+    "safety_filter": {
+        "default_policy": "std",
+        "tenant_policies": {"acme": "strict"},
+        "rules": [
+            {"name": "plugin-test-banned", "keywords": ["plugh"]},
+            {"name": "plugin-test-email", "detector": "email", "action": "redact"},
+        ],
+        "policies": {
+            "std": {"rules": ["plugin-test-email"]},
+            "strict": {"rules": ["plugin-test-banned", "plugin-test-email"]},
+        },
+    },
+}
+
+
+def _host() -> tuple[PluginHost, object]:
+    host = PluginHost(["safety_filter"])
+    settings = load_settings(data=CONFIG, section_models=host.settings_models())
+    return host, settings
+
+
+def _admission(principal: Principal) -> AdmissionRequest:
+    return AdmissionRequest(
+        request_id="chatcmpl-1",
+        endpoint="/v1/chat/completions",
+        model="demo",
+        principal=principal,
+        prompt_tokens=3,
+        max_tokens=8,
+    )
+
+
+def test_entry_point_loads_and_section_validates() -> None:
+    host, _ = _host()
+    info = {i["name"]: i for i in host.describe()}["safety_filter"]
+    assert info["loaded"] and info["distribution"] == "servehall-safety-filter"
+    assert "servehall_output_filters" in info["hooks"]
+    bad = {
+        **CONFIG,
+        "safety_filter": {"rules": [{"name": "x", "detector": "regex", "patterns": ["(a+)+"]}]},
+    }
+    with pytest.raises(ConfigError, match="catastrophic"):
+        load_settings(data=bad, section_models=host.settings_models())
+
+
+def test_input_and_output_filters_through_the_host() -> None:
+    host, settings = _host()
+    filters = host.input_filters(settings)  # type: ignore[arg-type]
+    assert [f.name for f in filters] == ["safety_filter"]
+    acme = Principal(id="k", tenant="acme")
+    parts = PromptParts(
+        texts=["say PLUGH"], endpoint="/v1/completions", model="demo", principal=acme
+    )
+    verdicts = filters[0].check(parts)
+    assert [(v.action, v.rule) for v in verdicts] == [("block", "plugin-test-banned")]
+
+    before = (
+        REGISTRY.get_sample_value(
+            "servehall_content_filter_blocks_total",
+            {"rule": "plugin-test-banned", "stage": "output"},
+        )
+        or 0.0
+    )
+    (flt,) = host.output_filters(_admission(acme), acme)
+    r1 = flt.feed("and then plu")
+    r2 = flt.feed("gh happened")
+    # the policy's e-mail rule holds back 129 characters: the block shows on finish
+    assert r1.text + r2.text == "" and not r2.blocked
+    r3 = flt.finish()
+    assert r3.text == "and then " and r3.blocked
+    after = REGISTRY.get_sample_value(
+        "servehall_content_filter_blocks_total",
+        {"rule": "plugin-test-banned", "stage": "output"},
+    )
+    assert after == before + 1
+
+    other = Principal(id="k2", tenant=None)
+    (flt,) = host.output_filters(_admission(other), other)
+    text = flt.feed("plugh x@y.io done").text + flt.finish().text
+    assert text == "plugh [EMAIL] done"
+    assert (
+        REGISTRY.get_sample_value(
+            "servehall_content_filter_verdicts_total",
+            {"rule": "plugin-test-email", "stage": "output", "action": "redact", "mode": "enforce"},
+        )
+        or 0
+    ) >= 1
+
+
+def test_no_output_rules_means_no_stream_filter() -> None:
+    host = PluginHost(["safety_filter"])
+    cfg = {
+        "plugins": {"enabled": ["safety_filter"]},
+        "safety_filter": {"rules": [{"name": "in", "keywords": ["a"], "stages": ["input"]}]},
+    }
+    settings = load_settings(data=cfg, section_models=host.settings_models())
+    host.input_filters(settings)
+    assert host.output_filters(_admission(Principal(id="p")), Principal(id="p")) == []
