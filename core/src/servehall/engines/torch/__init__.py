@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from servehall.engines.torch.device import CpuDevice, CudaApiDevice, TorchDevice
 from servehall.engines.torch.kvcache import KvGeometry, plan_kv_blocks
 from servehall.engines.torch.options import TorchOptions, parse_torch_options
+from servehall.engines.torch.probe import DriverCount, TorchBuild, driver_device_count, torch_build
 
 if TYPE_CHECKING:
     from servehall.config.models import ModelConfig
@@ -31,12 +32,16 @@ if TYPE_CHECKING:
 __all__ = [
     "CpuDevice",
     "CudaApiDevice",
+    "DriverCount",
     "KvGeometry",
+    "TorchBuild",
     "TorchDevice",
     "TorchEngine",
     "TorchOptions",
+    "driver_device_count",
     "parse_torch_options",
     "plan_kv_blocks",
+    "torch_build",
     "torch_engine_factory",
 ]
 

@@ -1,0 +1,1 @@
+"""servehall-cuda: NVIDIA GPUs through torch and the shared torch engine."""

@@ -1,0 +1,27 @@
+"""Entry module of the ``cuda`` plugin (import-light: torch loads only when selected)."""
+
+from __future__ import annotations
+
+from servehall import BackendRegistry, BackendSpec, hookimpl
+from servehall.engines.torch import torch_engine_factory
+from servehall_cuda.device import CudaDevice
+from servehall_cuda.probe import probe_cuda
+
+SERVEHALL_HOOK_API = (1, 2)
+
+CUDA_AUTO_PRIORITY = 300
+"""``auto`` preference: GPUs (cuda, rocm: 300) > NPUs (ascend: 200) > optimized CPU
+backends (openvino_cpu) > ``cpu`` (10)."""
+
+
+@hookimpl
+def servehall_register_backends(registry: BackendRegistry) -> None:
+    registry.add(
+        BackendSpec(
+            "cuda",
+            probe_cuda,
+            torch_engine_factory(CudaDevice, "cuda"),
+            auto_priority=CUDA_AUTO_PRIORITY,
+            description="NVIDIA GPUs: torch + transformers continuous batching (paged KV cache)",
+        )
+    )
