@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from servehall.engine import Engine
 
 
+ACCELERATOR_PRIORITY = 100
+"""``auto_priority`` at or above which a backend counts as an accelerator for ``auto``."""
+
+
 @dataclass(frozen=True, slots=True)
 class ProbeResult:
     """Whether a backend can run here, and why (or why not)."""
@@ -93,10 +97,16 @@ class BackendRegistry:
     def select(self, name: str) -> BackendSpec:
         """Resolve a configured backend name (``"auto"`` included) to one spec.
 
-        ``auto`` picks the available backend with the highest ``auto_priority``; when
-        none is available, or several share the top priority, raises ConfigError listing
-        every candidate with its probe reason. A named backend that is unavailable also
-        raises ConfigError with its reason.
+        ``auto`` considers backends whose ``auto_priority`` is not None, in this order:
+
+        1. accelerators (``auto_priority >= ACCELERATOR_PRIORITY``, e.g. cuda/rocm 300,
+           ascend 200): exactly one available is chosen; several available is ambiguous;
+        2. otherwise CPU backends by ``auto_priority`` (e.g. openvino_cpu above ``cpu`` 10);
+           a tie at the top is ambiguous.
+
+        Ambiguity, or no available backend, raises ConfigError listing every candidate
+        with its probe reason. A named backend that is unavailable also raises ConfigError
+        with its reason.
         """
         if name != "auto":
             spec = self.get(name)
@@ -114,6 +124,15 @@ class BackendRegistry:
         usable = [s for s, r in candidates if r.available]
         if not usable:
             raise ConfigError(f"backend 'auto': no backend is available — {report or 'none'}")
+        accelerators = [s for s in usable if (s.auto_priority or 0) >= ACCELERATOR_PRIORITY]
+        if len(accelerators) > 1:
+            names = ", ".join(s.name for s in accelerators)
+            raise ConfigError(
+                f"backend 'auto' is ambiguous: several accelerators are available ({names}); "
+                f"name one in config — {report}"
+            )
+        if accelerators:
+            return accelerators[0]
         top = max(s.auto_priority or 0 for s in usable)
         best = [s for s in usable if (s.auto_priority or 0) == top]
         if len(best) > 1:

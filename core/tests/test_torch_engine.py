@@ -1,0 +1,195 @@
+"""Unit tests of the shared torch engine beyond the conformance kit: options, KV sizing,
+stop tokens, per-request sampling, lifecycle edges (tiny random Llama on CPU)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servehall import ConfigError, ModelConfig, SamplingParams
+from servehall.engines.torch import CpuDevice, TorchOptions, parse_torch_options, plan_kv_blocks
+from servehall.engines.torch.kvcache import KvGeometry
+from servehall.testing.conformance import collect, tokens_of
+
+torch = pytest.importorskip("torch")
+
+from servehall.engines.torch.engine import TorchEngine  # noqa: E402
+from servehall.engines.torch.sampling import PerRequestSampler  # noqa: E402
+
+PROMPT = [5, 9, 14, 3, 27, 8]
+
+
+def _engine(path: Path, **options: Any) -> TorchEngine:
+    opts = {"kv_cache_blocks": 64, "block_size": 16, **options}
+    max_len = opts.pop("max_model_len", 256)
+    model = ModelConfig(name="tiny", path=path, backend="cpu", max_model_len=max_len, options=opts)
+    return TorchEngine(model, CpuDevice(), "cpu")
+
+
+@pytest.fixture
+async def engine(servehall_tiny_llama: Path) -> Any:
+    eng = _engine(servehall_tiny_llama)
+    await eng.start()
+    yield eng
+    await eng.shutdown()
+
+
+async def _run(eng: TorchEngine, rid: str, params: SamplingParams) -> tuple[list[int], str]:
+    deltas = await collect(eng.add_request(rid, PROMPT, params), 60)
+    return tokens_of(deltas), str(deltas[-1].finish_reason)
+
+
+# --- options ---------------------------------------------------------------------------
+
+
+def test_torch_options_aliases_and_openvino_precision_name() -> None:
+    assert parse_torch_options({"dtype": "bf16"}).dtype == "bfloat16"
+    assert parse_torch_options({"inference_precision": "f32"}).dtype == "float32"
+    assert (
+        parse_torch_options({"attn_implementation": "paged|eager"}).attn_implementation == "eager"
+    )
+
+
+def test_torch_options_errors_name_the_key() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_torch_options({"kv_cache_blockz": 3}, model="m")
+    assert err.value.errors[0][0] == "models.m.options.kv_cache_blockz"
+    with pytest.raises(ConfigError, match="contradicts"):
+        parse_torch_options({"dtype": "bf16", "inference_precision": "f32"})
+    with pytest.raises(ConfigError, match="kv_cache_memory_fraction"):
+        parse_torch_options({"kv_cache_memory_fraction": 1.5})
+
+
+def test_cpu_device_rejects_fp16_and_flash_attention(servehall_tiny_llama: Path) -> None:
+    with pytest.raises(ConfigError, match="float16"):
+        CpuDevice().resolve_dtype(TorchOptions(dtype="fp16"))
+    with pytest.raises(ConfigError, match="not available on cpu"):
+        _engine(servehall_tiny_llama, attn_implementation="flash_attention_2")
+
+
+def test_missing_config_json_is_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"config\.json"):
+        _engine(tmp_path)
+
+
+# --- KV sizing -------------------------------------------------------------------------
+
+
+def test_kv_block_bytes_and_planning() -> None:
+    geo = KvGeometry.from_hf_config(
+        {
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "hidden_size": 64,
+        }
+    )
+    assert geo.block_bytes(16, 4) == 2 * 2 * 2 * 16 * 16 * 4
+    kw: dict[str, Any] = dict(min_tokens=32, block_size=16, block_bytes=1000, cap=None)
+    assert plan_kv_blocks(explicit_blocks=7, fraction=0.5, free_bytes=None, **kw) == 7
+    assert plan_kv_blocks(explicit_blocks=None, fraction=0.5, free_bytes=100_000, **kw) == 50
+    capped = {**kw, "cap": 10}
+    assert plan_kv_blocks(explicit_blocks=None, fraction=0.5, free_bytes=100_000, **capped) == 10
+    with pytest.raises(ConfigError, match="does not report free memory"):
+        plan_kv_blocks(explicit_blocks=None, fraction=0.5, free_bytes=None, **kw)
+    with pytest.raises(ConfigError, match="fewer than"):
+        plan_kv_blocks(explicit_blocks=1, fraction=0.5, free_bytes=None, **kw)
+
+
+async def test_explicit_max_model_len_larger_than_kv_cache_fails(
+    servehall_tiny_llama: Path,
+) -> None:
+    eng = _engine(servehall_tiny_llama, kv_cache_blocks=8, max_model_len=500)
+    with pytest.raises(ConfigError, match="less than max_model_len"):
+        await eng.start()
+    await eng.shutdown()
+
+
+async def test_default_kv_sizing_from_free_memory_caps_native_length(
+    servehall_tiny_llama: Path,
+) -> None:
+    model = ModelConfig(name="t", path=servehall_tiny_llama, backend="cpu", options={})
+    eng = TorchEngine(model, CpuDevice(), "cpu")
+    assert eng.model_info.max_model_len == 512  # config.json max_position_embeddings
+    await eng.start()
+    try:
+        stats = eng.stats()
+        assert 0 < stats.kv_cache_blocks_total <= CpuDevice.max_default_kv_blocks  # type: ignore[operator]
+        assert stats.device_memory_used_bytes and stats.device_memory_total_bytes
+        assert eng.model_info.extra["kv_cache_blocks"] == stats.kv_cache_blocks_total
+    finally:
+        await eng.shutdown()
+
+
+# --- requests --------------------------------------------------------------------------
+
+
+async def test_model_info_and_requests_before_start(servehall_tiny_llama: Path) -> None:
+    eng = _engine(servehall_tiny_llama)
+    assert eng.model_info.eos_token_ids == (2,) and eng.model_info.vocab_size == 512
+    deltas = await collect(eng.add_request("x", PROMPT, SamplingParams(max_tokens=2)), 5)
+    assert [d.finish_reason for d in deltas] == ["error"] and deltas[0].error
+    assert not (await eng.health()).ok
+    with pytest.raises(ValueError):
+        eng.add_request("y", [], SamplingParams(max_tokens=2))
+
+
+async def test_stop_token_ends_with_stop_and_is_not_emitted(engine: TorchEngine) -> None:
+    ref, reason = await _run(engine, "ref", SamplingParams(12, temperature=0, ignore_eos=True))
+    assert reason == "length" and len(ref) == 12
+    stop = ref[4]
+    cut = ref.index(stop)
+    got, reason = await _run(
+        engine, "stop", SamplingParams(12, temperature=0, ignore_eos=True, stop_token_ids=(stop,))
+    )
+    assert reason == "stop" and got == ref[:cut]
+
+
+async def test_seeded_sampling_is_reproducible_and_seed_dependent(engine: TorchEngine) -> None:
+    def p(seed: int) -> SamplingParams:
+        return SamplingParams(16, temperature=1.5, seed=seed, ignore_eos=True)
+
+    a1, _ = await _run(engine, "s1", p(1))
+    a2, _ = await _run(engine, "s2", p(1))
+    assert a1 == a2
+    others = [(await _run(engine, f"s-{seed}", p(seed)))[0] for seed in (2, 3, 4)]
+    assert any(o != a1 for o in others), "different seeds never changed the sample"
+    # concurrently sampled requests keep their own generators
+    together = await asyncio.gather(*(_run(engine, f"c-{i}", p(1)) for i in range(3)))
+    assert all(t[0] == a1 for t in together)
+
+
+async def test_tiny_top_p_equals_greedy(engine: TorchEngine) -> None:
+    greedy, _ = await _run(engine, "g", SamplingParams(10, temperature=0, ignore_eos=True))
+    nucleus, _ = await _run(
+        engine, "n", SamplingParams(10, temperature=0.8, top_p=1e-6, seed=5, ignore_eos=True)
+    )
+    assert nucleus == greedy
+
+
+def test_sampler_applies_openai_penalties_to_one_row() -> None:
+    from servehall.engines.torch.sampling import _RequestSampling
+
+    scores = torch.tensor([[0.0, 0.0, 0.0, 0.0], [3.0, 2.5, 0.0, 1.0]])
+    params = SamplingParams(4, temperature=0, frequency_penalty=0.4, presence_penalty=0.5)
+    PerRequestSampler._apply(_RequestSampling(params), [0, 0], scores, row=1)
+    # token 0: 3.0 - (2*0.4 + 0.5) = 1.7 < 2.5 → token 1 wins; the row becomes one-hot
+    assert int(torch.argmax(scores[1])) == 1
+    assert torch.isinf(scores[1][0]) and scores[1][1] == 0
+    assert torch.equal(scores[0], torch.zeros(4))  # other rows untouched
+
+
+async def test_abort_after_finish_and_shutdown_aborts_live_streams(engine: TorchEngine) -> None:
+    tokens, reason = await _run(engine, "done", SamplingParams(3, temperature=0, ignore_eos=True))
+    assert len(tokens) == 3 and reason == "length"
+    await engine.abort("done")  # finished: no-op
+    stream = engine.add_request("live", PROMPT, SamplingParams(400, temperature=0, ignore_eos=True))
+    first = await asyncio.wait_for(anext(stream), 30)
+    assert first.token_ids
+    await engine.shutdown()
+    rest = await collect(stream, 30)
+    assert rest[-1].finish_reason == "abort"
+    assert not (await engine.health()).ok
