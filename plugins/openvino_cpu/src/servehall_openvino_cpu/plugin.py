@@ -1,5 +1,42 @@
-"""Entry module of the ``openvino_cpu`` plugin (import-light: OpenVINO loads lazily)."""
+"""Entry module of the ``openvino_cpu`` plugin (import-light: OpenVINO loads lazily).
+
+Registers the backend ``openvino_cpu``: OpenVINO GenAI continuous batching on x86 CPUs.
+``auto_priority`` 50 puts it above the core's torch ``cpu`` backend and below
+accelerators (>= 100).
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from servehall import BackendRegistry, BackendSpec, hookimpl
+from servehall_openvino_cpu.probe import probe
+
+if TYPE_CHECKING:
+    from servehall import ModelConfig
+    from servehall_openvino_cpu.engine import OpenVINOEngine
+
 SERVEHALL_HOOK_API = (1, 2)
+
+
+def factory(model: ModelConfig) -> OpenVINOEngine:
+    """Build an unstarted :class:`~servehall_openvino_cpu.engine.OpenVINOEngine`
+    (validates options; raises ConfigError)."""
+    from servehall_openvino_cpu.engine import OpenVINOEngine
+
+    return OpenVINOEngine(model)
+
+
+SPEC = BackendSpec(
+    name="openvino_cpu",
+    probe=probe,
+    factory=factory,
+    auto_priority=50,
+    description="x86 CPUs through OpenVINO GenAI continuous batching (paged KV cache)",
+)
+
+
+@hookimpl
+def servehall_register_backends(registry: BackendRegistry) -> None:
+    """Add the ``openvino_cpu`` backend."""
+    registry.add(SPEC)

@@ -1,0 +1,236 @@
+"""Hugging Face directory → OpenVINO IR, converted once and cached.
+
+:func:`resolve_ir_dir` returns a directory that ``openvino_genai`` can load:
+
+* an **OpenVINO IR directory** (has ``openvino_model.xml``) is used as it is;
+* a **Hugging Face directory** (``config.json`` + weights) is converted with optimum-intel's
+  exporter (``optimum.exporters.openvino.main_export``, task ``text-generation-with-past``,
+  stateful model) plus ``openvino_tokenizers`` for the tokenizer/detokenizer IR, into
+  ``<cache_dir>/<name>-<key>/``. ``key`` is a SHA-256 over every source file (relative
+  path, size, content), the weight format and the versions of the converting packages, so
+  a changed model or an upgraded exporter converts again, and nothing else does.
+
+The export runs in a child Python process (``python -m servehall_openvino_cpu.convert``):
+torch and the exporter never load into the serving process, and their memory is returned
+when it exits. Concurrent starts serialise on ``<cache_dir>/.<key>.lock`` (``fcntl``); the
+result is written to a temporary sibling and renamed into place, and a finished directory
+carries ``servehall-convert.json``. While converting, a rich progress display (spinner,
+elapsed time) runs on stderr; on failure the exporter's log tail is in the error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+
+from servehall import ConfigError, EngineError
+
+CONVERTER_VERSION = 1
+MARKER = "servehall-convert.json"
+IR_MODEL = "openvino_model.xml"
+CONVERT_VERSIONS = (
+    "openvino",
+    "openvino-genai",
+    "openvino-tokenizers",
+    "optimum-intel",
+    "optimum",
+    "transformers",
+    "torch",
+)
+
+
+def default_cache_dir() -> Path:
+    """``$SERVEHALL_CACHE_DIR/openvino``, else ``~/.cache/servehall/openvino``."""
+    base = os.environ.get("SERVEHALL_CACHE_DIR") or "~/.cache/servehall"
+    return Path(base).expanduser() / "openvino"
+
+
+def is_ir_dir(path: Path) -> bool:
+    """True when ``path`` holds an OpenVINO IR language model."""
+    return (path / IR_MODEL).is_file()
+
+
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for dist in CONVERT_VERSIONS:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def source_key(src: Path, weight_format: str) -> str:
+    """SHA-256 hex over the source files (path, size, content), options and versions."""
+    h = hashlib.sha256()
+    h.update(json.dumps([CONVERTER_VERSION, weight_format, _versions()]).encode())
+    for f in sorted(p for p in src.rglob("*") if p.is_file()):
+        rel = f.relative_to(src)
+        if any(part.startswith(".") for part in rel.parts):
+            continue
+        h.update(f"{rel.as_posix()}\0{f.stat().st_size}\0".encode())
+        with open(f, "rb") as fh:
+            h.update(hashlib.file_digest(fh, "sha256").digest())
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - non-POSIX
+        yield
+        return
+    with open(path, "a+b") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def resolve_ir_dir(
+    src: Path, *, cache_dir: Path | None = None, weight_format: str = "fp32", quiet: bool = False
+) -> Path:
+    """The OpenVINO IR directory for model directory ``src`` (converting once if needed).
+
+    Raises:
+        ConfigError: ``src`` is neither an IR nor a Hugging Face model directory.
+        EngineError: the conversion failed (message ends with the exporter's log tail).
+    """
+    src = Path(src).expanduser().resolve()
+    if is_ir_dir(src):
+        return src
+    if not (src / "config.json").is_file():
+        raise ConfigError(
+            f"{src} is neither an OpenVINO IR directory ({IR_MODEL}) "
+            "nor a Hugging Face model directory (config.json)"
+        )
+    root = (cache_dir or default_cache_dir()).expanduser().resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    key = source_key(src, weight_format)
+    target = root / f"{src.name}-{key[:20]}"
+    if (target / MARKER).is_file():
+        return target
+    with _file_lock(root / f".{key[:20]}.lock"):
+        if (target / MARKER).is_file():
+            return target  # converted by another process while we waited
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=root))
+        try:
+            _run_export(src, tmp, weight_format, quiet=quiet)
+            marker = {
+                "source": str(src),
+                "key": key,
+                "weight_format": weight_format,
+                "versions": _versions(),
+                "converter_version": CONVERTER_VERSION,
+            }
+            (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+            if target.exists():  # an unfinished leftover (no marker)
+                shutil.rmtree(target)
+            os.rename(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _run_export(src: Path, out: Path, weight_format: str, *, quiet: bool) -> None:
+    """Run the exporter in a child process, with a progress display on stderr."""
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    log_path = out / "convert.log"
+    cmd = [sys.executable, "-m", "servehall_openvino_cpu.convert", str(src), str(out)]
+    cmd += ["--weight-format", weight_format]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    console = Console(stderr=True, quiet=quiet)
+    with (
+        open(log_path, "wb") as log,
+        Progress(
+            SpinnerColumn(),
+            TextColumn("[bold]openvino_cpu[/]: converting {task.description} to OpenVINO IR"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress,
+    ):
+        task = progress.add_task(src.name, total=None)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        while proc.poll() is None:
+            time.sleep(0.2)
+            progress.advance(task)
+    tail = log_path.read_text(errors="replace")[-2000:]
+    log_path.unlink(missing_ok=True)
+    if proc.returncode != 0:
+        raise EngineError(
+            f"converting {src} to OpenVINO IR failed (exit {proc.returncode}): {tail}"
+        )
+    if not is_ir_dir(out):
+        raise EngineError(f"converting {src} produced no {IR_MODEL}: {tail}")
+    console.print(f"openvino_cpu: converted {src.name} → {out.parent}", highlight=False)
+
+
+def export(src: Path, out: Path, weight_format: str) -> None:
+    """Export ``src`` into ``out`` in this process (the child's work; imports torch)."""
+    from optimum.exporters.openvino import main_export
+    from optimum.intel import OVConfig, OVWeightQuantizationConfig
+
+    if weight_format == "int8":
+        ov_config = OVConfig(quantization_config=OVWeightQuantizationConfig(bits=8, sym=False))
+    else:
+        ov_config = OVConfig(dtype=weight_format)
+    main_export(
+        str(src),
+        str(out),
+        task="text-generation-with-past",
+        local_files_only=True,
+        convert_tokenizer=False,
+        library_name="transformers",
+        ov_config=ov_config,
+    )
+    _convert_tokenizer(src, out)
+
+
+def _convert_tokenizer(src: Path, out: Path) -> None:
+    """Write ``openvino_tokenizer.xml``/``openvino_detokenizer.xml`` (openvino_tokenizers).
+
+    The host tokenizes with the Hugging Face tokenizer, so a tokenizer that
+    openvino_tokenizers cannot convert is reported and skipped, not fatal.
+    """
+    try:
+        import openvino as ov
+        from openvino_tokenizers import convert_tokenizer
+        from transformers import AutoTokenizer
+
+        hf_tok = AutoTokenizer.from_pretrained(src, local_files_only=True)
+        tok, detok = convert_tokenizer(hf_tok, with_detokenizer=True)
+        ov.save_model(tok, str(out / "openvino_tokenizer.xml"))
+        ov.save_model(detok, str(out / "openvino_detokenizer.xml"))
+    except Exception as exc:  # the engine works on token ids without them
+        print(f"warning: tokenizer not converted: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m servehall_openvino_cpu.convert SRC OUT [--weight-format F]``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("src", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--weight-format", default="fp32", choices=["fp32", "fp16", "int8"])
+    args = parser.parse_args(argv)
+    export(args.src, args.out, args.weight_format)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

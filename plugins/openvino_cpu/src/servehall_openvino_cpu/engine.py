@@ -1,0 +1,486 @@
+"""The ``openvino_cpu`` engine: OpenVINO GenAI's ``ContinuousBatchingPipeline`` behind
+:class:`servehall.Engine`.
+
+OpenVINO GenAI schedules requests vLLM-style (paged KV cache in blocks of 32 tokens,
+prefill chunks fused with decodes, optional prefix caching). This module drives it:
+
+* **one step thread** owns the pipeline: it drains a command queue (add / abort) between
+  steps, calls ``pipeline.step()`` (which releases the GIL) while any request is
+  unfinished, reads each ``GenerationHandle``'s new token ids and hands them, one batch
+  per step, to the asyncio loop with ``loop.call_soon_threadsafe``; so requests join the
+  running batch at the next step and the event loop never blocks;
+* **abort** ends the request's stream at once with ``finish_reason="abort"`` and tells the
+  step thread to ``cancel()`` the handle and drop it; the pipeline frees the request's KV
+  blocks at its next step (queued and running requests alike), which the thread runs at
+  once even when nothing else is in flight;
+* **stats** come from ``pipeline.get_metrics()`` (scheduled requests, KV-cache usage in %
+  of the fixed block pool), combined with the engine's own live-request count;
+* **health** fails once the step thread died (a failed ``step()``), and every open stream
+  then ends with ``finish_reason="error"``.
+
+Token ids in, token ids out: the host tokenizes and detokenizes with the model's Hugging
+Face tokenizer. An end-of-sequence/stop token that ends a request is not emitted (as in
+the shared torch engine). ``SamplingParams`` map onto ``openvino_genai.GenerationConfig``:
+temperature 0 → greedy; otherwise multinomial with ``temperature``, ``top_p``,
+``rng_seed`` (= ``seed``), ``presence_penalty`` and ``frequency_penalty`` (OpenVINO
+subtracts them from the logits of already generated tokens, as OpenAI describes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import queue
+import secrets
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servehall import (
+    ConfigError,
+    EngineError,
+    EngineHealth,
+    EngineStats,
+    ModelConfig,
+    ModelInfo,
+    SamplingParams,
+    TokenDelta,
+)
+from servehall_openvino_cpu.convert import resolve_ir_dir
+from servehall_openvino_cpu.options import KV_BLOCK_SIZE, parse_options, plan_num_kv_blocks
+from servehall_openvino_cpu.probe import bf16_native
+
+log = logging.getLogger("servehall.openvino_cpu")
+
+BACKEND = "openvino_cpu"
+SUPPORTED_PARAMS: frozenset[str] = frozenset(
+    {"seed", "top_p", "presence_penalty", "frequency_penalty"}
+)
+IDLE_WAIT_S = 0.5
+"""How long the idle step thread blocks on its command queue before re-checking."""
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _ids(value: Any) -> tuple[int, ...]:
+    if isinstance(value, int):
+        return (value,) if value >= 0 else ()
+    if isinstance(value, list | tuple):
+        return tuple(int(v) for v in value if isinstance(v, int) and v >= 0)
+    return ()
+
+
+class _Stream:
+    """The async iterator of one request; deltas arrive through loop callbacks."""
+
+    __slots__ = ("_engine", "_queue", "done", "ended", "request_id")
+
+    def __init__(self, engine: OpenVINOEngine, request_id: str) -> None:
+        self._engine = engine
+        self._queue: asyncio.Queue[TokenDelta] = asyncio.Queue()
+        self.request_id = request_id
+        self.done = False  # terminal delta queued
+        self.ended = False  # terminal delta consumed
+
+    def push(self, delta: TokenDelta) -> None:
+        """Queue ``delta`` (ignored once the terminal delta is queued)."""
+        if self.done:
+            return
+        if delta.finish_reason is not None:
+            self.done = True
+        self._queue.put_nowait(delta)
+
+    def __aiter__(self) -> _Stream:
+        return self
+
+    async def __anext__(self) -> TokenDelta:
+        if self.ended:
+            raise StopAsyncIteration
+        delta = await self._queue.get()
+        if delta.finish_reason is not None:
+            self.ended = True
+        return delta
+
+    async def aclose(self) -> None:
+        """Stop iterating; aborts the request when it has not finished."""
+        if not self.done:
+            self._engine._abort_now(self.request_id)
+        self.ended = True
+
+
+@dataclass(slots=True)
+class _Live:
+    """Step-thread state of one request."""
+
+    stream: _Stream
+    handle: Any
+    stop_ids: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """Pipeline counters after the latest step (written by the step thread)."""
+
+    scheduled: int = 0
+    in_pipeline: int = 0
+    kv_blocks_used: int = 0
+
+
+class OpenVINOEngine:
+    """Continuous-batching engine for one model on the CPU through OpenVINO GenAI.
+
+    Args:
+        model: the ``[[models]]`` entry; ``path`` is an OpenVINO IR directory or a Hugging
+            Face directory (converted once, see :mod:`servehall_openvino_cpu.convert`);
+            ``options`` are validated as :class:`~servehall_openvino_cpu.options.OpenVINOOptions`.
+
+    Raises:
+        ConfigError: invalid options, a missing model directory, or bf16 requested on a CPU
+            without native bf16 (raised here, before OpenVINO is imported).
+    """
+
+    backend: str = BACKEND
+    supported_params: frozenset[str] = SUPPORTED_PARAMS
+
+    def __init__(self, model: ModelConfig) -> None:
+        self.name = model.name
+        self.path = Path(model.path).expanduser()
+        self.options = parse_options(model.options, model=model.name)
+        if self.options.inference_precision == "bf16" and not bf16_native():
+            raise ConfigError(
+                f"model {model.name!r}: inference_precision 'bf16' needs a CPU with "
+                "AVX-512 BF16 or AMX (not found in /proc/cpuinfo); use 'f32'"
+            )
+        if not self.path.is_dir():
+            raise ConfigError(f"model {model.name!r}: {self.path} is not a directory")
+        self._hf_config = _read_json(self.path / "config.json")
+        gen = _read_json(self.path / "generation_config.json")
+        self._eos_ids = _ids(gen.get("eos_token_id", self._hf_config.get("eos_token_id")))
+        text_cfg = self._hf_config.get("text_config")
+        cfg = text_cfg if isinstance(text_cfg, dict) else self._hf_config
+        native_len = int(cfg.get("max_position_embeddings") or 2048)
+        self._vocab_size = int(cfg.get("vocab_size") or 0)
+        wanted_len = min(model.max_model_len or native_len, native_len)
+        self._num_blocks = plan_num_kv_blocks(self.options, self._hf_config, wanted_len)
+        self._max_model_len = min(wanted_len, self._num_blocks * KV_BLOCK_SIZE)
+        self._ir_dir: Path | None = None
+        self._pipe: Any = None
+        self._ov_tensor: Any = None
+        self._gen_config_cls: Any = None
+        self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._streams: dict[str, _Stream] = {}  # loop thread: live requests by id
+        self._snapshot = _Snapshot()
+        self._next_id = 0
+        self._dead_reason: str | None = None
+        self._started = False
+        self._stopped = False
+        self._fault: str | None = None
+
+    # --- facts -------------------------------------------------------------------------
+
+    @property
+    def model_info(self) -> ModelInfo:
+        """Context length (capped to the KV pool), EOS ids, vocabulary size, and extras."""
+        return ModelInfo(
+            max_model_len=self._max_model_len,
+            eos_token_ids=self._eos_ids,
+            vocab_size=self._vocab_size,
+            extra={
+                "inference_precision": self.options.inference_precision,
+                "kv_cache_precision": self.options.kv_precision() or "openvino-default",
+                "kv_cache_blocks": self._num_blocks,
+                "kv_block_size": KV_BLOCK_SIZE,
+                "prefix_caching": self.options.enable_prefix_caching,
+                "ir_dir": str(self._ir_dir) if self._ir_dir else None,
+            },
+        )
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Convert if needed, compile the model and start the step thread.
+
+        Raises ConfigError (not a model directory) or EngineError (conversion or
+        compilation failed)."""
+        if self._started:
+            return
+        self._loop = asyncio.get_running_loop()
+        try:
+            await asyncio.to_thread(self._load)
+        except (ConfigError, EngineError):
+            raise
+        except Exception as exc:
+            raise EngineError(
+                f"openvino_cpu: loading {self.path} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        self._thread = threading.Thread(
+            target=self._run, name=f"servehall-ov-{self.name}", daemon=True
+        )
+        self._started = True
+        self._thread.start()
+
+    def _load(self) -> None:
+        import openvino as ov
+        import openvino_genai as ov_genai
+
+        self._ir_dir = resolve_ir_dir(
+            self.path, cache_dir=self.options.cache_dir, weight_format=self.options.weight_format
+        )
+        sc = ov_genai.SchedulerConfig()
+        sc.num_kv_blocks = self._num_blocks
+        sc.max_num_seqs = self.options.max_num_seqs
+        sc.max_num_batched_tokens = max(self.options.max_num_batched_tokens, KV_BLOCK_SIZE)
+        sc.enable_prefix_caching = self.options.enable_prefix_caching
+        sc.dynamic_split_fuse = self.options.dynamic_split_fuse
+        self._pipe = ov_genai.ContinuousBatchingPipeline(
+            str(self._ir_dir), sc, "CPU", self.options.ov_properties()
+        )
+        self._ov_tensor = ov.Tensor
+        self._gen_config_cls = ov_genai.GenerationConfig
+
+    async def health(self) -> EngineHealth:
+        """OK while started, not shut down, and the step thread is alive."""
+        if self._dead_reason is not None:
+            return EngineHealth(False, self._dead_reason)
+        if self._stopped:
+            return EngineHealth(False, "engine is shut down")
+        if not self._started:
+            return EngineHealth(False, "engine not started")
+        if self._thread is None or not self._thread.is_alive():
+            return EngineHealth(False, "step thread is not running")
+        return EngineHealth(True)
+
+    def stats(self) -> EngineStats:
+        """Running/waiting requests and KV blocks in use (from the last step's metrics)."""
+        snap = self._snapshot
+        live = len(self._streams)
+        running = min(snap.scheduled, live)
+        return EngineStats(
+            running=running,
+            waiting=max(live - running, 0),
+            kv_cache_blocks_used=min(snap.kv_blocks_used, self._num_blocks),
+            kv_cache_blocks_total=self._num_blocks,
+        )
+
+    async def shutdown(self) -> None:
+        """Abort every request, stop the step thread, release the pipeline. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        for rid in list(self._streams):
+            self._abort_now(rid)
+        self._commands.put(("stop", None))
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+        self._pipe = None
+
+    # --- requests ----------------------------------------------------------------------
+
+    def add_request(
+        self, request_id: str, prompt_token_ids: Sequence[int], params: SamplingParams
+    ) -> _Stream:
+        """Queue a request; it joins the running batch at the next step (see Engine)."""
+        if request_id in self._streams:
+            raise ValueError(f"request id {request_id!r} is already live")
+        if not self._started or self._stopped:
+            raise EngineError("openvino_cpu engine is not running")
+        stream = _Stream(self, request_id)
+        if self._dead_reason is not None:
+            stream.push(TokenDelta((), "error", error="engine is not healthy"))
+            return stream
+        if not prompt_token_ids:
+            stream.push(TokenDelta((), "error", error="empty prompt"))
+            return stream
+        try:
+            config, stop_ids = self._generation_config(params)
+        except (ValueError, RuntimeError) as exc:
+            stream.push(TokenDelta((), "error", error=f"invalid sampling parameters: {exc}"))
+            return stream
+        self._streams[request_id] = stream
+        self._commands.put(("add", (stream, list(prompt_token_ids), config, stop_ids)))
+        return stream
+
+    async def abort(self, request_id: str) -> None:
+        """Abort a queued or running request; its KV blocks are freed at the next step."""
+        self._abort_now(request_id)
+
+    def _abort_now(self, request_id: str) -> None:
+        stream = self._streams.pop(request_id, None)
+        if stream is None:
+            return
+        stream.push(TokenDelta((), "abort"))
+        self._commands.put(("abort", stream))
+
+    def _generation_config(self, p: SamplingParams) -> tuple[Any, frozenset[int]]:
+        c = self._gen_config_cls()
+        c.max_new_tokens = p.max_tokens
+        c.ignore_eos = p.ignore_eos
+        stop_ids = frozenset(p.stop_token_ids) | (
+            frozenset() if p.ignore_eos else frozenset(self._eos_ids)
+        )
+        if self._eos_ids and not p.ignore_eos:
+            c.eos_token_id = self._eos_ids[0]  # OpenVINO wants it inside stop_token_ids too
+        c.stop_token_ids = set(stop_ids)
+        if p.temperature <= 0:
+            c.do_sample = False
+        else:
+            c.do_sample = True
+            c.temperature = p.temperature
+            c.top_p = p.top_p
+            c.rng_seed = p.seed if p.seed is not None else secrets.randbits(31)
+        c.presence_penalty = p.presence_penalty
+        c.frequency_penalty = p.frequency_penalty
+        c.validate()
+        return c, stop_ids
+
+    def _inject_fault(self, reason: str = "injected fault") -> None:
+        """Test hook: make the next step fail as a device fault would."""
+        self._fault = reason
+        self._commands.put(("wake", None))
+
+    # --- step thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        live: dict[int, _Live] = {}
+        try:
+            while True:
+                busy = bool(live)
+                cleanup = self._drain(live, block=not busy)
+                if cleanup is None:
+                    break
+                if self._fault is not None:
+                    raise RuntimeError(self._fault)
+                batch: list[tuple[_Stream, TokenDelta]] = []
+                if live or cleanup:
+                    self._pipe.step()
+                    batch = self._collect(live)
+                self._update_snapshot(bool(live))  # before posting: stats never lag a delta
+                if batch:
+                    self._post(batch)
+        except Exception as exc:
+            reason = f"OpenVINO step failed: {type(exc).__name__}: {exc}"
+            log.error("model %s: %s", self.name, reason)
+            self._dead_reason = reason
+            self._post_fail_all()
+        finally:
+            for entry in live.values():
+                entry.handle.cancel()
+            live.clear()
+
+    def _drain(self, live: dict[int, _Live], *, block: bool) -> bool | None:
+        """Apply queued commands; True when an abort needs a cleanup step; None on stop."""
+        cleanup = False
+        timeout = IDLE_WAIT_S if block else None
+        while True:
+            try:
+                kind, arg = (
+                    self._commands.get(timeout=timeout) if timeout else self._commands.get_nowait()
+                )
+            except queue.Empty:
+                return cleanup
+            timeout = None
+            if kind == "stop":
+                return None
+            if kind == "add":
+                stream, prompt, config, stop_ids = arg
+                if stream.done:
+                    continue  # aborted before it reached the pipeline
+                rid = self._next_id
+                self._next_id += 1
+                tensor = self._ov_tensor(_int64_row(prompt))
+                handle = self._pipe.add_request(rid, tensor, config)
+                live[rid] = _Live(stream, handle, stop_ids)
+            elif kind == "abort":
+                for rid, entry in list(live.items()):
+                    if entry.stream is arg:
+                        entry.handle.cancel()
+                        del live[rid]
+                        cleanup = True
+
+    def _collect(self, live: dict[int, _Live]) -> list[tuple[_Stream, TokenDelta]]:
+        """New tokens of every live handle since the last read, as deltas to post."""
+        batch: list[tuple[_Stream, TokenDelta]] = []
+        for rid, entry in list(live.items()):
+            handle = entry.handle
+            tokens: list[int] = []
+            finish = "NONE"
+            if handle.can_read():
+                for out in handle.read().values():
+                    tokens.extend(int(t) for t in out.generated_ids)
+                    finish = out.finish_reason.name
+            status = handle.get_status().name
+            if status == "RUNNING" and finish == "NONE":
+                if tokens:
+                    batch.append((entry.stream, TokenDelta(tuple(tokens))))
+                continue
+            del live[rid]
+            delta: TokenDelta | None
+            if status == "IGNORED":
+                error = "request does not fit the KV cache"
+                delta = TokenDelta(tuple(tokens), "error", error=error)
+            elif status in ("CANCEL", "DROPPED_BY_HANDLE", "DROPPED_BY_PIPELINE"):
+                delta = None  # aborted: its stream already ended
+            elif finish == "STOP":
+                if tokens and tokens[-1] in entry.stop_ids:
+                    tokens.pop()
+                delta = TokenDelta(tuple(tokens), "stop")
+            else:
+                delta = TokenDelta(tuple(tokens), "length")
+            if delta is not None:
+                batch.append((entry.stream, delta))
+        return batch
+
+    def _update_snapshot(self, busy: bool) -> None:
+        if not busy and not self._pipe.has_non_finished_requests():
+            self._snapshot = _Snapshot()
+            return
+        m = self._pipe.get_metrics()
+        used = round(float(m.cache_usage) / 100.0 * self._num_blocks)
+        self._snapshot = _Snapshot(int(m.scheduled_requests), int(m.requests), used)
+
+    def _post(self, batch: list[tuple[_Stream, TokenDelta]]) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(self._deliver, batch)
+
+    def _deliver(self, batch: list[tuple[_Stream, TokenDelta]]) -> None:
+        """Loop thread: push deltas; forget requests that ended."""
+        for stream, delta in batch:
+            stream.push(delta)
+            if delta.finish_reason is not None and self._streams.get(stream.request_id) is stream:
+                del self._streams[stream.request_id]
+
+    def _post_fail_all(self) -> None:
+        """After a fatal step error: end every live stream with ``error`` (loop thread)."""
+
+        def fail() -> None:
+            for rid, stream in list(self._streams.items()):
+                stream.push(TokenDelta((), "error", error="engine step failed"))
+                del self._streams[rid]
+
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(fail)
+
+
+def _int64_row(prompt: list[int]) -> Any:
+    import numpy as np
+
+    return np.asarray([prompt], dtype=np.int64)

@@ -1,0 +1,136 @@
+"""Per-model options of the ``openvino_cpu`` backend (``[[models]] options``).
+
+Example::
+
+    [[models]]
+    name = "demo"
+    path = "~/.cache/servehall/demo-model"     # Hugging Face dir (converted once) or IR dir
+    backend = "openvino_cpu"
+    options = { inference_precision = "f32", kv_cache_size_gb = 2, enable_prefix_caching = true }
+
+Validated by :class:`OpenVINOOptions`; :func:`parse_options` turns errors into
+:class:`~servehall.ConfigError` naming ``models.<name>.options.<key>``. OpenVINO-free.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from servehall import ConfigError
+
+KV_BLOCK_SIZE = 32
+"""Tokens per KV-cache block of OpenVINO GenAI's CPU paged attention."""
+
+DEFAULT_KV_CACHE_CAP_BYTES = 4 * 1024**3
+"""When neither ``kv_cache_size_gb`` nor ``num_kv_blocks`` is set, the pool holds
+``max_num_seqs`` full-length sequences, capped at this many bytes."""
+
+
+class OpenVINOOptions(BaseModel):
+    """Options of one model served by ``openvino_cpu``.
+
+    Attributes:
+        inference_precision: compute precision of the CPU plugin (``INFERENCE_PRECISION_HINT``).
+            ``"f32"`` (default) reproduces torch's float32 greedy output token for token;
+            ``"bf16"`` is faster on CPUs with AVX-512 BF16/AMX (OpenVINO's own default there).
+        kv_cache_precision: element type of the KV cache. ``"auto"`` = ``f32`` with f32
+            inference (exact parity), otherwise OpenVINO's CPU default (u8 on x86).
+        kv_cache_size_gb: KV-cache pool size in GiB; exclusive with ``num_kv_blocks``.
+        num_kv_blocks: KV-cache pool size in blocks of 32 tokens.
+        max_num_seqs: most sequences in one batch (also sizes the default pool).
+        max_num_batched_tokens: most tokens one step processes (prefill chunks included).
+        enable_prefix_caching: reuse KV blocks of shared prompt prefixes across requests.
+        dynamic_split_fuse: split long prefills into chunks that share steps with decodes.
+        inference_num_threads: CPU threads for inference; None = OpenVINO's choice.
+        weight_format: weight precision when converting a Hugging Face directory
+            (``fp32`` keeps parity; ``fp16``/``int8`` shrink the model).
+        cache_dir: where converted models are cached; None =
+            ``$SERVEHALL_CACHE_DIR/openvino`` (default ``~/.cache/servehall/openvino``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    inference_precision: Literal["f32", "bf16"] = "f32"
+    kv_cache_precision: Literal["auto", "f32", "bf16", "f16", "u8"] = "auto"
+    kv_cache_size_gb: float | None = Field(default=None, gt=0)
+    num_kv_blocks: int | None = Field(default=None, ge=1)
+    max_num_seqs: int = Field(default=16, ge=1)
+    max_num_batched_tokens: int = Field(default=2048, ge=32)
+    enable_prefix_caching: bool = True
+    dynamic_split_fuse: bool = True
+    inference_num_threads: int | None = Field(default=None, ge=1)
+    weight_format: Literal["fp32", "fp16", "int8"] = "fp32"
+    cache_dir: Path | None = None
+
+    @model_validator(mode="after")
+    def _one_pool_size(self) -> OpenVINOOptions:
+        if self.kv_cache_size_gb is not None and self.num_kv_blocks is not None:
+            raise ValueError("set kv_cache_size_gb or num_kv_blocks, not both")
+        return self
+
+    def kv_precision(self) -> str | None:
+        """The ``KV_CACHE_PRECISION`` to set, or None to leave OpenVINO's default."""
+        if self.kv_cache_precision != "auto":
+            return self.kv_cache_precision
+        return "f32" if self.inference_precision == "f32" else None
+
+    def ov_properties(self) -> dict[str, Any]:
+        """OpenVINO CPU properties for ``ContinuousBatchingPipeline(..., properties)``."""
+        props: dict[str, Any] = {"INFERENCE_PRECISION_HINT": self.inference_precision}
+        kv = self.kv_precision()
+        if kv is not None:
+            props["KV_CACHE_PRECISION"] = kv
+        if self.inference_num_threads is not None:
+            props["INFERENCE_NUM_THREADS"] = self.inference_num_threads
+        return props
+
+
+def parse_options(raw: dict[str, Any], *, model: str) -> OpenVINOOptions:
+    """Validate ``raw``; raises ConfigError with one ``(key path, message)`` per error."""
+    try:
+        return OpenVINOOptions.model_validate(raw)
+    except ValidationError as exc:
+        errors = [
+            (
+                ".".join(["models", model, "options", *(str(p) for p in e["loc"])]),
+                e["msg"],
+            )
+            for e in exc.errors()
+        ]
+        text = "; ".join(f"{k}: {m}" for k, m in errors)
+        raise ConfigError(f"invalid openvino_cpu options: {text}", errors=errors) from None
+
+
+def kv_block_bytes(hf_config: dict[str, Any], kv_precision: str | None) -> int:
+    """Approximate bytes of one KV block (K and V, all layers) for a decoder config.
+
+    Shape per block: ``2 x layers x kv_heads x head_dim x 32 tokens`` elements; ``u8``
+    (or OpenVINO's default, assumed u8) adds per-token scale/zero-point overhead.
+    """
+    cfg = (
+        hf_config.get("text_config")
+        if isinstance(hf_config.get("text_config"), dict)
+        else hf_config
+    )
+    assert isinstance(cfg, dict)
+    layers = int(cfg.get("num_hidden_layers") or 1)
+    heads = int(cfg.get("num_attention_heads") or 1)
+    kv_heads = int(cfg.get("num_key_value_heads") or heads)
+    head_dim = int(cfg.get("head_dim") or int(cfg.get("hidden_size") or 64) // heads)
+    elem = {"f32": 4.0, "bf16": 2.0, "f16": 2.0}.get(kv_precision or "u8", 1.0 + 8.0 / head_dim)
+    return max(1, int(2 * layers * kv_heads * head_dim * KV_BLOCK_SIZE * elem))
+
+
+def plan_num_kv_blocks(opts: OpenVINOOptions, hf_config: dict[str, Any], max_model_len: int) -> int:
+    """Number of KV blocks for the pool: explicit, from GiB, or the default plan."""
+    if opts.num_kv_blocks is not None:
+        return opts.num_kv_blocks
+    per_block = kv_block_bytes(hf_config, opts.kv_precision())
+    if opts.kv_cache_size_gb is not None:
+        return max(1, int(opts.kv_cache_size_gb * 1024**3 // per_block))
+    per_seq = -(-max_model_len // KV_BLOCK_SIZE)
+    cap = max(per_seq, DEFAULT_KV_CACHE_CAP_BYTES // per_block)
+    return int(min(opts.max_num_seqs * per_seq, cap))
