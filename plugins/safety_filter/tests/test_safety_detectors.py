@@ -42,6 +42,7 @@ def test_luhn(digits: str, ok: bool) -> None:
         ("DE89 3704 0044 0532 0130 01", False),
         ("GB82 WEST 1234 5698 7654 33", False),
         ("XX00", False),
+        ("GB82 WEST 1234 5698 7654 32 WORD", False),  # mod-97 passes, length does not
     ],
 )
 def test_iban_mod97(iban: str, ok: bool) -> None:
@@ -60,6 +61,7 @@ def test_cards_are_luhn_checked_and_shortened_to_a_group() -> None:
 def test_iban_detector() -> None:
     assert redact("iban", "to DE89 3704 0044 0532 0130 00 please") == "to [IBAN] please"
     assert redact("iban", "to gb82west12345698765432.") == "to [IBAN]."
+    assert redact("iban", "GB82 WEST 1234 5698 7654 32 word") == "[IBAN] word"
     assert redact("iban", "to DE89 3704 0044 0532 0130 01 please") == (
         "to DE89 3704 0044 0532 0130 01 please"
     )

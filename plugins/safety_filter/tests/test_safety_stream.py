@@ -6,6 +6,8 @@ import random
 
 import pytest
 
+from servehall import PromptParts
+from servehall_safety_filter.input_filter import SafetyInputFilter
 from servehall_safety_filter.testing import book, chunked, run_stream, stream_of
 
 TEXT = (
@@ -192,3 +194,87 @@ def test_contributed_detector_runs_in_streams() -> None:
     )
     run = run_stream(stream_of(b), chunked("wow!!! ok!! yes!!!!", 2))
     assert run.text == "wow[REDACTED] ok!! yes[REDACTED]"
+
+
+def test_long_stream_trims_its_buffer_and_stays_exact() -> None:
+    b = book(
+        rules=[
+            {"name": "email", "detector": "email", "action": "redact"},
+            {"name": "iban", "detector": "iban", "action": "redact"},
+            {"name": "stop", "keywords": ["final forbidden words"]},
+        ]
+    )
+    rng = random.Random(5)
+    parts = []
+    expected = []
+    for i in range(600):
+        if i % 37 == 5:
+            parts.append(f"user{i}@mail.example.net")
+            expected.append("[EMAIL]")
+        elif i % 53 == 7:
+            parts.append("GB82 WEST 1234 5698 7654 32")
+            expected.append("[IBAN]")
+        else:
+            w = rng.choice(["alpha", "beta", "gamma", "Final", "forbidden", "word"])
+            parts.append(w)
+            expected.append(w)
+    clean = " ".join(parts)
+    assert len(clean) > 3000
+    flt = stream_of(b)
+    run = run_stream(flt, [clean[i : i + 3] for i in range(0, len(clean), 3)])
+    assert not run.blocked and run.text == " ".join(expected)
+    assert len(flt._text) < 1024 + 300  # the normalised buffer was trimmed
+    blocked = clean + " and then final  FORBIDDEN words appear"
+    run = run_stream(stream_of(b), [blocked[i : i + 5] for i in range(0, len(blocked), 5)])
+    assert run.blocked and run.text == " ".join(expected) + " and then "
+
+
+def test_finish_without_feed_and_empty_feeds() -> None:
+    b = _book()
+    flt = stream_of(b)  # type: ignore[arg-type]
+    assert flt.feed("").text == ""
+    assert flt.finish().text == ""
+    assert flt.finish().text == "" and not flt.finish().blocked
+
+
+def test_any_chunking_gives_the_same_result_as_one_piece() -> None:
+    """Differential check: streamed in random pieces == judged as one piece."""
+    b = book(
+        rules=[
+            {"name": "email", "detector": "email", "action": "redact"},
+            {"name": "card", "detector": "payment_card", "action": "redact"},
+            {"name": "phone", "detector": "phone", "action": "redact"},
+            {"name": "iban", "detector": "iban", "action": "redact"},
+            {"name": "tag", "keywords": ["blue moon"], "action": "flag"},
+            {"name": "stop", "keywords": ["red sun", "zorg"]},
+        ]
+    )
+    rng = random.Random(11)
+    vocab = [
+        "blue", "moon", "red", "sun", "ＲＥＤ", "s\u200bun", "zorg", "zorgs", "a@b.io",
+        "x.y@z-q.example", "4111 1111 1111 1111", "4111111111111112", "+44 20 7946 0958",
+        "(555) 123-4567", "DE89 3704 0044 0532 0130 00", "e\u0301", "  ", "\n", ",", "1999",
+    ]  # fmt: skip
+    for _ in range(300):
+        text = " ".join(rng.choice(vocab) for _ in range(rng.randint(1, 25)))
+        one = run_stream(stream_of(b), [text])
+        cuts = sorted(set(rng.randint(1, max(1, len(text) - 1)) for _ in range(rng.randint(0, 12))))
+        pieces = [text[i:j] for i, j in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+        many = run_stream(stream_of(b), pieces)
+        assert (many.text, many.blocked) == (one.text, one.blocked), (text, pieces)
+
+        def counts(run: object) -> dict[tuple[str, str], int]:
+            out: dict[tuple[str, str], int] = {}
+            for v in run.verdicts:  # type: ignore[attr-defined]
+                out[(v.rule, v.action)] = out.get((v.rule, v.action), 0) + v.count
+            return out
+
+        if not one.blocked:
+            assert counts(many) == counts(one), (text, pieces)
+        # and the same as the input filter's whole-text search on the same text
+        parts = PromptParts(texts=[text], endpoint="/v1/completions", model="m")
+        verdicts = SafetyInputFilter(b).check(parts)
+        blocked = any(v.action == "block" for v in verdicts)
+        assert blocked == one.blocked, text
+        if not blocked:
+            assert parts.texts[0] == one.text, text

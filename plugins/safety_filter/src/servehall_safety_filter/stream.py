@@ -46,6 +46,7 @@ class SafetyStreamFilter:
     """
 
     __slots__ = (
+        "_active",
         "_block_cur",
         "_blocked",
         "_done",
@@ -76,6 +77,15 @@ class SafetyStreamFilter:
         self._block_cur = rules.block.cursor()
         self._redact_cur = rules.redact.cursor()
         self._record_cur = rules.record.cursor()
+        self._active = [  # the cursors of non-empty groups (empty ones never move)
+            cur
+            for cur, group in (
+                (self._block_cur, rules.block),
+                (self._redact_cur, rules.redact),
+                (self._record_cur, rules.record),
+            )
+            if group
+        ]
         self._spans: list[tuple[int, int, str]] = []  # pending redactions (absolute)
         self._blocked = False
         self._done = False
@@ -168,7 +178,7 @@ class SafetyStreamFilter:
 
     def _trim(self) -> None:
         """Drop the judged prefix of the normalised buffer (amortised)."""
-        low = min(self._settled, *self._block_cur, *self._redact_cur, *self._record_cur)
+        low = min(self._settled, *(p for cur in self._active for p in cur))
         drop = low - _CONTEXT
         if drop < _TRIM:
             return
@@ -176,6 +186,6 @@ class SafetyStreamFilter:
         del self._starts[:drop]
         del self._ends[:drop]
         self._settled -= drop
-        for cur in (self._block_cur, self._redact_cur, self._record_cur):
+        for cur in self._active:
             for i in range(len(cur)):
                 cur[i] -= drop
