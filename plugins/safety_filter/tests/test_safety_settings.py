@@ -26,9 +26,18 @@ def test_safe_patterns_report_their_width(pattern: str, width: int | None) -> No
     assert check_pattern(pattern) == width
 
 
-def test_invalid_regex_is_a_config_error() -> None:
-    with pytest.raises(ValidationError, match="invalid regular expression"):
-        SafetyFilterSettings(rules=[{"name": "r", "detector": "regex", "patterns": ["(oops"]}])
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        ("(oops", "invalid regular expression"),
+        (r"(a)b\1", "back-reference"),
+        (r"(?P<x>a)(?P=x)", "back-reference"),
+        ("(?i)abc", "global flags"),
+    ],
+)
+def test_invalid_regex_is_a_config_error(pattern: str, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        SafetyFilterSettings(rules=[{"name": "r", "detector": "regex", "patterns": [pattern]}])
 
 
 def test_unbounded_regex_window_uses_the_configured_cap() -> None:

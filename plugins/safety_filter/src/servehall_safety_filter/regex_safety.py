@@ -58,6 +58,15 @@ def _has_unbounded_repeat(sub: Any) -> bool:
     return False
 
 
+def _has_backref(sub: Any) -> bool:
+    for op, av in sub:
+        if op in (_c.GROUPREF, _c.GROUPREF_EXISTS):
+            return True
+        if any(_has_backref(c) for c in _children(op, av)):
+            return True
+    return False
+
+
 def _nested_unbounded(sub: Any) -> bool:
     for op, av in sub:
         if op in _REPEATS and av[1] > _BIG and _has_unbounded_repeat(av[2]):
@@ -79,6 +88,11 @@ def check_pattern(pattern: str) -> int | None:
         parsed = _p.parse(pattern)
     except re.error as exc:
         raise UnsafePatternError(f"invalid regular expression {pattern!r}: {exc}") from None
+    if _has_backref(parsed):
+        raise UnsafePatternError(
+            f"regular expression {pattern!r} uses a back-reference, which is not supported "
+            "(rules are combined and renumbered)"
+        )
     if _nested_unbounded(parsed):
         raise UnsafePatternError(
             f"regular expression {pattern!r} nests an unbounded quantifier inside a repeat "

@@ -99,6 +99,7 @@ class RuleSettings(BaseModel):
             for pattern in self.patterns:
                 try:
                     check_pattern(pattern)
+                    check_pattern(f"(?i:{pattern})")  # as compiled: scoped flags only
                 except UnsafePatternError as exc:
                     raise ValueError(f"rule {self.name!r}: {exc}") from None
         elif self.patterns:
