@@ -81,9 +81,11 @@ def test_config_errors(cfg: dict, message: str) -> None:
         SafetyFilterSettings(**cfg)
 
 
-def test_unknown_contributed_detector_fails_at_compile_time() -> None:
-    with pytest.raises(ValueError, match="unknown detector 'toxicity'"):
-        book(rules=[{"name": "tox", "detector": "toxicity"}])
+def test_unknown_contributed_detector_is_a_config_error() -> None:
+    with pytest.raises(ValidationError, match="unknown detector 'toxicity'"):
+        SafetyFilterSettings(rules=[{"name": "tox", "detector": "toxicity"}])
+    with pytest.raises(ValueError, match="cannot be imported"):
+        book(rules=[{"name": "tox", "detector": "no_such_module:Factory"}])
 
 
 def test_defaults_have_no_rules() -> None:

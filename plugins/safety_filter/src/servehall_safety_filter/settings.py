@@ -30,11 +30,17 @@ When ``policies`` is empty, one implicit policy named ``default_policy`` holds e
 
 from __future__ import annotations
 
+from importlib.metadata import entry_points
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from servehall_safety_filter.detectors import BUILTIN_DETECTORS, NATIONAL_ID_PRESETS
+from servehall_safety_filter.detectors import (
+    BUILTIN_DETECTORS,
+    BUILTIN_KINDS,
+    DETECTOR_ENTRY_POINT_GROUP,
+    NATIONAL_ID_PRESETS,
+)
 from servehall_safety_filter.regex_safety import UnsafePatternError, check_pattern
 
 Action = Literal["block", "redact", "flag"]
@@ -82,6 +88,11 @@ class RuleSettings(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> RuleSettings:
         d = self.detector
+        if d not in BUILTIN_KINDS and ":" not in d:
+            contributed = {ep.name for ep in entry_points(group=DETECTOR_ENTRY_POINT_GROUP)}
+            if d not in contributed:
+                known = ", ".join([*BUILTIN_KINDS, *sorted(contributed)])
+                raise ValueError(f"rule {self.name!r}: unknown detector {d!r} (known: {known})")
         if d == "keywords" and not [k for k in self.keywords if k.strip()]:
             raise ValueError(f"rule {self.name!r}: detector 'keywords' needs keywords")
         if d == "regex" and not self.patterns:
