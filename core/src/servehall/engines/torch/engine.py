@@ -278,6 +278,11 @@ class TorchEngine:
             use_cuda_graph=False,
             use_async_batching=False,
         )
+        # transformers' manager logs every finished request at INFO on its own handler;
+        # a server keeps that for debug runs only.
+        cb_logger = logging.getLogger("ContinuousBatchingLogger")
+        if not log.isEnabledFor(logging.DEBUG) and cb_logger.level == logging.NOTSET:
+            cb_logger.setLevel(logging.WARNING)
         manager = model.init_continuous_batching(
             generation_config=gen_config, continuous_batching_config=cb_config
         )
