@@ -253,6 +253,8 @@ def tenants(
     for team in ("team-word", "team-phrase", "team-trial", "team-other"):
         out = cli(config, "keys", "create", "--tenant", team, "--json")
         keys[team] = json.loads(out)["key"]
+    out = cli(config, "keys", "create", "--tenant", "ops", "--scopes", "inference,admin", "--json")
+    keys["ops"] = json.loads(out)["key"]
     with servehall_server(config.read_text(), name="safety-tenants") as srv:
         yield Tenants(srv, db, keys)
 
@@ -421,3 +423,23 @@ def test_verdicts_are_in_the_request_log(tenants: Tenants, baseline: Baseline) -
     # never the matched text
     for r in rows:
         assert baseline.word.lower() not in json.dumps(r["filter_verdicts"]).lower()
+
+
+def test_block_counts_reach_metrics(tenants: Tenants) -> None:
+    def blocks(c: httpx.Client) -> float:
+        r = c.get("/metrics", headers=tenants.auth("ops"))
+        assert r.status_code == 200, r.text
+        for line in r.text.splitlines():
+            if line.startswith("servehall_content_filter_blocks_total{") and (
+                'rule="demo-word"' in line and 'stage="output"' in line
+            ):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    with client(tenants.server) as c:
+        before = blocks(c)
+        complete_chat(c, tenants.auth("team-word"))
+        complete_chat(c, tenants.auth("team-trial"))  # monitored: not a block
+        assert blocks(c) == before + 1
+        text = c.get("/metrics", headers=tenants.auth("ops")).text
+    assert 'servehall_content_filter_verdicts_total{action="block",mode="monitor"' in text

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -119,5 +119,7 @@ class Metrics:
         r.register(_EngineCollector(host_ref))
 
     def render(self) -> bytes:
-        """The text exposition format."""
-        return bytes(generate_latest(self.registry))
+        """The text exposition format: the host's families, then those on
+        ``prometheus_client``'s default registry (where plugins such as the safety
+        filter register their counters, and the process/GC collectors live)."""
+        return bytes(generate_latest(self.registry)) + bytes(generate_latest(REGISTRY))
