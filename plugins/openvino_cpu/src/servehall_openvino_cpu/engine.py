@@ -379,6 +379,9 @@ class OpenVINOEngine:
         finally:
             for entry in live.values():
                 entry.handle.cancel()
+            if live and self._dead_reason is None:
+                with contextlib.suppress(Exception):
+                    self._pipe.step()  # frees the cancelled requests' KV blocks
             live.clear()
 
     def _drain(self, live: dict[int, _Live], *, block: bool) -> bool | None:

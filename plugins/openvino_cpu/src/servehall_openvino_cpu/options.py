@@ -40,7 +40,9 @@ class OpenVINOOptions(BaseModel):
             inference (exact parity), otherwise OpenVINO's CPU default (u8 on x86).
         kv_cache_size_gb: KV-cache pool size in GiB; exclusive with ``num_kv_blocks``.
         num_kv_blocks: KV-cache pool size in blocks of 32 tokens.
-        max_num_seqs: most sequences in one batch (also sizes the default pool).
+        max_num_seqs: most sequences in one batch (also sizes the default pool). OpenVINO
+            GenAI enforces it only with ``dynamic_split_fuse = false``; with split-fuse the
+            token budget ``max_num_batched_tokens`` and the KV pool bound the batch.
         max_num_batched_tokens: most tokens one step processes (prefill chunks included).
         enable_prefix_caching: reuse KV blocks of shared prompt prefixes across requests.
         dynamic_split_fuse: split long prefills into chunks that share steps with decodes.

@@ -1,0 +1,81 @@
+"""openvino_cpu: Hugging Face → OpenVINO IR conversion, its cache and its lock."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servehall import ConfigError
+from servehall_openvino_cpu.convert import MARKER, is_ir_dir, resolve_ir_dir, source_key
+
+
+def test_conversion_output_is_a_complete_ir(ov_ir_dir: Path, ov_demo_dir: Path) -> None:
+    assert is_ir_dir(ov_ir_dir)
+    for name in ("openvino_model.bin", "openvino_tokenizer.xml", "openvino_detokenizer.xml"):
+        assert (ov_ir_dir / name).is_file(), name
+    marker = json.loads((ov_ir_dir / MARKER).read_text())
+    assert marker["source"] == str(ov_demo_dir.resolve())
+    assert marker["weight_format"] == "fp32" and marker["versions"]["openvino"]
+    assert not (ov_ir_dir / "convert.log").exists()
+
+
+def test_cache_is_reused(ov_ir_dir: Path, ov_demo_dir: Path, ov_cache_dir: Path) -> None:
+    before = (ov_ir_dir / MARKER).stat().st_mtime_ns
+    assert resolve_ir_dir(ov_demo_dir, cache_dir=ov_cache_dir) == ov_ir_dir
+    assert (ov_ir_dir / MARKER).stat().st_mtime_ns == before
+    # an IR directory is served as it is
+    assert resolve_ir_dir(ov_ir_dir, cache_dir=ov_cache_dir) == ov_ir_dir
+    assert sorted(p.name for p in ov_cache_dir.iterdir() if not p.name.startswith(".")) == [
+        ov_ir_dir.name
+    ]
+
+
+def test_key_follows_content_not_location(ov_demo_dir: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(ov_demo_dir, copy)
+    assert source_key(copy, "fp32") == source_key(ov_demo_dir, "fp32")
+    assert source_key(copy, "fp16") != source_key(ov_demo_dir, "fp32")
+    gen = json.loads((copy / "generation_config.json").read_text())
+    gen["do_sample"] = True
+    (copy / "generation_config.json").write_text(json.dumps(gen))
+    assert source_key(copy, "fp32") != source_key(ov_demo_dir, "fp32")
+
+
+def test_rejects_a_directory_that_is_no_model(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(ConfigError, match="neither an OpenVINO IR"):
+        resolve_ir_dir(tmp_path, cache_dir=tmp_path / "cache")
+
+
+def test_concurrent_starts_convert_once(servehall_tiny_llama: Path, tmp_path: Path) -> None:
+    """Two processes ask for the same model at once: one converts (and shows progress),
+    the other waits on the lock and reuses the result; no temporary directory remains."""
+    cache = tmp_path / "cache"
+    code = (
+        "import sys; from pathlib import Path; "
+        "from servehall_openvino_cpu.convert import resolve_ir_dir; "
+        "print(resolve_ir_dir(Path(sys.argv[1]), cache_dir=Path(sys.argv[2])))"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(servehall_tiny_llama), str(cache)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in results]
+    paths = {out.strip() for out, _ in results}
+    assert len(paths) == 1
+    (path,) = paths
+    assert is_ir_dir(Path(path)) and (Path(path) / MARKER).is_file()
+    converted = sum("converted" in err for _, err in results)
+    assert converted == 1, [err[-500:] for _, err in results]
+    assert [p.name for p in cache.iterdir() if ".tmp-" in p.name] == []

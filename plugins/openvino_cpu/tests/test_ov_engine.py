@@ -1,0 +1,195 @@
+"""openvino_cpu engine on the real demo model: parity with torch, sampling, stops, limits."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from servehall import ModelConfig, SamplingParams, TokenDelta
+from servehall_openvino_cpu import plugin
+from servehall_openvino_cpu.engine import OpenVINOEngine
+
+N = 24
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer(ov_demo_dir: Path):  # type: ignore[no-untyped-def]
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(ov_demo_dir)
+
+
+@pytest.fixture(scope="module")
+def prompts(hf_tokenizer) -> list[list[int]]:  # type: ignore[no-untyped-def]
+    chat = hf_tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Tell me about the sea."}],
+        add_generation_prompt=True,
+        tokenize=True,
+    )["input_ids"]
+    return [
+        list(chat),
+        hf_tokenizer("The cat").input_ids,
+        hf_tokenizer("ABCDEFGH ABCDEFGH ABC").input_ids,
+        hf_tokenizer("A small robot builds the old house in the morning. The queen").input_ids,
+    ]
+
+
+def torch_greedy(model_dir: Path, prompt: list[int], n: int) -> list[int]:
+    """Reference: plain float32 argmax decoding with transformers, full recompute per token."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            logits = model(torch.tensor([ids])).logits[0, -1]
+            ids.append(int(torch.argmax(logits)))
+    return ids[len(prompt) :]
+
+
+async def collect(stream: AsyncIterator[TokenDelta]) -> list[TokenDelta]:
+    return [d async for d in stream]
+
+
+def tokens(deltas: list[TokenDelta]) -> list[int]:
+    return [t for d in deltas for t in d.token_ids]
+
+
+@pytest.fixture
+async def engine(ov_model: Callable[..., ModelConfig]) -> AsyncIterator[OpenVINOEngine]:
+    eng = plugin.factory(ov_model())
+    await eng.start()
+    yield eng
+    await eng.shutdown()
+
+
+async def test_f32_greedy_matches_transformers_token_for_token(
+    engine: OpenVINOEngine, prompts: list[list[int]], ov_demo_dir: Path
+) -> None:
+    want = [await asyncio.to_thread(torch_greedy, ov_demo_dir, p, N) for p in prompts]
+    greedy = SamplingParams(max_tokens=N, temperature=0.0, ignore_eos=True)
+    alone = [
+        tokens(await collect(engine.add_request(f"a{i}", p, greedy))) for i, p in enumerate(prompts)
+    ]
+    assert alone == want
+    together = await asyncio.gather(
+        *(collect(engine.add_request(f"b{i}", p, greedy)) for i, p in enumerate(prompts))
+    )
+    assert [tokens(d) for d in together] == want
+
+
+async def test_chat_answer_ends_with_stop_and_no_eos_token(
+    engine: OpenVINOEngine, prompts: list[list[int]], hf_tokenizer
+) -> None:  # type: ignore[no-untyped-def]
+    deltas = await collect(
+        engine.add_request("chat", prompts[0], SamplingParams(max_tokens=200, temperature=0))
+    )
+    assert deltas[-1].finish_reason == "stop"
+    out = tokens(deltas)
+    assert not set(out) & set(engine.model_info.eos_token_ids)
+    assert hf_tokenizer.decode(out).strip().endswith(".")
+    # an explicit stop token id ends the request the same way
+    stop_at = out[2]
+    deltas = await collect(
+        engine.add_request(
+            "chat2",
+            prompts[0],
+            SamplingParams(max_tokens=200, temperature=0, stop_token_ids=(stop_at,)),
+        )
+    )
+    assert deltas[-1].finish_reason == "stop"
+    assert tokens(deltas) == out[: out.index(stop_at)]
+
+
+async def test_seeded_sampling_is_reproducible(
+    engine: OpenVINOEngine, prompts: list[list[int]]
+) -> None:
+    def params(seed: int) -> SamplingParams:
+        return SamplingParams(
+            max_tokens=20, temperature=1.5, top_p=0.95, seed=seed, ignore_eos=True
+        )
+
+    runs = await asyncio.gather(
+        *(
+            collect(engine.add_request(f"s{i}", prompts[1], params(s)))
+            for i, s in enumerate((7, 7, 8))
+        )
+    )
+    a, b, c = (tokens(r) for r in runs)
+    assert a == b
+    assert a != c
+    again = tokens(await collect(engine.add_request("s-again", prompts[1], params(7))))
+    assert again == a
+
+
+async def test_penalties_change_output(engine: OpenVINOEngine, prompts: list[list[int]]) -> None:
+    base = SamplingParams(max_tokens=N, temperature=0, ignore_eos=True)
+    plain = tokens(await collect(engine.add_request("p0", prompts[2], base)))
+    penal = SamplingParams(
+        max_tokens=N, temperature=0, ignore_eos=True, presence_penalty=2.0, frequency_penalty=2.0
+    )
+    penalised = tokens(await collect(engine.add_request("p1", prompts[2], penal)))
+    assert penalised != plain
+    assert len(set(penalised)) > len(set(plain))
+    assert engine.supported_params == {"seed", "top_p", "presence_penalty", "frequency_penalty"}
+
+
+async def test_prompt_larger_than_kv_pool_fails_cleanly(
+    ov_model: Callable[..., ModelConfig],
+) -> None:
+    eng = plugin.factory(ov_model(num_kv_blocks=2))
+    assert eng.model_info.max_model_len == 64  # capped to what the KV pool holds
+    await eng.start()
+    try:
+        deltas = await asyncio.wait_for(
+            collect(eng.add_request("big", list(range(10, 110)), SamplingParams(max_tokens=4))), 60
+        )
+        assert deltas[-1].finish_reason == "error" and deltas[-1].error
+        ok = await collect(
+            eng.add_request(
+                "small", [10, 11, 12], SamplingParams(max_tokens=3, temperature=0, ignore_eos=True)
+            )
+        )
+        assert len(tokens(ok)) == 3 and (await eng.health()).ok
+    finally:
+        await eng.shutdown()
+
+
+async def test_invalid_sampling_is_an_error_delta(engine: OpenVINOEngine) -> None:
+    deltas = await collect(
+        engine.add_request(
+            "bad", [10, 11], SamplingParams(max_tokens=4, temperature=1.0, top_p=0.0)
+        )
+    )
+    assert deltas == [deltas[-1]] and deltas[-1].finish_reason == "error"
+    assert "top_p" in (deltas[-1].error or "")
+
+
+async def test_queued_requests_abort_and_free(ov_model: Callable[..., ModelConfig]) -> None:
+    """With one sequence slot (enforced without split-fuse), later requests wait; aborting
+    waiting and running ones ends their streams and leaves no KV blocks in use."""
+    eng = plugin.factory(ov_model(max_num_seqs=1, dynamic_split_fuse=False))
+    await eng.start()
+    try:
+        long = SamplingParams(max_tokens=500, temperature=0, ignore_eos=True)
+        streams = [eng.add_request(f"q{i}", [20 + i] * 40, long) for i in range(3)]
+        first = await asyncio.wait_for(anext(streams[0]), 60)
+        assert first.token_ids
+        stats = eng.stats()
+        assert stats.running == 1 and stats.waiting == 2 and stats.kv_cache_blocks_used >= 2
+        for i in (2, 0, 1):
+            await eng.abort(f"q{i}")
+        ends = [(await collect(s))[-1].finish_reason for s in streams]
+        assert ends == ["abort"] * 3
+        for _ in range(100):
+            st = eng.stats()
+            if st.kv_cache_blocks_used == 0 and st.running == 0 and st.waiting == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert (st.running, st.waiting, st.kv_cache_blocks_used) == (0, 0, 0)
+    finally:
+        await eng.shutdown()
