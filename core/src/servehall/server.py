@@ -134,11 +134,13 @@ async def run(settings: Settings, plugins: PluginHost) -> None:
     """Build the host and serve until SIGINT/SIGTERM."""
     from hypercorn.asyncio import serve as hypercorn_serve
 
+    from servehall.api import h2_workaround
     from servehall.api.app import create_app
     from servehall.metrics import Metrics
     from servehall.serving.probe import Readiness
 
     cfg = hypercorn_config(settings)
+    h2_workaround.install()
     host = await build_host(settings, plugins)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -22,6 +22,7 @@ import uuid
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from servehall.api.body import drain_body
 from servehall.api.errors import error_response
 from servehall.api.state import ApiState
 from servehall.errors import AuthenticationError, ServehallError
@@ -79,3 +80,5 @@ class AuthMiddleware:
         )
         await error_response(exc)(scope, receive, send)
         ctx.finish(exc.status, error_code=exc.code)
+        if scope.get("method") not in ("GET", "HEAD", "OPTIONS"):
+            await drain_body(receive)

@@ -17,11 +17,14 @@ Policy, in the order checked:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
 from typing import Any
 
 from starlette.requests import Request
+from starlette.types import Receive
 
 from servehall.errors import InvalidRequestError, PayloadTooLargeError, UnsupportedMediaTypeError
 
@@ -158,6 +161,19 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
             code="invalid_unicode",
         )
     return data
+
+
+async def drain_body(receive: Receive, timeout_s: float = 60.0) -> None:
+    """Read and drop the rest of a request body after an early response (413, 401 …),
+    until the body ends, the client goes away, or ``timeout_s`` passes. Keeps Hypercorn's
+    bounded per-request queue flowing so the connection (and, on HTTP/2, its other
+    streams) is not stalled; see :mod:`servehall.api.h2_workaround`."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(timeout_s):
+            while True:
+                message = await receive()
+                if message["type"] != "http.request" or not message.get("more_body", False):
+                    return
 
 
 async def read_json_object(request: Request, max_bytes: int) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
-from servehall.api.body import read_json_object
+from servehall.api.body import check_media_type, drain_body, parse_json_object, read_body
 from servehall.api.errors import error_response, from_validation_error
 from servehall.api.models import ChatCompletionRequest, CompletionRequest
 from servehall.api.state import ApiState
@@ -101,11 +101,15 @@ class InferenceEndpoint:
         ctx.set_principal(principal)
         run = _Run(api, ctx, principal, rid, int(time.time()))
         try:
+            body_read = False
             try:
-                body = await read_json_object(request, api.host.settings.server.max_body_bytes)
+                check_media_type(request)
+                raw = await read_body(request, api.host.settings.server.max_body_bytes)
+                body_read = True
             except ClientDisconnect:
                 ctx.finish(STATUS_CLIENT_CLOSED, finish_reason="client_disconnect")
                 return
+            body = parse_json_object(raw)
             work = asyncio.ensure_future(self._handle(run, body, send))
             watcher = asyncio.ensure_future(_wait_disconnect(receive))
             try:
@@ -134,6 +138,8 @@ class InferenceEndpoint:
                     "1.1",
                 )
                 await error_response(exc, close=close)(scope, receive, send)
+                if not body_read:
+                    await drain_body(receive)
             ctx.finish(exc.status, error_code=exc.code, prompt_text=run.prompt_text or None)
         except Exception:
             log.exception("request %s failed", rid)

@@ -36,7 +36,10 @@ def check_unsupported(body: dict[str, Any], fields: Any, supported: frozenset[st
             raise UnsupportedParameterError(
                 f"'{name}' is not supported by this server.", param=name
             )
+    greedy = getattr(fields, "temperature", None) == 0
     for name, neutral in _NEUTRAL.items():
+        if name == "seed" and greedy:
+            continue  # a seed changes nothing in greedy decoding
         value = getattr(fields, name, None)
         if value is not None and value != neutral and name not in supported:
             raise UnsupportedParameterError(
@@ -65,7 +68,7 @@ def resolve_max_tokens(
             f"This model's maximum context length is {max_model_len} tokens; you "
             f"requested {prompt_tokens + requested} tokens ({prompt_tokens} in the "
             f"prompt, {requested} for the completion).",
-            param=param,
+            param="max_tokens" if requested >= max_model_len else param,
         )
     return requested
 
