@@ -54,3 +54,13 @@ def test_incremental_equals_whole_text_for_any_split() -> None:
             out = (out[0] + t, out[1] + s, out[2] + e)
         t, s, e = n.flush()
         assert (out[0] + t, out[1] + s, out[2] + e) == whole
+
+
+def test_normalized_fast_form_equals_full_normalisation() -> None:
+    from servehall_safety_filter.normalize import normalized
+
+    rng = random.Random(3)
+    alphabet = "aB z\t\n\r\x0b\x0c\x1c\x1f,.-ÉéＡ\u200b\u00a0 "
+    for _ in range(500):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        assert normalized(text) == normalize_text(text)[0], repr(text)

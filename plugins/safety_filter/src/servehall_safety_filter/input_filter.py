@@ -6,7 +6,7 @@ from collections import Counter as _Tally
 
 from servehall import FilterVerdict, PromptParts
 from servehall_safety_filter import metrics
-from servehall_safety_filter.normalize import normalize_text
+from servehall_safety_filter.normalize import normalize_text, normalized
 from servehall_safety_filter.policy import PolicyBook, tally_key, tally_verdicts
 from servehall_safety_filter.redact import apply_spans, merge_spans
 
@@ -32,21 +32,22 @@ class SafetyInputFilter:
         if not rules:
             return []
         tally: _Tally[tuple[str, str, bool]] = _Tally()
-        normalized = [normalize_text(t) for t in prompt.texts]
+        texts = [normalized(t) for t in prompt.texts]
         blocked = False
-        for norm, _, _ in normalized:
+        for norm in texts:
             for hit in rules.block.scan(norm, rules.block.cursor(), len(norm)):
                 tally[tally_key(hit.rule)] += 1
                 blocked = True
             for hit in rules.record.scan(norm, rules.record.cursor(), len(norm)):
                 tally[tally_key(hit.rule)] += 1
         if rules.redact:
-            for i, (norm, starts, ends) in enumerate(normalized):
-                spans = []
-                for hit in rules.redact.scan(norm, rules.redact.cursor(), len(norm)):
+            for i, norm in enumerate(texts):
+                hits = list(rules.redact.scan(norm, rules.redact.cursor(), len(norm)))
+                for hit in hits:
                     tally[tally_key(hit.rule)] += 1
-                    spans.append((starts[hit.start], ends[hit.end - 1], hit.rule.replacement))
-                if spans and not blocked:
+                if hits and not blocked:
+                    _, starts, ends = normalize_text(prompt.texts[i])  # the offset map
+                    spans = [(starts[h.start], ends[h.end - 1], h.rule.replacement) for h in hits]
                     prompt.texts[i] = apply_spans(prompt.texts[i], merge_spans(spans))
         verdicts = list(tally_verdicts(tally, "input"))
         metrics.count(verdicts)

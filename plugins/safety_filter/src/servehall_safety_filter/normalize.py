@@ -28,6 +28,11 @@ _EXTRA_IGNORABLE = frozenset(
 # ASCII text whose normalisation is not just ``.lower()``: whitespace runs and
 # whitespace other than a plain space (both collapse to one space).
 _ASCII_SLOW = re.compile(r"\s\s|[^\S ]")
+# what the general path treats one by one: whitespace runs and non-ASCII runs (the
+# whitespace alternative first, so Unicode spaces collapse like ASCII ones)
+_SPECIAL = re.compile(r"\s+|[^\x00-\x7f]+")
+_WS_FIRST = frozenset(" \t\n\r\x0b\x0c")
+_FOLD_CACHE: dict[str, str] = {}
 
 
 def is_ignorable(ch: str) -> bool:
@@ -88,17 +93,53 @@ class Normalizer:
         out: list[str] = []
         starts: list[int] = []
         ends: list[int] = []
-        i, n = 0, len(s)
+        i = 0
+        for m in _SPECIAL.finditer(s):
+            a, b = m.span()
+            if s[a] in _WS_FIRST or s[a].isspace():  # a whitespace run → one space
+                if a > i:
+                    self._ascii(s, i, a, base, out, starts, ends)
+                if not self._last_space:
+                    out.append(" ")
+                    starts.append(base + a)  # the run's first character (the others
+                    ends.append(base + a + 1)  # map to nothing, like ignorables)
+                    self._last_space = True
+            else:  # non-ASCII: per cluster; a leading combining mark joins the char before
+                if a > i and unicodedata.combining(s[a]):
+                    a -= 1
+                if a > i:
+                    self._ascii(s, i, a, base, out, starts, ends)
+                self._clusters(s, a, b, base, out, starts, ends)
+            i = b
+        if i < len(s):
+            self._ascii(s, i, len(s), base, out, starts, ends)
+        return "".join(out), starts, ends
+
+    def _ascii(
+        self, s: str, i: int, j: int, base: int, out: list[str], st: list[int], en: list[int]
+    ) -> None:
+        """An ASCII run without whitespace: lowercase, one original char per char."""
+        out.append(s[i:j].lower())
+        st.extend(range(base + i, base + j))
+        en.extend(range(base + i + 1, base + j + 1))
+        self._last_space = False
+
+    def _clusters(
+        self, s: str, i: int, n: int, base: int, out: list[str], st: list[int], en: list[int]
+    ) -> None:
+        """Non-ASCII text ``s[i:n]``: fold each cluster (base char + combining marks)."""
         while i < n:
             j = i + 1
             while j < n and unicodedata.combining(s[j]):
                 j += 1
             cluster = s[i:j]
-            if cluster.isascii():
-                folded = cluster.lower()
-            else:
+            folded = _FOLD_CACHE.get(cluster)
+            if folded is None:
                 kept = "".join(c for c in cluster if not is_ignorable(c))
                 folded = fold(kept) if kept else ""
+                if len(_FOLD_CACHE) > 65536:
+                    _FOLD_CACHE.clear()
+                _FOLD_CACHE[cluster] = folded
             for ch in folded:
                 if ch.isspace():
                     if self._last_space:
@@ -108,10 +149,9 @@ class Normalizer:
                 else:
                     self._last_space = False
                 out.append(ch)
-                starts.append(base + i)
-                ends.append(base + j)
+                st.append(base + i)
+                en.append(base + j)
             i = j
-        return "".join(out), starts, ends
 
 
 def normalize_text(text: str) -> tuple[str, list[int], list[int]]:
@@ -120,3 +160,13 @@ def normalize_text(text: str) -> tuple[str, list[int], list[int]]:
     a, s1, e1 = norm.push(text)
     b, s2, e2 = norm.flush()
     return a + b, s1 + s2, e1 + e2
+
+
+_WS_RUN = re.compile(r"\s+")
+
+
+def normalized(text: str) -> str:
+    """Just the normalised text of :func:`normalize_text` (no offset map; faster for ASCII)."""
+    if text.isascii():
+        return _WS_RUN.sub(" ", text).lstrip(" ").lower()
+    return normalize_text(text)[0]
