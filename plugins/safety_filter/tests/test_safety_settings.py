@@ -20,7 +20,16 @@ def test_catastrophic_patterns_are_rejected(pattern: str) -> None:
 
 @pytest.mark.parametrize(
     ("pattern", "width"),
-    [(r"abc", 3), (r"\d{3}-\d{4}", 8), (r"(?:ab){1,3}c", 7), (r"\w+", None), (r"a++", None)],
+    [
+        (r"abc", 3),
+        (r"\d{3}-\d{4}", 8),
+        (r"(?:ab){1,3}c", 7),
+        (r"\w+", None),
+        (r"a++", None),
+        (r"ab(?=cd)(?!e)", 5),
+        (r"(?<=xy)ab", 2),
+        (r"a(?=\w+)", None),
+    ],
 )
 def test_safe_patterns_report_their_width(pattern: str, width: int | None) -> None:
     assert check_pattern(pattern) == width
@@ -33,6 +42,7 @@ def test_safe_patterns_report_their_width(pattern: str, width: int | None) -> No
         (r"(a)b\1", "back-reference"),
         (r"(?P<x>a)(?P=x)", "back-reference"),
         ("(?i)abc", "global flags"),
+        ("(?<=" + "x" * 40 + ")y", "looks behind more than 32"),
     ],
 )
 def test_invalid_regex_is_a_config_error(pattern: str, message: str) -> None:

@@ -278,3 +278,14 @@ def test_any_chunking_gives_the_same_result_as_one_piece() -> None:
         assert blocked == one.blocked, text
         if not blocked:
             assert parts.texts[0] == one.text, text
+
+
+def test_regex_lookahead_context_is_held_back() -> None:
+    # "foo" is only a match when "barbaz" follows: the window covers the look-ahead
+    b = book(rules=[{"name": "la", "detector": "regex", "patterns": [r"foo(?=barbaz)"]}])
+    assert b.default.output.window == 9
+    for size in (1, 2, 3, 4):
+        run = run_stream(stream_of(b), chunked("xx foobarbaz yy", size))
+        assert run.blocked and run.text == "xx ", size
+        run = run_stream(stream_of(b), chunked("xx foobarbax yy", size))
+        assert not run.blocked and run.text == "xx foobarbax yy", size

@@ -144,7 +144,7 @@ class BuiltinDetector:
 
     pattern: str
     replacement: str
-    max_match_chars: int
+    max_match_chars: int | None = None  # None: the pattern's reach (exact in streams)
     validator: Validator | None = None
 
 
@@ -159,16 +159,16 @@ BUILTIN_DETECTORS: dict[str, BuiltinDetector] = {
         r"(?<!\d[ .-])(?<![\w+])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,4}\)[ .-]?)?"
         r"\d{2,4}(?:[ .-]?\d{2,4}){1,4}(?![\w])",
         "[PHONE]",
-        32,
+        None,
         validate_phone,
     ),
     "payment_card": BuiltinDetector(
-        r"(?<![\d])(?:\d[ -]?){12,18}\d(?!\d)", "[CARD]", 40, validate_card
+        r"(?<![\d])(?:\d[ -]?){12,18}\d(?!\d)", "[CARD]", None, validate_card
     ),
     "iban": BuiltinDetector(
         r"(?<![a-z0-9])[a-z]{2}\d{2}(?: ?[a-z0-9]){11,30}(?![a-z0-9])",
         "[IBAN]",
-        44,
+        None,
         validate_iban,
     ),
 }

@@ -139,7 +139,10 @@ def compile_rule(rs: RuleSettings, monitor: bool, cfg: SafetyFilterSettings) -> 
     elif rs.detector in BUILTIN_DETECTORS:
         spec = BUILTIN_DETECTORS[rs.detector]
         rule.source, rule.validator = spec.pattern, spec.validator
-        width = min(spec.max_match_chars, pattern_width(spec.pattern) or spec.max_match_chars)
+        reach = pattern_width(spec.pattern)
+        width = spec.max_match_chars if reach is None else reach
+        if spec.max_match_chars is not None and width is not None:
+            width = min(width, spec.max_match_chars)
     else:
         rule.detector = load_detector(rs.detector, rs.options)
         width = int(rule.detector.max_match_chars)

@@ -25,6 +25,8 @@ except ImportError:  # pragma: no cover
 
 UNBOUNDED = int(_c.MAXREPEAT)
 _REPEATS = {_c.MAX_REPEAT, _c.MIN_REPEAT}
+MAX_LOOKBEHIND = 32
+"""Longest look-behind a rule may use (the stream keeps this much judged context)."""
 _BIG = 64  # an outer repeat allowing more than this many iterations counts as unbounded
 
 
@@ -76,11 +78,42 @@ def _nested_unbounded(sub: Any) -> bool:
     return False
 
 
+def _assertions(sub: Any) -> tuple[int, int]:
+    """``(sum of look-ahead widths, longest look-behind)`` anywhere in ``sub``."""
+    ahead = behind = 0
+    for op, av in sub:
+        if op in (_c.ASSERT, _c.ASSERT_NOT):
+            width = int(av[1].getwidth()[1])
+            if av[0] < 0:
+                behind = max(behind, width)
+            else:
+                ahead = min(UNBOUNDED, ahead + width)
+        for c in _children(op, av):
+            a, b = _assertions(c)
+            ahead = min(UNBOUNDED, ahead + a)
+            behind = max(behind, b)
+    return ahead, behind
+
+
+def _reach(parsed: Any) -> int | None:
+    """Characters from a match's start that can decide it: the longest match plus every
+    look-ahead's width (a conservative bound); None when unbounded."""
+    hi = int(parsed.getwidth()[1])
+    if hi >= UNBOUNDED - 1:
+        return None
+    ahead, _ = _assertions(parsed)
+    return None if ahead >= UNBOUNDED - 1 else hi + ahead
+
+
 def check_pattern(pattern: str) -> int | None:
-    """Validate ``pattern``; return its longest match in characters, None when unbounded.
+    """Validate ``pattern``; return its reach in characters, None when unbounded.
+
+    The reach is the longest match plus the width of its look-aheads: how far past a
+    match's start the text must be known to decide it (it sizes the stream window).
 
     Raises:
-        UnsafePatternError: the pattern does not compile, or nests an unbounded
+        UnsafePatternError: the pattern does not compile, uses a back-reference, has a
+            look-behind longer than :data:`MAX_LOOKBEHIND`, or nests an unbounded
             quantifier inside another repeat (catastrophic backtracking risk).
     """
     try:
@@ -93,16 +126,18 @@ def check_pattern(pattern: str) -> int | None:
             f"regular expression {pattern!r} uses a back-reference, which is not supported "
             "(rules are combined and renumbered)"
         )
+    if _assertions(parsed)[1] > MAX_LOOKBEHIND:
+        raise UnsafePatternError(
+            f"regular expression {pattern!r} looks behind more than {MAX_LOOKBEHIND} characters"
+        )
     if _nested_unbounded(parsed):
         raise UnsafePatternError(
             f"regular expression {pattern!r} nests an unbounded quantifier inside a repeat "
             "(catastrophic backtracking risk); bound the inner repeat or make it possessive"
         )
-    hi = parsed.getwidth()[1]
-    return None if hi >= UNBOUNDED - 1 else int(hi)
+    return _reach(parsed)
 
 
 def pattern_width(pattern: str) -> int | None:
-    """Longest match of a trusted pattern in characters (None when unbounded)."""
-    hi = _p.parse(pattern).getwidth()[1]
-    return None if hi >= UNBOUNDED - 1 else int(hi)
+    """Reach (see :func:`check_pattern`) of a trusted pattern; None when unbounded."""
+    return _reach(_p.parse(pattern))

@@ -31,10 +31,11 @@ from servehall_safety_filter.matcher import StageRules
 from servehall_safety_filter.normalize import Normalizer
 from servehall_safety_filter.policy import tally_key, tally_verdicts
 from servehall_safety_filter.redact import apply_spans, merge_spans
+from servehall_safety_filter.regex_safety import MAX_LOOKBEHIND
 
 _EMPTY = StreamFilterResult("")
 _BLOCKED = StreamFilterResult("", (), True)
-_CONTEXT = 32  # normalised characters kept before the scan cursors (look-behind)
+_CONTEXT = MAX_LOOKBEHIND  # normalised characters kept before the cursors (look-behind)
 _TRIM = 1024  # drop consumed buffer prefixes in steps of at least this many characters
 
 
