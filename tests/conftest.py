@@ -22,11 +22,13 @@ Fixtures
     A TLS config (``server.certfile``/``keyfile``) is probed over ``https`` (without
     certificate verification); ``base_url`` then starts with ``https://``.
 
-``demo_config(model_dir, **sections)`` (plain helper, import it or use the fixture
+``demo_config(model_dir, **sections)`` (plain helper; also the fixture
 ``demo_config_factory``)
-    A config dict serving ``model_dir`` as model ``"demo"`` with ``backend = "auto"`` and
-    ``options.inference_precision = "f32"``, a JSON-lines-free in-memory setup; keyword
-    arguments merge extra sections (e.g. ``scheduler={"max_concurrency": 2}``).
+    A config dict serving ``model_dir`` as model ``"demo"`` with ``backend = "auto"``,
+    the ``openvino_cpu`` plugin enabled (so ``auto`` selects it over the torch ``cpu``
+    backend) and ``options.inference_precision = "f32"``, and no record sinks. Keyword
+    arguments merge extra sections (e.g. ``scheduler={"max_concurrency": 2}``);
+    ``plugins={"enabled": [...]}`` adds to the enabled list (``openvino_cpu`` stays).
 
 Typical use, one server per module::
 
@@ -108,9 +110,14 @@ def demo_config(model_dir: Path | str, **sections: Any) -> dict[str, Any]:
             }
         ],
         "sinks": [],
+        "plugins": {"enabled": ["openvino_cpu"]},
     }
     for name, value in sections.items():
-        if isinstance(value, Mapping) and isinstance(cfg.get(name), Mapping):
+        if name == "plugins" and isinstance(value, Mapping) and "enabled" in value:
+            enabled = list(value["enabled"])
+            enabled += [p for p in cfg["plugins"]["enabled"] if p not in enabled]
+            cfg["plugins"] = {**cfg["plugins"], **value, "enabled": enabled}
+        elif isinstance(value, Mapping) and isinstance(cfg.get(name), Mapping):
             cfg[name] = {**cfg[name], **value}
         else:
             cfg[name] = value

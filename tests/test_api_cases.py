@@ -521,6 +521,8 @@ def test_nul_in_text(client: httpx.Client) -> None:
 
 
 def test_models_and_openapi(client: httpx.Client) -> None:
+    ready = client.get("/health/ready").json()
+    assert ready["models"]["demo"]["backend"] == "openvino_cpu"  # what backend=auto picked
     models = client.get("/v1/models").json()
     assert [m["id"] for m in models["data"]] == ["demo"]
     doc = client.get("/openapi.json").json()
