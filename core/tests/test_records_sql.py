@@ -252,3 +252,20 @@ async def test_ensure_schema_reports_unreachable_database(tmp_path: Path):
         await ensure_schema(engine, auto_migrate=False)
     assert "pw" not in str(info.value)
     await engine.dispose()
+
+
+def test_only_content_errors_ever_drop_a_record():
+    from sqlalchemy import exc as sa_exc
+
+    from servehall.records.sql_sink import _bad_data
+
+    orig = Exception("boom")
+    assert _bad_data(sa_exc.DataError("INSERT", {}, orig))
+    assert _bad_data(sa_exc.IntegrityError("INSERT", {}, orig))
+    # a server shutting down / refusing / terminating us is retried, never dropped
+    assert not _bad_data(sa_exc.DBAPIError("INSERT", {}, orig))
+    assert not _bad_data(sa_exc.OperationalError("INSERT", {}, orig))
+    assert not _bad_data(sa_exc.InterfaceError("INSERT", {}, orig))
+    assert not _bad_data(sa_exc.ProgrammingError("INSERT", {}, orig))
+    assert not _bad_data(ConnectionRefusedError())
+    assert not _bad_data(TimeoutError())

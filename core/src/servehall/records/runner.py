@@ -116,7 +116,7 @@ class SinkRunner:
         self.failures = 0
         self.healthy = True
         self.last_error: str | None = None
-        self._last_warn = 0.0
+        self._last_warn: dict[str, float] = {}
         self._wake = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
@@ -192,7 +192,7 @@ class SinkRunner:
             self.tail.append(record)
         else:
             self.dropped += 1
-            self._warn(f"sink {self.name!r}: buffer and spill file full; record dropped")
+            self._warn("drop", f"sink {self.name!r}: buffer and spill file full; record dropped")
             return
         self._wake.set()
 
@@ -210,18 +210,21 @@ class SinkRunner:
             self._spill_fh.flush()
         except OSError as exc:
             self._spill_broken = True
-            self._warn(f"sink {self.name!r}: cannot write spill file: {exc.strerror}")
+            self._warn(
+                "spill-error", f"sink {self.name!r}: cannot write spill file: {exc.strerror}"
+            )
             return False
         if not self._spill_active:
             self._spill_active = True
-            self._warn(f"sink {self.name!r}: buffer full; spilling to {self.spill_path}")
+            self._warn("spill", f"sink {self.name!r}: buffer full; spilling to {self.spill_path}")
         self._spill_bytes += len(line)
         return True
 
-    def _warn(self, msg: str) -> None:
+    def _warn(self, kind: str, msg: str) -> None:
+        """Log a warning, at most once per 5 s per ``kind``."""
         now = time.monotonic()
-        if now - self._last_warn > 5.0:
-            self._last_warn = now
+        if now - self._last_warn.get(kind, -1e9) > 5.0:
+            self._last_warn[kind] = now
             log.warning(msg)
 
     # --- the consumer side -------------------------------------------------------------
@@ -300,7 +303,9 @@ class SinkRunner:
                 self.failures += 1
                 self.healthy = False
                 self.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
-                self._warn(f"sink {self.name!r}: write failed, retrying: {self.last_error}")
+                self._warn(
+                    "write", f"sink {self.name!r}: write failed, retrying: {self.last_error}"
+                )
                 await asyncio.sleep(backoff) if not self._closing else await self._sleep(backoff)
                 backoff = min(backoff * 2, self.retry_max_s)
                 continue

@@ -34,13 +34,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("servehall.records.sql")
 
 
-def _transient(exc: BaseException) -> bool:
-    """True for errors worth retrying (connection loss, locks), False for bad data."""
+def _bad_data(exc: BaseException) -> bool:
+    """True only for errors caused by a record's content (never by the connection).
+
+    Everything else — refused connections, a server shutting down, admin terminations,
+    timeouts, missing tables — is retried, never dropped.
+    """
     if isinstance(exc, sa_exc.DBAPIError):
-        if exc.connection_invalidated:
-            return True
-        return isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError)
-    return not isinstance(exc, sa_exc.StatementError)
+        return isinstance(exc, sa_exc.DataError | sa_exc.IntegrityError) and not (
+            exc.connection_invalidated
+        )
+    return isinstance(exc, sa_exc.StatementError | ValueError | TypeError)
 
 
 class SqlSink:
@@ -88,7 +92,7 @@ class SqlSink:
             async with self.engine.begin() as conn:
                 await self._write(conn, records)
         except Exception as exc:
-            if _transient(exc) or len(records) == 0:
+            if not _bad_data(exc) or len(records) == 0:
                 raise
             log.error(
                 "sql sink: batch rejected (%s); retrying record by record", type(exc).__name__
@@ -98,7 +102,7 @@ class SqlSink:
                     async with self.engine.begin() as conn:
                         await self._write(conn, [rec])
                 except Exception as one:
-                    if _transient(one):
+                    if not _bad_data(one):
                         raise
                     log.error(
                         "sql sink: dropped one %s record: %s",

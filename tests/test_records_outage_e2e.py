@@ -1,0 +1,197 @@
+"""PostgreSQL goes away under load and comes back (a private cluster, pg_ctl stop/start):
+every answered request still gets exactly one row; with ``required = true`` and the
+buffer exhausted the server answers 503 and no answered request goes unrecorded."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from servehall.db import create_db_engine
+from servehall.db.migrate import upgrade_database
+from servehall.db.testing import PgCluster, pg_bin_dir, require_pg
+
+
+def B(content: str) -> dict[str, Any]:
+    return {
+        "model": "demo",
+        "temperature": 0,
+        "max_tokens": 1,
+        "messages": [{"role": "user", "content": content}],
+    }
+
+
+async def _sql(url: str, sql: str) -> list[Any]:
+    engine = create_db_engine(url)
+    try:
+        async with engine.begin() as conn:
+            res = await conn.execute(text(sql))
+            return list(res.all()) if res.returns_rows else []
+    finally:
+        await engine.dispose()
+
+
+def wait_count(url: str, where: str, n: int, timeout: float = 40.0) -> int:
+    end = time.monotonic() + timeout
+    got = -1
+    while time.monotonic() < end:
+        try:
+            got = asyncio.run(_sql(url, f"SELECT count(*) FROM request_log WHERE {where}"))[0][0]
+        except OSError:
+            got = -1
+        if got >= n:
+            return int(got)
+        time.sleep(0.2)
+    return int(got)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[PgCluster]:
+    require_pg()
+    if pg_bin_dir() is None:
+        pytest.skip("PostgreSQL server binaries not installed")
+    c = PgCluster().init()
+    c.start()
+
+    async def migrate() -> None:
+        engine = create_db_engine(c.url)
+        await upgrade_database(engine)
+        await engine.dispose()
+
+    asyncio.run(migrate())
+    yield c
+    c.destroy()
+
+
+def _config(
+    factory: Callable[..., dict[str, Any]],
+    model: Path,
+    url: str,
+    sink: dict[str, Any],
+) -> dict[str, Any]:
+    return factory(
+        model,
+        database={"url": url},
+        sinks=[sink],
+        scheduler={"max_concurrency": 4, "max_queue": 256},
+    )
+
+
+async def _load(base_url: str, cluster: PgCluster) -> tuple[int, list[int]]:
+    """4 clients send requests for ~5 s; PostgreSQL is down from 1 s to ~3 s."""
+    statuses: list[int] = []
+    stop = asyncio.Event()
+
+    async def client(k: int) -> None:
+        async with httpx.AsyncClient(base_url=base_url, http2=True, timeout=60) as c:
+            i = 0
+            while not stop.is_set():
+                r = await c.post("/v1/chat/completions", json=B(f"load {k} {i}"))
+                statuses.append(r.status_code)
+                i += 1
+
+    tasks = [asyncio.create_task(client(k)) for k in range(4)]
+    await asyncio.sleep(1.0)
+    before = len(statuses)
+    await asyncio.to_thread(cluster.stop, "fast")
+    await asyncio.sleep(2.0)
+    await asyncio.to_thread(cluster.start)
+    await asyncio.sleep(1.5)
+    stop.set()
+    await asyncio.gather(*tasks)
+    return before, statuses
+
+
+def test_outage_under_load_loses_no_row(
+    cluster: PgCluster,
+    servehall_server: Callable[..., Any],
+    demo_model_dir: Path,
+    demo_config_factory: Callable[..., dict[str, Any]],
+) -> None:
+    asyncio.run(_sql(cluster.url, "DELETE FROM request_log"))
+    sink = {
+        "name": "sql",
+        "options": {
+            "buffer": 20,
+            "batch_size": 10,
+            "retry_initial_s": 0.05,
+            "retry_max_s": 0.3,
+            "linger_s": 0.005,
+        },
+    }
+    cfg = _config(demo_config_factory, demo_model_dir, cluster.url, sink)
+    with servehall_server(cfg, name="outage") as srv:
+        before, statuses = asyncio.run(_load(srv.base_url, cluster))
+        answered = len(statuses)
+        assert answered - before > 20, "too little load during the outage to exhaust memory"
+        assert set(statuses) == {200}, set(statuses)
+        assert wait_count(cluster.url, "true", answered) == answered
+        time.sleep(0.5)
+        assert wait_count(cluster.url, "true", answered + 1, timeout=0.5) == answered
+        spill = srv.log_path.parent / "servehall-spill-sql.jsonl"
+        assert "spilling to" in srv.log_text()
+        assert not spill.exists()  # replayed and removed
+
+
+def test_required_sink_fails_closed(
+    cluster: PgCluster,
+    servehall_server: Callable[..., Any],
+    demo_model_dir: Path,
+    demo_config_factory: Callable[..., dict[str, Any]],
+) -> None:
+    asyncio.run(_sql(cluster.url, "DELETE FROM request_log"))
+    sink = {
+        "name": "sql",
+        "required": True,
+        "options": {
+            "buffer": 8,
+            "spill": False,
+            "retry_initial_s": 0.05,
+            "retry_max_s": 0.3,
+            "retry_after_s": 2,
+        },
+    }
+    cfg = _config(demo_config_factory, demo_model_dir, cluster.url, sink)
+    with (
+        servehall_server(cfg, name="failclosed") as srv,
+        httpx.Client(base_url=srv.base_url, http2=True, http1=False, timeout=60) as c,
+    ):
+        assert c.post("/v1/chat/completions", json=B("warm")).status_code == 200
+        cluster.stop("fast")
+        ok_ids: list[str] = ["warm"]
+        refused = 0
+        for i in range(40):
+            r = c.post("/v1/chat/completions", json=B(f"during {i}"))
+            if r.status_code == 200:
+                ok_ids.append(r.json()["id"])
+                continue
+            assert r.status_code == 503, r.text
+            err = r.json()["error"]
+            assert err["code"] == "records_unavailable"
+            assert r.headers["retry-after"] == "2"
+            refused += 1
+            if refused >= 5:
+                break
+        assert refused == 5 and len(ok_ids) - 1 >= 4  # the buffer (8) took some first
+        cluster.start()
+        wait_count(cluster.url, "status_code = 200", len(ok_ids))
+        rows = asyncio.run(
+            _sql(cluster.url, "SELECT request_id FROM request_log WHERE status_code = 200")
+        )
+        stored = {r.request_id for r in rows}
+        assert set(ok_ids[1:]) <= stored  # nothing answered went unrecorded
+        assert len(stored) == len(ok_ids)
+        end = time.monotonic() + 20
+        while time.monotonic() < end:
+            r = c.post("/v1/chat/completions", json=B("after"))
+            if r.status_code == 200:
+                break
+            time.sleep(0.3)
+        assert r.status_code == 200
