@@ -125,7 +125,7 @@ async def _write_audit(settings: Any, plugins: Any, events: list[Any]) -> None:
     """Write ``events`` through the deployment's record bus (its configured sinks)."""
     if not events:
         return
-    from servehall.records.bus import open_record_bus
+    from servehall import open_record_bus
 
     bus = await open_record_bus(settings, plugins)
     try:

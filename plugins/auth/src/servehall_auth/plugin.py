@@ -47,8 +47,9 @@ def runtime_for(request: Any = None) -> AuthRuntime:
     Raises:
         ServiceUnavailableError: the host has not started the plugin (fail closed).
     """
-    host = getattr(getattr(getattr(request, "app", None), "state", None), "host", None)
-    rt = host.state.get(STATE_KEY) if host is not None else None
+    state = getattr(getattr(request, "app", None), "state", None)
+    host = getattr(state, "host", None) or getattr(getattr(state, "api", None), "host", None)
+    rt = host.state.get(STATE_KEY) if isinstance(host, Host) else None
     rt = rt or _current
     if rt is None:
         raise ServiceUnavailableError("Authentication is not ready yet.")
@@ -76,7 +77,15 @@ async def servehall_startup(host: Host) -> None:
         if host.records is not None:
             host.records.audit(event)
 
-    rt = await AuthRuntime.start(settings, host.settings.database.url.get_secret_value(), audit)
+    from servehall_auth.redaction import install
+
+    undo = install([settings.pepper.get_secret_value()] if settings.pepper else [])
+    try:
+        rt = await AuthRuntime.start(settings, host.settings.database.url.get_secret_value(), audit)
+    except BaseException:
+        undo()
+        raise
+    rt.on_close(undo)
     host.state[STATE_KEY] = rt
     _current = rt
 

@@ -6,6 +6,7 @@ Built at ``servehall_startup`` (:meth:`AuthRuntime.start`) and closed at shutdow
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from servehall import (
@@ -55,6 +56,7 @@ class AuthRuntime:
         self.auditor = FailureAuditor(self.audit, settings.audit_failures_per_minute)
         self.authenticator = Authenticator(settings, keys, jwt, self.auditor)
         self.limiter = RateLimiter(limiter_store or MemoryLimiterStore(), settings)
+        self._on_close: list[Callable[[], None]] = []
 
     @classmethod
     async def start(cls, settings: AuthSettings, database_url: str, audit: AuditFn) -> AuthRuntime:
@@ -88,10 +90,17 @@ class AuthRuntime:
             jwt = JwtVerifier(settings.jwt)
         return cls(settings, keys, jwt, audit)
 
+    def on_close(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` when the runtime closes (e.g. remove the log filter)."""
+        self._on_close.append(fn)
+
     async def close(self) -> None:
-        """Release the database pool."""
+        """Release the database pool and run the ``on_close`` callbacks."""
         if self.keys is not None:
             await self.keys.engine.dispose()
+        for fn in reversed(self._on_close):
+            fn()
+        self._on_close.clear()
 
     def audit(self, event: AuditEvent) -> None:
         """Send an audit event; a failing sink is logged, never raised to the caller."""

@@ -1,0 +1,89 @@
+"""Keep credentials out of the process's logs, at every level (case C17).
+
+Libraries below the host log request headers at DEBUG (``hpack`` logs every decoded
+HTTP/2 header, ``Authorization`` included). While the auth plugin runs it:
+
+* raises the ``hpack`` logger to INFO (its DEBUG output is per-header noise that
+  carries credentials and nothing an operator needs);
+* adds :class:`RedactingFilter` to every handler of the root logger, which rewrites any
+  record whose text contains a servehall key, a bearer credential, a JWT-shaped token or
+  the configured pepper, replacing the secret part with ``***`` (the public key id
+  ``sh-<id>`` stays, so a log line still names the key).
+
+:func:`install` returns an undo function (used at shutdown).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable
+
+_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # servehall keys, also truncated or with extra characters: keep sh-<id>
+    (re.compile(r"(sh-[A-Za-z0-9]{1,32})-[A-Za-z0-9_\-]{4,}"), r"\1-***"),
+    # Authorization values of any scheme (quoted or bytes reprs included)
+    (re.compile(r"(?i)\b(bearer|basic|token)(\s+|'\s*,\s*b?')[A-Za-z0-9\-._~+/=]{4,}"), r"\1\2***"),
+    # JWT-shaped tokens: base64url header.payload.signature
+    (re.compile(r"eyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]*\.[A-Za-z0-9_\-]*"), "***jwt***"),
+)
+_NOISY_LOGGERS = ("hpack",)
+
+
+def redact(text: str, literals: Iterable[str] = ()) -> str:
+    """``text`` with credentials and the given literal secrets replaced by ``***``."""
+    for pattern, repl in _PATTERNS:
+        text = pattern.sub(repl, text)
+    for lit in literals:
+        if lit:
+            text = text.replace(lit, "***")
+    return text
+
+
+class RedactingFilter(logging.Filter):
+    """A handler filter that redacts secrets from each record's final message.
+
+    Args:
+        literals: exact secrets to remove as well (e.g. the pepper).
+    """
+
+    def __init__(self, literals: Iterable[str] = ()) -> None:
+        super().__init__("servehall_auth.redaction")
+        self.literals = tuple(s for s in literals if s)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Rewrite the record in place when it holds a secret; never drops a record."""
+        try:
+            message = record.getMessage()
+        except Exception:
+            return True
+        cleaned = redact(message, self.literals)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text, self.literals)
+        if cleaned != message:
+            record.msg = cleaned
+            record.args = None
+        return True
+
+
+def install(literals: Iterable[str] = ()) -> Callable[[], None]:
+    """Attach the filter to the root logger's handlers and quiet ``hpack``; returns undo."""
+    filt = RedactingFilter(literals)
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    for h in handlers:
+        h.addFilter(filt)
+    previous: dict[str, int] = {}
+    for name in _NOISY_LOGGERS:
+        lg = logging.getLogger(name)
+        previous[name] = lg.level
+        if lg.getEffectiveLevel() < logging.INFO:
+            lg.setLevel(logging.INFO)
+
+    def undo() -> None:
+        for h in handlers:
+            h.removeFilter(filt)
+        for name, level in previous.items():
+            logging.getLogger(name).setLevel(level)
+
+    return undo
