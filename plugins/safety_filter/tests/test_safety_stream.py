@@ -289,3 +289,37 @@ def test_regex_lookahead_context_is_held_back() -> None:
         assert run.blocked and run.text == "xx ", size
         run = run_stream(stream_of(b), chunked("xx foobarbax yy", size))
         assert not run.blocked and run.text == "xx foobarbax yy", size
+
+
+def test_record_only_rules_never_delay_output() -> None:
+    b = book(
+        rules=[
+            {"name": "no-forbidden", "keywords": ["forbidden phrase"]},
+            {"name": "email", "detector": "email", "action": "flag"},
+        ],
+        policies={
+            "trial": {"rules": ["no-forbidden", "email"], "mode": "monitor"},
+            "mixed": {"rules": ["no-forbidden", "email"]},
+        },
+        default_policy="trial",
+        tenant_policies={"t": "mixed"},
+    )
+    text = "write to a@b.io: the forbidden phrase. " * 3
+    flt = stream_of(b)
+    verdicts = []
+    for piece in chunked(text, 3):
+        r = flt.feed(piece)
+        assert r.text == piece and not r.blocked  # monitor mode: sent at once
+        verdicts += r.verdicts
+    verdicts += flt.finish().verdicts
+    totals: dict[str, int] = {}
+    for v in verdicts:
+        assert v.monitor
+        totals[v.rule] = totals.get(v.rule, 0) + v.count
+    assert totals == {"no-forbidden": 3, "email": 3}
+    # enforced keyword + flagged e-mail: only the keyword's short window is held back
+    flt = stream_of(b, "t")
+    sent = ""
+    for i, piece in enumerate(chunked("plain words only " * 10, 1)):
+        sent += flt.feed(piece).text
+        assert i + 1 - len(sent) <= len("forbidden phrase") + 2

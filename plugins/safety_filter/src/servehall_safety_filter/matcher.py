@@ -278,24 +278,36 @@ class StageRules:
 
     Attributes:
         block / redact / record: the three effect groups.
-        window: longest match of any rule (normalised characters); the stream filter
-            holds back ``window + 1`` characters (one more for look-ahead context).
+        window: longest reach of an enforced (block/redact) rule, in normalised
+            characters; the stream filter holds back ``window + 1`` characters of output
+            (one more for look-ahead context), or nothing when no rule is enforced.
+        record_window: the same for the record group, which judges text *after* it was
+            sent and so never delays it.
     """
 
     block: RuleGroup
     redact: RuleGroup
     record: RuleGroup
     window: int
+    record_window: int = 0
 
     @classmethod
     def build(cls, rules: list[CompiledRule]) -> StageRules:
         """Group ``rules`` by effect."""
+        enforced = [r for r in rules if r.effect != "record"]
+        recorded = [r for r in rules if r.effect == "record"]
         return cls(
-            RuleGroup([r for r in rules if r.effect == "block"]),
-            RuleGroup([r for r in rules if r.effect == "redact"]),
-            RuleGroup([r for r in rules if r.effect == "record"]),
-            max((r.max_len for r in rules), default=0),
+            RuleGroup([r for r in enforced if r.effect == "block"]),
+            RuleGroup([r for r in enforced if r.effect == "redact"]),
+            RuleGroup(recorded),
+            max((r.max_len for r in enforced), default=0),
+            max((r.max_len for r in recorded), default=0),
         )
+
+    @property
+    def enforced(self) -> bool:
+        """True when some rule can change the output (block or redact)."""
+        return bool(self.block or self.redact)
 
     def __bool__(self) -> bool:
         return bool(self.block or self.redact or self.record)

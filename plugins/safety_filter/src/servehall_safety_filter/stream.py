@@ -3,7 +3,7 @@
 Fed detokenized text piece by piece, the filter normalises only the new piece (keeping
 an offset map to the original characters) and judges each normalised position once,
 when it is *settled*: when at least ``window + 1`` normalised characters follow it
-(``window`` = the longest match any rule of the policy can make; the extra character
+(``window`` = the longest reach of any block/redact rule of the policy; the extra character
 is look-ahead context for word boundaries). A match starting at a settled position is
 therefore complete, and matches are found exactly as in a scan of the whole text.
 
@@ -15,7 +15,9 @@ across tokens or SSE chunks is caught before any part of it is sent:
   and aborts the engine request); every later call returns nothing, blocked;
 * enforced **redact** → the matched original characters are replaced by the rule's
   replacement; the release point moves past the whole match;
-* **flag** and monitored rules → verdicts only.
+* **flag** and monitored rules → verdicts only. They never delay output: they judge
+  text after it was sent (with their own window), so a policy in monitor mode streams
+  exactly as fast as no policy.
 
 Per fed chunk the work is the normalisation of the chunk plus one regex ``match`` per
 newly settled position and effect group; the held-back window is not rescanned.
@@ -52,7 +54,9 @@ class SafetyStreamFilter:
         "_blocked",
         "_done",
         "_ends",
+        "_enforced",
         "_hold",
+        "_hold_rec",
         "_norm",
         "_raw",
         "_raw_base",
@@ -60,6 +64,7 @@ class SafetyStreamFilter:
         "_redact_cur",
         "_rules",
         "_settled",
+        "_settled_rec",
         "_spans",
         "_starts",
         "_text",
@@ -67,14 +72,17 @@ class SafetyStreamFilter:
 
     def __init__(self, rules: StageRules) -> None:
         self._rules = rules
-        self._hold = rules.window + 1
+        self._enforced = rules.enforced
+        self._hold = rules.window + 1 if self._enforced else 0
+        self._hold_rec = rules.record_window + 1
         self._norm = Normalizer()
         self._text = ""  # normalised buffer
         self._starts: list[int] = []  # absolute original start per normalised char
         self._ends: list[int] = []  # absolute original end per normalised char
         self._raw = ""  # original text not yet released
         self._raw_base = 0  # absolute offset of _raw[0]
-        self._settled = 0  # normalised positions < this have been judged
+        self._settled = 0  # normalised positions < this were judged by block/redact rules
+        self._settled_rec = 0  # … and by the record group
         self._block_cur = rules.block.cursor()
         self._redact_cur = rules.redact.cursor()
         self._record_cur = rules.record.cursor()
@@ -101,7 +109,12 @@ class SafetyStreamFilter:
             self._text += piece
             self._starts += starts
             self._ends += ends
-        if len(self._text) - self._hold <= self._settled:
+        n = len(self._text)
+        if (
+            self._enforced
+            and n - self._hold <= self._settled
+            and (not self._rules.record or n - self._hold_rec <= self._settled_rec)
+        ):
             return _EMPTY  # nothing newly settled: hold everything
         return self._advance(final=False)
 
@@ -121,33 +134,47 @@ class SafetyStreamFilter:
     def _advance(self, final: bool) -> StreamFilterResult:
         text = self._text
         n = len(text)
-        stop = n if final else n - self._hold
         rules = self._rules
         tally: _Tally[tuple[str, str, bool]] | None = None
-        if rules.redact:
-            for hit in rules.redact.scan(text, self._redact_cur, stop):
-                tally = tally or _Tally()
-                tally[tally_key(hit.rule)] += 1
-                self._spans.append(
-                    (self._starts[hit.start], self._ends[hit.end - 1], hit.rule.replacement)
-                )
         if rules.record:
-            for hit in rules.record.scan(text, self._record_cur, stop):
-                tally = tally or _Tally()
-                tally[tally_key(hit.rule)] += 1
+            # flags and monitored rules only record: they judge text already sent
+            rstop = n if final else n - self._hold_rec
+            if rstop > self._settled_rec:
+                for hit in rules.record.scan(text, self._record_cur, rstop):
+                    tally = tally or _Tally()
+                    tally[tally_key(hit.rule)] += 1
+                self._settled_rec = rstop
         block = None
-        if rules.block:
-            for hit in rules.block.scan(text, self._block_cur, stop):
-                block = hit
-                break
-        self._settled = stop
-        # where original text may be released up to (absolute offset)
-        if block is not None:
-            release = self._starts[block.start]
-        elif final:
-            release = self._raw_base + len(self._raw)
+        if not self._enforced:
+            release = self._raw_base + len(self._raw)  # nothing can change: send it all
         else:
-            release = self._starts[stop]
+            stop = n if final else n - self._hold
+            if stop <= self._settled:
+                release = self._raw_base
+            else:
+                if rules.redact:
+                    for hit in rules.redact.scan(text, self._redact_cur, stop):
+                        tally = tally or _Tally()
+                        tally[tally_key(hit.rule)] += 1
+                        self._spans.append(
+                            (
+                                self._starts[hit.start],
+                                self._ends[hit.end - 1],
+                                hit.rule.replacement,
+                            )
+                        )
+                if rules.block:
+                    for hit in rules.block.scan(text, self._block_cur, stop):
+                        block = hit
+                        break
+                self._settled = stop
+                # where original text may be released up to (absolute offset)
+                if block is not None:
+                    release = self._starts[block.start]
+                elif final:
+                    release = self._raw_base + len(self._raw)
+                else:
+                    release = self._starts[stop]
         spans = merge_spans(self._spans) if self._spans else []
         applied: list[tuple[int, int, str]] = []
         for s, e, rep in spans:
@@ -179,7 +206,11 @@ class SafetyStreamFilter:
 
     def _trim(self) -> None:
         """Drop the judged prefix of the normalised buffer (amortised)."""
-        low = min(self._settled, *(p for cur in self._active for p in cur))
+        low = min(
+            self._settled if self._enforced else self._settled_rec,
+            self._settled_rec if self._rules.record else self._settled,
+            *(p for cur in self._active for p in cur),
+        )
         drop = low - _CONTEXT
         if drop < _TRIM:
             return
@@ -187,6 +218,7 @@ class SafetyStreamFilter:
         del self._starts[:drop]
         del self._ends[:drop]
         self._settled -= drop
+        self._settled_rec -= drop
         for cur in self._active:
             for i in range(len(cur)):
                 cur[i] -= drop
