@@ -81,6 +81,16 @@ def test_options_defaults_and_properties() -> None:
     assert OpenVINOOptions(kv_cache_precision="u8").kv_precision() == "u8"
 
 
+def test_options_accept_torch_spellings() -> None:
+    assert parse_options({"dtype": "float32"}, model="m").inference_precision == "f32"
+    assert (
+        parse_options({"inference_precision": "bfloat16"}, model="m").inference_precision == "bf16"
+    )
+    assert parse_options({"dtype": "auto"}, model="m").inference_precision == "f32"
+    with pytest.raises(ConfigError, match="contradicts"):
+        parse_options({"dtype": "bf16", "inference_precision": "f32"}, model="m")
+
+
 def test_options_errors_name_the_key() -> None:
     with pytest.raises(ConfigError) as err:
         parse_options({"inference_precision": "f64", "bogus": 1}, model="m")

@@ -29,6 +29,17 @@ DEFAULT_KV_CACHE_CAP_BYTES = 4 * 1024**3
 ``max_num_seqs`` full-length sequences, capped at this many bytes."""
 
 
+_PRECISION_ALIASES: dict[str, str] = {
+    "auto": "auto",
+    "f32": "f32",
+    "fp32": "f32",
+    "float32": "f32",
+    "float": "f32",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+}
+
+
 class OpenVINOOptions(BaseModel):
     """Options of one model served by ``openvino_cpu``.
 
@@ -36,6 +47,7 @@ class OpenVINOOptions(BaseModel):
         inference_precision: compute precision of the CPU plugin (``INFERENCE_PRECISION_HINT``).
             ``"f32"`` (default) reproduces torch's float32 greedy output token for token;
             ``"bf16"`` is faster on CPUs with AVX-512 BF16/AMX (OpenVINO's own default there).
+            torch spellings (``float32``, ``bfloat16``) and the key ``dtype`` are accepted.
         kv_cache_precision: element type of the KV cache. ``"auto"`` = ``f32`` with f32
             inference (exact parity), otherwise OpenVINO's CPU default (u8 on x86).
         kv_cache_size_gb: KV-cache pool size in GiB; exclusive with ``num_kv_blocks``.
@@ -66,6 +78,33 @@ class OpenVINOOptions(BaseModel):
     inference_num_threads: int | None = Field(default=None, ge=1)
     weight_format: Literal["fp32", "fp16", "int8"] = "fp32"
     cache_dir: Path | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        """Accept torch's spellings (``float32``, ``bfloat16``, ``fp32``...) and torch's key
+        ``dtype`` (so one options table serves ``cpu`` and ``openvino_cpu``); ``dtype``
+        must not contradict ``inference_precision``."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        dtype = data.pop("dtype", None)
+        for key, value in (
+            ("inference_precision", data.get("inference_precision")),
+            ("dtype", dtype),
+        ):
+            if isinstance(value, str) and value.lower() in _PRECISION_ALIASES:
+                value = _PRECISION_ALIASES[value.lower()]
+                if key == "inference_precision":
+                    data[key] = value
+                else:
+                    dtype = value
+        if dtype is not None and dtype != "auto":
+            ip = data.get("inference_precision")
+            if ip is not None and ip != dtype:
+                raise ValueError(f"dtype {dtype!r} contradicts inference_precision {ip!r}; set one")
+            data["inference_precision"] = dtype
+        return data
 
     @model_validator(mode="after")
     def _one_pool_size(self) -> OpenVINOOptions:
