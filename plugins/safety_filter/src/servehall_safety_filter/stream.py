@@ -55,6 +55,9 @@ class SafetyStreamFilter:
         "_done",
         "_ends",
         "_enforced",
+        "_has_block",
+        "_has_record",
+        "_has_redact",
         "_hold",
         "_hold_rec",
         "_norm",
@@ -73,6 +76,9 @@ class SafetyStreamFilter:
     def __init__(self, rules: StageRules) -> None:
         self._rules = rules
         self._enforced = rules.enforced
+        self._has_block = bool(rules.block)
+        self._has_redact = bool(rules.redact)
+        self._has_record = bool(rules.record)
         self._hold = rules.window + 1 if self._enforced else 0
         self._hold_rec = rules.record_window + 1
         self._norm = Normalizer()
@@ -113,7 +119,7 @@ class SafetyStreamFilter:
         if (
             self._enforced
             and n - self._hold <= self._settled
-            and (not self._rules.record or n - self._hold_rec <= self._settled_rec)
+            and (not self._has_record or n - self._hold_rec <= self._settled_rec)
         ):
             return _EMPTY  # nothing newly settled: hold everything
         return self._advance(final=False)
@@ -136,7 +142,7 @@ class SafetyStreamFilter:
         n = len(text)
         rules = self._rules
         tally: _Tally[tuple[str, str, bool]] | None = None
-        if rules.record:
+        if self._has_record:
             # flags and monitored rules only record: they judge text already sent
             rstop = n if final else n - self._hold_rec
             if rstop > self._settled_rec:
@@ -152,7 +158,7 @@ class SafetyStreamFilter:
             if stop <= self._settled:
                 release = self._raw_base
             else:
-                if rules.redact:
+                if self._has_redact:
                     for hit in rules.redact.scan(text, self._redact_cur, stop):
                         tally = tally or _Tally()
                         tally[tally_key(hit.rule)] += 1
@@ -163,7 +169,7 @@ class SafetyStreamFilter:
                                 hit.rule.replacement,
                             )
                         )
-                if rules.block:
+                if self._has_block:
                     for hit in rules.block.scan(text, self._block_cur, stop):
                         block = hit
                         break
@@ -206,9 +212,12 @@ class SafetyStreamFilter:
 
     def _trim(self) -> None:
         """Drop the judged prefix of the normalised buffer (amortised)."""
+        settled = self._settled if self._enforced else self._settled_rec
+        if settled - _CONTEXT < _TRIM:
+            return  # cheap exit: nothing to drop yet
         low = min(
-            self._settled if self._enforced else self._settled_rec,
-            self._settled_rec if self._rules.record else self._settled,
+            settled,
+            self._settled_rec if self._has_record else settled,
             *(p for cur in self._active for p in cur),
         )
         drop = low - _CONTEXT
