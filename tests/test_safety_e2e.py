@@ -443,3 +443,32 @@ def test_block_counts_reach_metrics(tenants: Tenants) -> None:
         assert blocks(c) == before + 1
         text = c.get("/metrics", headers=tenants.auth("ops")).text
     assert 'servehall_content_filter_verdicts_total{action="block",mode="monitor"' in text
+
+
+def test_every_choice_has_its_own_filter(tenants: Tenants, baseline: Baseline) -> None:
+    text = baseline.stream.text
+    prefix = text[: first_word_at(text, baseline.word)]
+    body = {**chat_body(False), "n": 2}
+    with client(tenants.server) as c:
+        r = c.post("/v1/chat/completions", json=body, headers=tenants.auth("team-word"))
+        assert r.status_code == 200, r.text
+        choices = r.json()["choices"]
+        assert [ch["finish_reason"] for ch in choices] == ["content_filter"] * 2
+        assert [ch["message"]["content"] for ch in choices] == [prefix] * 2
+        texts = {0: "", 1: ""}
+        finishes = {}
+        with c.stream(
+            "POST",
+            "/v1/chat/completions",
+            json={**body, "stream": True},
+            headers=tenants.auth("team-word"),
+        ) as s:
+            lines = [ln for ln in s.iter_lines() if ln.strip()]
+        assert lines[-1] == "data: [DONE]"
+        for ln in lines[:-1]:
+            for ch in json.loads(ln[len("data: ") :])["choices"]:
+                texts[ch["index"]] += (ch.get("delta") or {}).get("content") or ""
+                if ch.get("finish_reason"):
+                    finishes[ch["index"]] = ch["finish_reason"]
+    assert texts == {0: prefix, 1: prefix}
+    assert finishes == {0: "content_filter", 1: "content_filter"}
