@@ -109,3 +109,16 @@ def test_no_output_rules_means_no_stream_filter() -> None:
     settings = load_settings(data=cfg, section_models=host.settings_models())
     host.input_filters(settings)
     assert host.output_filters(_admission(Principal(id="p")), Principal(id="p")) == []
+
+
+def test_filters_satisfy_the_core_protocols() -> None:
+    from servehall import InputFilter, OutputStreamFilter
+    from servehall_safety_filter import Detector
+    from servehall_safety_filter.input_filter import SafetyInputFilter
+    from servehall_safety_filter.stream import SafetyStreamFilter
+    from servehall_safety_filter.testing import RepeatDetector, book
+
+    b = book(rules=[{"name": "k", "keywords": ["x"]}])
+    assert isinstance(SafetyInputFilter(b), InputFilter)
+    assert isinstance(SafetyStreamFilter(b.default.output), OutputStreamFilter)
+    assert isinstance(RepeatDetector({}), Detector)
