@@ -170,6 +170,7 @@ class Deployment:
         self.rsa_key = rsa_key
         self.ec_key = ec_key
         self.url = server.base_url
+        self.hide_models = False
 
     def client(self, **kw: Any) -> httpx.Client:
         return httpx.Client(base_url=self.url, http1=False, http2=True, timeout=60.0, **kw)
@@ -230,6 +231,7 @@ def deployment(
             "pepper": {"env": PEPPER_ENV},
             "key_cache_ttl_s": 0,
             "audit_failures_per_minute": 5,
+            "hide_forbidden_models": request.param == "postgresql",
             "jwt": {
                 "issuer": ISS,
                 "audience": AUD,
@@ -254,7 +256,9 @@ def deployment(
         config.read_text(), env={PEPPER_ENV: PEPPER}, name=f"auth-{request.param}"
     )
     try:
-        yield Deployment(server, config, db_url, keys, rsa_key, ec_key)
+        d = Deployment(server, config, db_url, keys, rsa_key, ec_key)
+        d.hide_models = request.param == "postgresql"
+        yield d
     finally:
         server.stop()
         if request.param == "postgresql":
@@ -316,11 +320,19 @@ def test_c16_malformed_forms_are_401(deployment: Deployment) -> None:
 
 
 def test_models_outside_the_list(deployment: Deployment) -> None:
+    # SQLite deployment: hide_forbidden_models = false (403); PostgreSQL: true (404)
     with deployment.client(headers={"x-api-key": deployment.key("other_model")}) as c:
         assert c.get("/v1/models").json()["data"] == []
         r = c.post("/v1/chat/completions", json=chat())
-        assert r.status_code in (403, 404), r.text
-        assert r.json()["error"]["param"] == "model"
+        err = r.json()["error"]
+        assert err["param"] == "model"
+        if deployment.hide_models:
+            assert (r.status_code, err["code"]) == (404, "model_not_found"), r.text
+            unknown = c.post("/v1/chat/completions", json=chat(model="no-such-model"))
+            assert unknown.status_code == 404 and unknown.json() == r.json()
+        else:
+            assert (r.status_code, err["code"]) == (403, "model_not_allowed"), r.text
+            assert err["type"] == "permission_error"
 
 
 def test_inference_needs_the_inference_scope(deployment: Deployment) -> None:

@@ -25,7 +25,10 @@ class Principal:
         models: model names the caller may use; None means all models.
         kind: how it authenticated: ``"api_key"``, ``"jwt"``, ``"anonymous"``.
         limits: plugin-defined limits (e.g. ``{"rpm": 60, "tpm": 10000}``).
-        attributes: other non-secret facts a plugin wants to pass along.
+        attributes: other non-secret facts a plugin wants to pass along. Keys the core
+            reads: ``hide_forbidden_models`` (bool, default True: a model outside
+            ``models`` is answered 404 like an unknown one; False: 403),
+            ``store_prompts`` (per-tenant prompt storage), ``priority`` (scheduling).
     """
 
     id: str

@@ -39,6 +39,7 @@ from servehall.errors import (
     InvalidRequestError,
     NotFoundError,
     PayloadTooLargeError,
+    PermissionDeniedError,
     ServehallError,
 )
 from servehall.filters import FilterVerdict, PromptParts
@@ -190,11 +191,21 @@ class InferenceEndpoint:
         ctx.record.stream = req.stream
         name = req.model
         served = host.models.get(name)
-        if served is None or not run.principal.may_use(name):
+        allowed = run.principal.may_use(name)
+        # A model outside the caller's list is a 404 like an unknown one, unless the auth
+        # plugin says the deployment does not hide models (then 403).
+        hide = bool(run.principal.attributes.get("hide_forbidden_models", True))
+        if served is None or (not allowed and hide):
             raise NotFoundError(
                 "The requested model does not exist or you do not have access to it.",
                 param="model",
                 code="model_not_found",
+            )
+        if not allowed:
+            raise PermissionDeniedError(
+                f"This credential may not use the model `{name}`.",
+                param="model",
+                code="model_not_allowed",
             )
         ctx.record.model = served.name
         ctx.record.backend = served.backend

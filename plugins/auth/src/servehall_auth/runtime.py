@@ -112,11 +112,15 @@ class AuthRuntime:
     async def authenticate(
         self, authorization: list[str], x_api_key: list[str], *, path: str, client: str | None
     ) -> Principal | None:
-        """See :meth:`Authenticator.authenticate`; adds the tenant's prompt policy."""
+        """See :meth:`Authenticator.authenticate`; adds ``hide_forbidden_models`` and the
+        tenant's ``store_prompts`` policy to the principal's attributes."""
         principal = await self.authenticator.authenticate(
             authorization, x_api_key, path=path, client=client
         )
-        if principal is not None and principal.tenant is not None:
+        if principal is None:
+            return None
+        principal.attributes["hide_forbidden_models"] = self.settings.hide_forbidden_models
+        if principal.tenant is not None:
             tenant = self.settings.tenants.get(principal.tenant)
             if tenant is not None and tenant.store_prompts is not None:
                 principal.attributes["store_prompts"] = tenant.store_prompts
