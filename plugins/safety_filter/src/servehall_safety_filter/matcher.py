@@ -157,10 +157,10 @@ def compile_rule(rs: RuleSettings, monitor: bool, cfg: SafetyFilterSettings) -> 
 class RuleGroup:
     """Rules with the same effect, scanned together (see the module docstring).
 
-    Keyword rules share one trie regex (group 1; the rule is found from the matched
-    text), other regex rules follow as groups ``(r0)|(r1)|…``; contributed detectors
-    run on their own. :meth:`scan` takes a mutable cursor per part so a stream can
-    resume exactly where the previous chunk's scan stopped.
+    Keyword rules share one trie regex (group 1 when there are keyword rules; the rule
+    is found from the matched text), other regex rules follow as groups ``(r0)|(r1)|…``;
+    contributed detectors run on their own. :meth:`scan` takes a mutable cursor per part
+    so a stream can resume exactly where the previous chunk's scan stopped.
     """
 
     __slots__ = ("_by_index", "_keyword_rule", "detectors", "pattern", "rules")
@@ -175,15 +175,15 @@ class RuleGroup:
             for f in r.keywords:
                 self._keyword_rule.setdefault(f, r)
         self._by_index: dict[int, CompiledRule] = {}
-        parts = [f"({keywords_source([(r.keywords, r.whole_word) for r in kw_rules])})"]
-        index = 2
+        parts = []
+        if kw_rules:  # group 1: every keyword, one trie
+            parts.append(f"({keywords_source([(r.keywords, r.whole_word) for r in kw_rules])})")
+        index = len(parts) + 1
         for r in rx_rules:
             assert r.pattern is not None
             self._by_index[index] = r
             index += 1 + r.pattern.groups
             parts.append(f"({r.source})")
-        if not kw_rules:
-            parts[0] = "(?!)()"  # keep group numbering; never matches
         try:
             self.pattern = re.compile("|".join(parts)) if (kw_rules or rx_rules) else None
         except re.error as exc:  # e.g. a named group used by two rules
@@ -197,7 +197,7 @@ class RuleGroup:
         return [pos] * (1 + len(self.detectors))
 
     def _rule_of(self, m: re.Match[str]) -> CompiledRule:
-        if m.lastindex == 1:
+        if m.lastindex == 1 and self._keyword_rule:
             return self._keyword_rule[m.group(1)]
         return self._by_index[m.lastindex or 0]
 
