@@ -1,0 +1,351 @@
+"""The HTTP layer end to end: HTTP/2 (h2c prior knowledge, TLS + ALPN), the ``openai``
+client, streaming vs non-streaming, and client disconnects freeing engine slots.
+
+Real ``servehall serve`` subprocesses with the demo model on ``backend = "auto"``
+(openvino_cpu, f32). Slot accounting is read from ``/health/ready``'s body (engine and
+scheduler counters) and ``/metrics`` (the abort counter).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+LONG = {"model": "demo", "prompt": "ABCDEFGH ABCDEFGH ABC", "temperature": 0, "max_tokens": 1500}
+
+
+@pytest.fixture(scope="module")
+def server(
+    servehall_server: Callable[..., Any],
+    demo_model_dir: Path,
+    demo_config_factory: Callable[..., dict[str, Any]],
+) -> Iterator[Any]:
+    cfg = demo_config_factory(demo_model_dir, scheduler={"max_concurrency": 2, "max_queue": 4})
+    with servehall_server(cfg, name="api-http") as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def h2(server: Any) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.base_url, http1=False, http2=True, timeout=60) as c:
+        yield c
+
+
+def stats(client: httpx.Client) -> dict[str, int]:
+    m = client.get("/health/ready").json()["models"]["demo"]
+    return {
+        "engine_running": m["engine"]["running"],
+        "engine_waiting": m["engine"]["waiting"],
+        "slots": m["scheduler"]["running"],
+        "queued": m["scheduler"]["waiting"],
+    }
+
+
+def aborts(client: httpx.Client) -> float:
+    text = client.get("/metrics").text
+    m = re.search(
+        r'servehall_request_aborts_total\{model="demo",reason="client_disconnect"\}'
+        r" ([0-9.e+]+)",
+        text,
+    )
+    return float(m.group(1)) if m else 0.0
+
+
+def wait_for(pred: Callable[[], bool], timeout: float) -> float:
+    """Seconds until ``pred()`` held; fails after ``timeout``."""
+    start = time.monotonic()
+    while not pred():
+        if time.monotonic() - start > timeout:
+            pytest.fail(f"condition not met within {timeout} s")
+        time.sleep(0.02)
+    return time.monotonic() - start
+
+
+def idle(client: httpx.Client) -> bool:
+    s = stats(client)
+    return s == {"engine_running": 0, "engine_waiting": 0, "slots": 0, "queued": 0}
+
+
+# --- HTTP/2 and TLS ---------------------------------------------------------------------
+
+
+def test_h2c_prior_knowledge(h2: httpx.Client) -> None:
+    r = h2.post(
+        "/v1/chat/completions",
+        json={"model": "demo", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
+    )
+    assert r.status_code == 200 and r.http_version == "HTTP/2"
+    assert h2.get("/v1/models").http_version == "HTTP/2"
+
+
+def test_http11_still_served(server: Any) -> None:
+    r = httpx.get(server.base_url + "/v1/models")
+    assert r.status_code == 200 and r.http_version == "HTTP/1.1"
+
+
+def _self_signed(dir: Path) -> tuple[Path, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    import ipaddress
+
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    certfile, keyfile = dir / "cert.pem", dir / "key.pem"
+    certfile.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    keyfile.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return certfile, keyfile
+
+
+def test_tls_alpn_h2(
+    servehall_server: Callable[..., Any],
+    demo_model_dir: Path,
+    demo_config_factory: Callable[..., dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    certfile, keyfile = _self_signed(tmp_path)
+    cfg = demo_config_factory(
+        demo_model_dir, server={"certfile": str(certfile), "keyfile": str(keyfile)}
+    )
+    with servehall_server(cfg, name="api-tls") as srv:
+        assert srv.base_url.startswith("https://")
+        with httpx.Client(base_url=srv.base_url, http2=True, verify=str(certfile), timeout=60) as c:
+            r = c.post(
+                "/v1/chat/completions",
+                json={
+                    "model": "demo",
+                    "messages": [{"role": "user", "content": "Hi"}],
+                    "max_tokens": 4,
+                },
+            )
+            assert r.status_code == 200 and r.http_version == "HTTP/2"
+            with c.stream(
+                "POST",
+                "/v1/completions",
+                json={"model": "demo", "prompt": "Hi", "max_tokens": 4, "stream": True},
+            ) as s:
+                assert s.http_version == "HTTP/2"
+                assert s.read().endswith(b"data: [DONE]\n\n")
+        with httpx.Client(base_url=srv.base_url, verify=str(certfile)) as c1:
+            r = c1.get("/health/live")
+            assert r.status_code == 200 and r.http_version == "HTTP/1.1"
+
+
+# --- openai client; streaming equals non-streaming ------------------------------------------
+
+
+def test_openai_client_stream_equals_non_stream(server: Any) -> None:
+    import openai
+
+    client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)
+    assert [m.id for m in client.models.list()] == ["demo"]
+    messages = [{"role": "user", "content": "Tell me about the river"}]
+    full = client.chat.completions.create(
+        model="demo", messages=messages, max_tokens=40, temperature=0
+    )
+    text = full.choices[0].message.content
+    assert text and full.usage.completion_tokens > 0
+    pieces = []
+    for chunk in client.chat.completions.create(
+        model="demo", messages=messages, max_tokens=40, temperature=0, stream=True
+    ):
+        for c in chunk.choices:
+            pieces.append(c.delta.content or "")
+    assert "".join(pieces) == text
+    comp = client.completions.create(model="demo", prompt="The river", max_tokens=30, temperature=0)
+    streamed = "".join(
+        c.choices[0].text
+        for c in client.completions.create(
+            model="demo", prompt="The river", max_tokens=30, temperature=0, stream=True
+        )
+        if c.choices
+    )
+    assert streamed == comp.choices[0].text
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="demo", messages=[], max_tokens=4)
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="nope", messages=messages, max_tokens=4)
+
+
+# --- client disconnects free the engine slot ------------------------------------------------
+
+
+def test_stream_disconnect_frees_slot(server: Any, h2: httpx.Client) -> None:
+    wait_for(lambda: idle(h2), 10)
+    before = aborts(h2)
+    with (
+        httpx.Client(base_url=server.base_url, timeout=60) as c,
+        c.stream("POST", "/v1/completions", json={**LONG, "stream": True}) as r,
+    ):
+        it = r.iter_raw()
+        next(it)
+        next(it)
+        assert stats(h2)["engine_running"] == 1  # still generating when we leave
+    took = wait_for(lambda: idle(h2), 1.0)
+    assert took <= 1.0
+    wait_for(lambda: aborts(h2) == before + 1, 2.0)
+
+
+def test_non_stream_disconnect_frees_slot(server: Any, h2: httpx.Client) -> None:
+    wait_for(lambda: idle(h2), 10)
+    before = aborts(h2)
+    body = json.dumps(LONG).encode()
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+            b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+        )
+        wait_for(lambda: stats(h2)["engine_running"] == 1, 5)
+    wait_for(lambda: idle(h2), 1.0)
+    wait_for(lambda: aborts(h2) == before + 1, 2.0)
+
+
+class RawH2:
+    """A minimal HTTP/2 client over a socket (h2 state machine), because httpx never
+    sends RST_STREAM when a request is cancelled."""
+
+    def __init__(self, port: int) -> None:
+        import h2.config
+        import h2.connection
+
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.conn = h2.connection.H2Connection(
+            config=h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
+        )
+        self.conn.initiate_connection()
+        self.data: dict[int, bytearray] = {}
+        self.status: dict[int, int] = {}
+        self.ended: set[int] = set()
+        self.flush()
+
+    def flush(self) -> None:
+        self.sock.sendall(self.conn.data_to_send())
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> int:
+        sid = self.conn.get_next_available_stream_id()
+        data = json.dumps(body).encode() if body is not None else b""
+        headers = [
+            (":method", method),
+            (":path", path),
+            (":scheme", "http"),
+            (":authority", "127.0.0.1"),
+        ]
+        if body is not None:
+            headers += [("content-type", "application/json"), ("content-length", str(len(data)))]
+        self.conn.send_headers(sid, headers, end_stream=body is None)
+        if body is not None:
+            self.conn.send_data(sid, data, end_stream=True)
+        self.data[sid] = bytearray()
+        self.flush()
+        return sid
+
+    def pump(self, timeout: float = 0.05) -> None:
+        import h2.events
+
+        self.sock.settimeout(timeout)
+        try:
+            raw = self.sock.recv(1 << 20)
+        except TimeoutError:
+            return
+        assert raw, "the server closed the HTTP/2 connection"
+        for ev in self.conn.receive_data(raw):
+            if isinstance(ev, h2.events.ResponseReceived):
+                self.status[ev.stream_id] = int(dict(ev.headers)[":status"])
+            elif isinstance(ev, h2.events.DataReceived):
+                self.data.setdefault(ev.stream_id, bytearray()).extend(ev.data)
+                self.conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+            elif isinstance(ev, h2.events.StreamEnded | h2.events.StreamReset):
+                self.ended.add(ev.stream_id)
+        self.flush()
+
+    def pump_until(self, pred: Callable[[], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not pred():
+            assert time.monotonic() < deadline, "timed out"
+            self.pump()
+
+    def cancel(self, sid: int) -> None:
+        from h2.errors import ErrorCodes
+
+        self.conn.reset_stream(sid, error_code=ErrorCodes.CANCEL)
+        self.flush()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_queued_disconnect_leaves_queue(server: Any, h2: httpx.Client) -> None:
+    """RST_STREAM of a request waiting for a slot removes it from the queue."""
+    wait_for(lambda: idle(h2), 10)
+    c = RawH2(server.port)
+    try:
+        holders = [c.request("POST", "/v1/completions", {**LONG, "stream": True}) for _ in range(2)]
+        queued = c.request("POST", "/v1/completions", LONG)
+        c.pump_until(lambda: stats(h2)["queued"] == 1 and stats(h2)["slots"] == 2, 10)
+        c.cancel(queued)
+        c.pump_until(lambda: stats(h2)["queued"] == 0, 1.0)
+        assert stats(h2)["slots"] == 2
+        for sid in holders:
+            c.cancel(sid)
+        c.pump_until(lambda: idle(h2), 1.0)
+    finally:
+        c.close()
+
+
+def test_c21_h2_stream_cancel_keeps_connection(server: Any, h2: httpx.Client) -> None:
+    """Two streams on one HTTP/2 connection; RST_STREAM the first: its generation stops
+    within 1 s, the second completes, the connection stays open."""
+    wait_for(lambda: idle(h2), 10)
+    before = aborts(h2)
+    c = RawH2(server.port)
+    try:
+        first = c.request("POST", "/v1/completions", {**LONG, "stream": True})
+        c.pump_until(lambda: len(c.data[first]) > 0, 30)
+        second = c.request("POST", "/v1/completions", {**LONG, "max_tokens": 200, "stream": True})
+        c.pump_until(lambda: len(c.data[second]) > 0, 30)
+        assert stats(h2)["engine_running"] == 2
+        c.cancel(first)
+        start = time.monotonic()
+        c.pump_until(lambda: aborts(h2) == before + 1, 1.0)
+        c.pump_until(lambda: second in c.ended or stats(h2)["engine_running"] <= 1, 1.0)
+        assert time.monotonic() - start <= 1.0
+        c.pump_until(lambda: second in c.ended, 60)
+        assert c.status[second] == 200 and bytes(c.data[second]).endswith(b"data: [DONE]\n\n")
+        live = c.request("GET", "/health/live")
+        c.pump_until(lambda: live in c.ended, 10)
+        assert c.status[live] == 200
+    finally:
+        c.close()
+    wait_for(lambda: idle(h2), 1.0)
