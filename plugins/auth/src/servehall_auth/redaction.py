@@ -23,7 +23,10 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # servehall keys, also truncated or with extra characters: keep sh-<id>
     (re.compile(r"(sh-[A-Za-z0-9]{1,32})-[A-Za-z0-9_\-]{4,}"), r"\1-***"),
     # Authorization values of any scheme (quoted or bytes reprs included)
-    (re.compile(r"(?i)\b(bearer|basic|token)(\s+|'\s*,\s*b?')[A-Za-z0-9\-._~+/=]{4,}"), r"\1\2***"),
+    (
+        re.compile(r"(?i)\b(bearer|basic|token)(\s+|'\s*,\s*b?')(?!sh-)[A-Za-z0-9\-._~+/=]{4,}"),
+        r"\1\2***",
+    ),
     # JWT-shaped tokens: base64url header.payload.signature
     (re.compile(r"eyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]*\.[A-Za-z0-9_\-]*"), "***jwt***"),
 )

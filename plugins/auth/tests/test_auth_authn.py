@@ -1,0 +1,122 @@
+"""The authenticator on a real SQLite key store: outcomes, audit events and throttling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servehall import (
+    AdmissionRequest,
+    AuditEvent,
+    AuthenticationError,
+    NotFoundError,
+    PermissionDeniedError,
+    Principal,
+)
+from servehall_auth.audit import FailureAuditor
+from servehall_auth.runtime import AuthRuntime
+from servehall_auth.settings import AuthSettings
+from servehall_auth.store import KeyStore, api_key, make_engine, metadata
+
+PEPPER = "authn-test-pepper-0123456789"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+async def runtime(tmp_path: Path) -> Any:
+    engine = make_engine(f"sqlite+aiosqlite:///{tmp_path / 'a.db'}")
+    async with engine.begin() as conn:
+        await conn.run_sync(lambda c: metadata.create_all(c, tables=[api_key]))
+    events: list[AuditEvent] = []
+    settings = AuthSettings(pepper=PEPPER, audit_failures_per_minute=3)  # type: ignore[arg-type]
+    rt = AuthRuntime(settings, KeyStore(engine, PEPPER), None, events.append)
+    rt.events = events  # type: ignore[attr-defined]
+    yield rt
+    await rt.close()
+
+
+async def test_good_key_gives_its_principal(runtime: AuthRuntime) -> None:
+    assert runtime.keys is not None
+    rec, key = await runtime.keys.create(tenant="t", models=["demo"], rpm=2)
+    p = await runtime.authenticate([f"Bearer {key}"], [], path="/v1/models", client="1.2.3.4")
+    assert p is not None and p.id == rec.public_id and p.tenant == "t"
+    assert p.attributes["hide_forbidden_models"] is False
+    assert await runtime.authenticate([], [], path="/", client=None) is None
+    assert runtime.events == []  # type: ignore[attr-defined]
+
+
+async def test_failures_raise_and_are_audited_without_secrets(runtime: AuthRuntime) -> None:
+    assert runtime.keys is not None
+    rec, key = await runtime.keys.create(tenant="t")
+    wrong = key[:-2] + ("zz" if not key.endswith("zz") else "yy")
+    for auth, xkey in (
+        ([f"Bearer {wrong}"], []),
+        (["Basic abc"], []),
+        ([], ["sh-nope"]),
+    ):
+        with pytest.raises(AuthenticationError) as ei:
+            await runtime.authenticate(auth, xkey, path="/v1/models", client="1.2.3.4")
+        assert ei.value.headers["WWW-Authenticate"] == "Bearer"
+    events = runtime.events  # type: ignore[attr-defined]
+    assert [e.action for e in events] == ["auth.failed"] * 3
+    assert events[0].target == rec.public_id and events[0].details["reason"] == "bad_secret"
+    assert [e.details["reason"] for e in events[1:]] == ["malformed_header", "malformed_key"]
+    assert all(wrong not in repr(e) and key not in repr(e) for e in events)
+
+
+async def test_jwt_shaped_token_without_jwt_config(runtime: AuthRuntime) -> None:
+    with pytest.raises(AuthenticationError):
+        await runtime.authenticate(["Bearer a.b.c"], [], path="/", client=None)
+
+
+def test_failure_auditor_throttles_and_summarises() -> None:
+    clock = Clock()
+    got: list[AuditEvent] = []
+    aud = FailureAuditor(got.append, per_minute=3, clock=clock)
+    for _ in range(10):
+        aud.failure("bad_secret", target="sh-x")
+    assert [e.action for e in got] == ["auth.failed"] * 3
+    assert aud.suppressed == 7
+    clock.t += 20  # one event's worth of budget comes back
+    aud.failure("bad_secret")
+    assert [e.action for e in got[3:]] == ["auth.failed.suppressed", "auth.failed"]
+    assert got[3].details == {"count": 7}
+    silent = FailureAuditor(got.append, per_minute=0, clock=clock)
+    silent.failure("x")
+    assert len(got) == 5
+
+
+def req(p: Principal, model: str = "demo") -> AdmissionRequest:
+    return AdmissionRequest("r", "/v1/chat/completions", model, p, 5, 5)
+
+
+async def test_authorize_scope_and_models(runtime: AuthRuntime) -> None:
+    with pytest.raises(PermissionDeniedError) as ei:
+        await runtime.authorize(req(Principal(id="a", scopes=frozenset({"admin"}))))
+    assert ei.value.code == "insufficient_scope"
+    p = Principal(id="b", models=frozenset({"demo"}))
+    assert await runtime.authorize(req(p)) is None  # no limits configured
+    with pytest.raises(PermissionDeniedError) as ei:
+        await runtime.authorize(req(p, "other"))
+    assert ei.value.code == "model_not_allowed"
+    runtime.settings = runtime.settings.model_copy(update={"hide_forbidden_models": True})
+    with pytest.raises(NotFoundError):
+        await runtime.authorize(req(p, "other"))
+
+
+async def test_audit_sink_failure_is_contained(runtime: AuthRuntime) -> None:
+    def broken(_: AuditEvent) -> None:
+        raise RuntimeError("sink down")
+
+    runtime._audit = broken
+    with pytest.raises(AuthenticationError):
+        await runtime.authenticate(["Bearer sh-bad"], [], path="/", client=None)
