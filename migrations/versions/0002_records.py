@@ -175,13 +175,13 @@ def upgrade() -> None:
     )
     op.bulk_insert(head, [{"id": 1, "last_id": 0, "last_hash": GENESIS, "events": 0}])
 
-    dialect = op.get_bind().dialect.name
+    dialect = op.get_context().dialect.name
     for name, sql in _views(dialect).items():
         op.execute(f"CREATE VIEW {name} AS {sql}")
 
 
 def downgrade() -> None:
-    for name in _views(op.get_bind().dialect.name):
+    for name in _views(op.get_context().dialect.name):
         op.execute(f"DROP VIEW IF EXISTS {name}")
     op.drop_table("audit_chain_head")
     op.drop_index("ix_audit_event_action_at", table_name="audit_event")

@@ -1,29 +1,31 @@
 """The core's ``sql`` sink: request-log rows and the audit chain in the deployment DB.
 
 Options (``[[sinks]] name = "sql"`` ``options``): ``url`` (default ``[database] url``).
-Each batch is one transaction: the batch's ``request_log`` rows in one multi-row insert
-(``ON CONFLICT (request_id) DO NOTHING``, so a batch retried after a lost commit
-acknowledgement never duplicates a row), then its audit events appended to the chain.
+Each batch is one transaction: the batch's ``request_log`` rows in one driver-level
+``executemany`` (``ON CONFLICT (request_id) DO NOTHING``, so a batch retried after a
+lost commit acknowledgement never duplicates a row), then its audit events appended to
+the chain. Rows are converted to driver values here, once (no per-row SQLAlchemy type
+processing on the event loop): timestamps as aware UTC on PostgreSQL and as SQLAlchemy's
+SQLite text form, JSON as text.
 ``start()`` refuses an un-migrated database (``servehall db upgrade``) unless
 ``[database] auto_migrate`` is on.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from servehall.db.engine import create_db_engine, database_url
 from servehall.db.migrate import ensure_schema
 from servehall.db.models import RequestLog
+from servehall.db.types import to_utc
 from servehall.records.chain import append_events
 from servehall.records.codec import request_row
 from servehall.records.types import AuditEvent, Record, RequestRecord
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
     from servehall.config.settings import Settings
 
 log = logging.getLogger("servehall.records.sql")
+
+_COLUMNS: tuple[str, ...] = tuple(c.name for c in RequestLog.__table__.columns)
 
 
 def _bad_data(exc: BaseException) -> bool:
@@ -56,24 +60,39 @@ class SqlSink:
         self.url = url
         self.auto_migrate = auto_migrate
         self.engine: AsyncEngine | None = None
-        self._insert: Any = None
+        self._insert = ""
+        self._pg = False
 
     async def start(self) -> None:
         """Connect and check (or migrate) the schema; ConfigError when not migrated."""
         self.engine = create_db_engine(self.url)
         await ensure_schema(self.engine, auto_migrate=self.auto_migrate)
-        table: Table = RequestLog.__table__  # type: ignore[assignment]
-        if self.engine.dialect.name == "postgresql":
-            self._insert = pg_insert(table).on_conflict_do_nothing(index_elements=["request_id"])
-        else:
-            self._insert = sqlite_insert(table).on_conflict_do_nothing(
-                index_elements=["request_id"]
-            )
+        self._pg = self.engine.dialect.name == "postgresql"
+        marks = ", ".join(f"${i + 1}" if self._pg else "?" for i in range(len(_COLUMNS)))
+        self._insert = (
+            f"INSERT INTO request_log ({', '.join(_COLUMNS)}) VALUES ({marks}) "
+            "ON CONFLICT (request_id) DO NOTHING"
+        )
+
+    def _values(self, rec: RequestRecord) -> tuple[Any, ...]:
+        """One row as driver-level values (no per-row SQLAlchemy type processing)."""
+        row = request_row(rec)
+        verdicts = row["filter_verdicts"]
+        row["filter_verdicts"] = json.dumps(verdicts) if verdicts else "[]"
+        for key in ("received_at", "finished_at"):
+            value = row[key]
+            if value is not None:
+                value = to_utc(value)
+                # SQLite: SQLAlchemy's DATETIME text form, naive UTC
+                row[key] = (
+                    value if self._pg else value.replace(tzinfo=None).isoformat(" ", "microseconds")
+                )
+        return tuple(row[c] for c in _COLUMNS)
 
     async def _write(self, conn: AsyncConnection, records: Sequence[Record]) -> None:
-        rows = [request_row(r) for r in records if isinstance(r, RequestRecord)]
+        rows = [self._values(r) for r in records if isinstance(r, RequestRecord)]
         if rows:
-            await conn.execute(self._insert, rows)
+            await conn.exec_driver_sql(self._insert, rows)
         events = [r for r in records if isinstance(r, AuditEvent)]
         for ev in events:
             if ev.at is None:
