@@ -199,3 +199,20 @@ async def test_unknown_sink_is_a_config_error():
     settings = load_settings(data={"sinks": [{"name": "kafka"}]})
     with pytest.raises(ConfigError, match="unknown sink 'kafka'"):
         await open_record_bus(settings, PluginHost([]))
+
+
+async def test_cli_bus_without_startup_events(tmp_path: Path):
+    out = tmp_path / "cli.jsonl"
+    settings = load_settings(data={"sinks": [{"name": "jsonl", "options": {"path": str(out)}}]})
+    bus = await open_record_bus(settings, PluginHost([]), startup_audit=False)
+    bus.audit(
+        AuditEvent(
+            action="key.created",
+            actor="cli:ops",
+            target="key-1",
+            details={"secret": "sk-x", "scopes": ["inference"]},
+        )
+    )
+    await bus.close()
+    (line,) = [json.loads(x) for x in out.read_text().splitlines()]
+    assert line["action"] == "key.created" and line["details"]["secret"] == "**********"

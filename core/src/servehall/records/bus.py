@@ -140,8 +140,13 @@ def _spill_default(name: str, index: int, taken: set[str]) -> str:
     return base
 
 
-async def open_record_bus(settings: Settings, plugins: PluginHost) -> RecordBus:
+async def open_record_bus(
+    settings: Settings, plugins: PluginHost, *, startup_audit: bool = True
+) -> RecordBus:
     """Build, start and return the bus for this deployment (see module docstring).
+
+    ``startup_audit=False`` skips the ``config.loaded``/``plugins.loaded`` events (for
+    short-lived CLI commands that only want to write their own audit events).
 
     Raises:
         ConfigError: an unknown sink name, bad sink options, an un-migrated or
@@ -181,8 +186,9 @@ async def open_record_bus(settings: Settings, plugins: PluginHost) -> RecordBus:
             await r.close()
         raise
     bus = RecordBus(runners, store_prompts=settings.database.store_prompts)
-    for ev in startup_events(settings, plugins):
-        bus.audit(ev)
+    if startup_audit:
+        for ev in startup_events(settings, plugins):
+            bus.audit(ev)
     return bus
 
 
