@@ -207,3 +207,11 @@ def test_cli_db_and_audit_commands(tmp_path: Path):
         conn.execute("UPDATE audit_event SET target = 'evil' WHERE id = 2")
     r = cli("audit", "verify", config=cfg)
     assert r.returncode == 1 and "audit_event id 2" in r.stdout
+
+
+def test_every_sink_runner_option_is_documented():
+    from servehall.records.runner import RUNNER_OPTIONS
+
+    doc = DOC.read_text()
+    missing = [k for k in RUNNER_OPTIONS if f"`{k}`" not in doc]
+    assert not missing, missing
