@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# GPU smoke test of the `cuda` backend, end to end, in under five minutes.
+#
+# Run it on a machine with an NVIDIA GPU, a CUDA build of torch (2.13) and servehall +
+# servehall-cuda installed (e.g. `pip install -e ./core -e ./plugins/cuda` in a venv
+# whose torch came from https://pytorch.org/get-started):
+#
+#     bench/gpu_smoke.sh                 # uses .venv/bin/python if present, else python3
+#     PYTHON=/opt/venv/bin/python CUDA_VISIBLE_DEVICES=1 bench/gpu_smoke.sh
+#
+# What it does (each step prints PASS/FAIL; exit status 0 only if all pass):
+#   1. probe: `cuda` must be available (prints the probe reason otherwise, exit 2);
+#   2. builds the demo model locally (`servehall demo-model`);
+#   3. serves it twice: backend `cuda` (float32, sdpa) and backend `cpu` (the reference);
+#   4. cuda: a completion, a streamed chat completion (ordered SSE chunks, one
+#      finish_reason, [DONE]), 16 concurrent requests;
+#   5. abort: a long stream closed after a few chunks; the KV-cache gauge
+#      (servehall_kv_cache_blocks_used on /metrics) must return to 0;
+#   6. parity: greedy completions of a set of prompts are identical on cuda and cpu.
+# Env knobs: DTYPE (float32; bfloat16/float16 make parity advisory), ATTN (sdpa),
+# DEVICE_INDEX (0), KEEP=1 keeps the work directory with server logs,
+# BACKEND=cpu dry-runs the whole script without a GPU (checks the script, not a GPU).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+  if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
+fi
+PY=$(cd "$(dirname "$(command -v "$PY")")" && pwd)/$(basename "$PY")
+DTYPE=${DTYPE:-float32}
+ATTN=${ATTN:-sdpa}
+DEVICE_INDEX=${DEVICE_INDEX:-0}
+BACKEND=${BACKEND:-cuda}
+WORK=$(mktemp -d -t servehall-gpu-smoke.XXXXXX)
+PIDS=()
+START=$(date +%s)
+
+cleanup() {
+  for pid in "${PIDS[@]:-}"; do
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+  done
+  wait 2>/dev/null || true
+  if [ "${KEEP:-0}" = "1" ]; then echo "work directory kept: $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+servehall() { "$PY" -c 'from servehall.cli import main; main()' "$@"; }
+
+echo "== 1. probe"
+"$PY" - "$BACKEND" <<'EOF' || exit 2
+import sys
+from servehall.plugins import PluginHost
+backend = sys.argv[1]
+reg = PluginHost(["cuda"] if backend == "cuda" else []).backends()
+r = reg.probe(backend)
+print(f"{backend}: available={r.available} ({r.reason})")
+print(f"cpu:  available={reg.probe('cpu').available} ({reg.probe('cpu').reason})")
+sys.exit(0 if r.available else 1)
+EOF
+
+echo "== 2. demo model"
+MODEL=$(servehall demo-model --out "$WORK/demo" | tail -n 1)
+echo "model: $MODEL"
+
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+CUDA_PORT=$(free_port)
+CPU_PORT=$(free_port)
+
+if [ "$BACKEND" = "cuda" ]; then
+  ENABLED='["cuda"]'
+  OPTIONS="{ dtype = \"$DTYPE\", attn_implementation = \"$ATTN\", device_index = $DEVICE_INDEX }"
+else
+  ENABLED='[]'
+  OPTIONS="{ dtype = \"$DTYPE\" }"
+fi
+cat >"$WORK/cuda.toml" <<EOF
+[plugins]
+enabled = $ENABLED
+[[models]]
+name = "demo"
+path = "$MODEL"
+backend = "$BACKEND"
+options = $OPTIONS
+[database]
+url = "sqlite+aiosqlite:///$WORK/cuda.db"
+auto_migrate = true
+EOF
+cat >"$WORK/cpu.toml" <<EOF
+[[models]]
+name = "demo"
+path = "$MODEL"
+backend = "cpu"
+options = { dtype = "float32" }
+[database]
+url = "sqlite+aiosqlite:///$WORK/cpu.db"
+auto_migrate = true
+EOF
+
+echo "== 3. serve ($BACKEND on :$CUDA_PORT, cpu on :$CPU_PORT)"
+(cd "$WORK" && servehall serve --config cuda.toml --bind "127.0.0.1:$CUDA_PORT" >cuda.log 2>&1) &
+PIDS+=($!)
+(cd "$WORK" && servehall serve --config cpu.toml --bind "127.0.0.1:$CPU_PORT" >cpu.log 2>&1) &
+PIDS+=($!)
+
+set +e
+"$PY" - "$CUDA_PORT" "$CPU_PORT" "$WORK" "$DTYPE" "${PIDS[0]}" "${PIDS[1]}" <<'EOF'
+import asyncio, json, os, re, sys, time
+import httpx
+
+cuda_port, cpu_port, work, dtype = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+pids = {"cuda.log": int(sys.argv[5]), "cpu.log": int(sys.argv[6])}
+CUDA, CPU = f"http://127.0.0.1:{cuda_port}", f"http://127.0.0.1:{cpu_port}"
+results: list[tuple[str, bool, str]] = []
+
+
+def check(name: str, ok: bool, detail: str = "") -> None:
+    results.append((name, ok, detail))
+    print(f"{'PASS' if ok else 'FAIL'}  {name}" + (f"  ({detail})" if detail else ""), flush=True)
+
+
+def alive(pid: int) -> bool:
+    """The server process still runs (a zombie counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_ready(base: str, log: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive(pids[log]):
+            break
+        try:
+            if httpx.get(base + "/health/ready", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    print(open(f"{work}/{log}").read()[-3000:])
+    raise SystemExit(f"{base} exited or was not ready after {timeout} s (log above)")
+
+
+def kv_used(client: httpx.Client) -> float:
+    text = client.get("/metrics").text
+    m = re.search(r'^servehall_kv_cache_blocks_used\{model="demo"\} (\S+)$', text, re.M)
+    return float(m.group(1)) if m else -1.0
+
+
+wait_ready(CUDA, "cuda.log")
+wait_ready(CPU, "cpu.log")
+check("servers ready", True)
+
+with httpx.Client(base_url=CUDA, http1=False, http2=True, timeout=60) as c:
+    r = c.post("/v1/completions", json={"model": "demo", "prompt": "Hello", "max_tokens": 16, "temperature": 0})
+    check("cuda completion", r.status_code == 200 and bool(r.json()["choices"][0]["text"]), r.text[:120])
+
+    chunks, finishes, done = [], [], False
+    body = {"model": "demo", "messages": [{"role": "user", "content": "Tell me about the sea."}],
+            "max_tokens": 32, "temperature": 0, "stream": True}
+    with c.stream("POST", "/v1/chat/completions", json=body) as s:
+        for line in s.iter_lines():
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: "):
+                ch = json.loads(line[6:])["choices"][0]
+                chunks.append(ch.get("delta", {}).get("content") or "")
+                if ch.get("finish_reason"):
+                    finishes.append(ch["finish_reason"])
+    check("cuda streamed chat", done and len(finishes) == 1 and len(chunks) > 2,
+          f"{len(chunks)} chunks, finish={finishes}")
+
+    before = kv_used(c)
+    with c.stream("POST", "/v1/completions", json={"model": "demo", "prompt": "Once upon a time",
+                                                   "max_tokens": 1500, "temperature": 0.8,
+                                                   "seed": 1, "stream": True}) as s:
+        n = 0
+        for line in s.iter_lines():
+            n += line.startswith("data: {")
+            if n >= 5:
+                break
+        during = kv_used(c)
+    deadline, after = time.monotonic() + 10, kv_used(c)
+    while after > 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        after = kv_used(c)
+    check("cuda abort frees KV blocks", during > 0 and after == 0,
+          f"before={before} during={during} after={after}")
+
+
+async def burst() -> list[int]:
+    async with httpx.AsyncClient(base_url=CUDA, http1=False, http2=True, timeout=120) as ac:
+        rs = await asyncio.gather(*(ac.post("/v1/completions", json={
+            "model": "demo", "prompt": f"Story {i}:", "max_tokens": 48, "temperature": 0.7, "seed": i})
+            for i in range(16)))
+        return [r.status_code for r in rs]
+
+codes = asyncio.run(burst())
+check("cuda 16 concurrent requests", codes == [200] * 16, str(sorted(set(codes))))
+
+prompts = ["Hello", "The cat sat on", "Once upon a time, the old house", "The last train", "1 2 3"]
+def greedy(base: str) -> list[tuple[str, int]]:
+    with httpx.Client(base_url=base, timeout=120) as c:
+        out = []
+        for p in prompts:
+            b = c.post("/v1/completions", json={"model": "demo", "prompt": p, "max_tokens": 32,
+                                                "temperature": 0}).json()
+            out.append((b["choices"][0]["text"], b["usage"]["completion_tokens"]))
+        return out
+gpu, ref = greedy(CUDA), greedy(CPU)
+same = sum(a == b for a, b in zip(gpu, ref))
+detail = f"{same}/{len(prompts)} identical" + ("" if dtype == "float32" else f" (advisory at {dtype})")
+check("parity cuda vs cpu (greedy)", same == len(prompts) or dtype != "float32", detail)
+for p, a, b in zip(prompts, gpu, ref):
+    if a != b:
+        print(f"      {p!r}: cuda={a!r}\n      {'':{len(p)+2}}  cpu ={b!r}")
+
+failed = [n for n, ok, _ in results if not ok]
+sys.exit(1 if failed else 0)
+EOF
+STATUS=$?
+echo "== done in $(( $(date +%s) - START )) s"
+exit $STATUS
