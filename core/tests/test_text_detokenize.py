@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import random
-
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from text_fixtures import build_tokenizer  # noqa: E402
+from text_fixtures import build_tokenizer
 
 from servehall.text import TextTokenizer, load_tokenizer
 from servehall.text.detokenize import IncrementalDetokenizer

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from text_fixtures import build_tokenizer  # noqa: E402
+from text_fixtures import build_tokenizer
 
 from servehall.errors import InvalidRequestError
 from servehall.text import TextTokenizer, load_tokenizer

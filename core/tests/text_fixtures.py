@@ -35,7 +35,9 @@ def build_tokenizer(out: Path) -> Path:
     )
     tok.train_from_iterator(CORPUS, trainer)
     hf = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
         additional_special_tokens=["<|turn|>", "<|end|>"],
     )
     hf.chat_template = TEMPLATE
