@@ -154,3 +154,16 @@ def test_chat_template_variant_is_written(tmp_path: Path) -> None:
     write_tokenizer_files(tok, tmp_path, chat_template=variant, model_max_length=2048)
     cfg = json.loads((tmp_path / "tokenizer_config.json").read_text())
     assert cfg["chat_template"] == variant != DEMO_CHAT_TEMPLATE
+
+
+def test_cli_prints_path_and_reuses_build(demo_dir: Path) -> None:
+    before = (demo_dir / "model.safetensors").stat().st_mtime_ns
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "servehall"), "demo-model", "--out", str(demo_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == str(demo_dir)
+    assert (demo_dir / "model.safetensors").stat().st_mtime_ns == before
