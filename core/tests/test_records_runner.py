@@ -216,3 +216,33 @@ async def test_cli_bus_without_startup_events(tmp_path: Path):
     await bus.close()
     (line,) = [json.loads(x) for x in out.read_text().splitlines()]
     assert line["action"] == "key.created" and line["details"]["secret"] == "**********"
+
+
+async def test_startup_config_event_masks_every_secret(tmp_path: Path):
+    out = tmp_path / "s.jsonl"
+    settings = load_settings(
+        data={
+            "database": {"url": "postgresql+asyncpg://svc:db-pass-canary@db:5432/x"},
+            "sinks": [
+                {
+                    "name": "jsonl",
+                    "options": {"path": str(out)},
+                }
+            ],
+            "vault": {"mirror": "postgresql://svc:url-pass-canary@db/x", "token": "tok-canary"},
+        }
+    )
+    bus = await open_record_bus(settings, PluginHost([]))
+    await bus.close()
+    text = out.read_text()
+    assert "config.loaded" in text
+    for canary in ("db-pass-canary", "url-pass-canary", "tok-canary"):
+        assert canary not in text
+
+
+async def test_unknown_sink_option_is_a_config_error(tmp_path: Path):
+    from servehall import ConfigError
+
+    settings = load_settings(data={"sinks": [{"name": "jsonl", "options": {"pth": "x"}}]})
+    with pytest.raises(ConfigError, match="pth"):
+        await open_record_bus(settings, PluginHost([]))

@@ -163,6 +163,8 @@ async def open_record_bus(
             runner_opts.setdefault("spill_path", _spill_default(sc.name, i, taken))
             try:
                 sink = spec.factory(options, settings)
+            except ConfigError as exc:
+                raise ConfigError(f"sinks[{i}] ({sc.name}).options: {exc.message}") from None
             except ServehallError:
                 raise
             except Exception as exc:

@@ -66,10 +66,16 @@ def clean_json(value: Any) -> Any:
     return clean_text(str(value))
 
 
+_URL_PASSWORD = re.compile(r"(://[^/:@\s]*:)([^@/\s]+)(@)")
+
+
 def redact(value: Any) -> Any:
-    """``value`` with values under secret-looking keys and ``SecretStr`` values masked."""
+    """``value`` with values under secret-looking keys, ``SecretStr`` values and the
+    passwords of URLs (``scheme://user:password@host``) masked."""
     if isinstance(value, SecretStr):
         return MASK
+    if isinstance(value, str):
+        return _URL_PASSWORD.sub(rf"\g<1>{MASK}\g<3>", value) if "://" in value else value
     if isinstance(value, dict):
         return {
             k: (MASK if isinstance(k, str) and _SECRET_KEY.search(k) and v else redact(v))

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from servehall.errors import ConfigError
 from servehall.records.codec import dumps
 from servehall.records.types import Record
 
@@ -57,5 +58,12 @@ class JsonlSink:
 
 
 def jsonl_sink_factory(options: dict[str, Any], settings: Settings) -> JsonlSink:
-    """``SinkSpec`` factory for ``jsonl``: option ``path`` (file, or ``-`` for stdout)."""
+    """``SinkSpec`` factory for ``jsonl``: option ``path`` (file, or ``-`` for stdout).
+
+    Raises:
+        ConfigError: an unknown option.
+    """
+    unknown = sorted(set(options) - {"path"})
+    if unknown:
+        raise ConfigError(f"jsonl sink: unknown option(s) {', '.join(unknown)}; known: path")
     return JsonlSink(options.get("path"))
