@@ -9,18 +9,24 @@ main line from ``0001_base``; plugin-owned tables are separate branches rooted a
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncEngine
+# Alembic logs one INFO line per built-in plugin on import; not useful to operators.
+logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
 
-from servehall.errors import ConfigError
+from alembic import command  # noqa: E402
+from alembic.config import Config  # noqa: E402
+from alembic.runtime.migration import MigrationContext  # noqa: E402
+from alembic.script import ScriptDirectory  # noqa: E402
+from sqlalchemy.engine import Connection  # noqa: E402
+from sqlalchemy.ext.asyncio import AsyncEngine  # noqa: E402
+
+from servehall.errors import ConfigError  # noqa: E402
 
 UPGRADE_HINT = "servehall db upgrade"
 
@@ -84,10 +90,23 @@ async def upgrade_database(engine: AsyncEngine) -> None:
         await conn.run_sync(_upgrade, cfg)
 
 
+@contextlib.contextmanager
+def _quiet_alembic() -> Iterator[None]:
+    """Silence Alembic's INFO chatter ("Context impl …") while only checking."""
+    logger = logging.getLogger("alembic")
+    old = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(old)
+
+
 async def pending_heads(engine: AsyncEngine) -> set[str]:
     """Heads of the migration tree the database lacks (empty: fully migrated)."""
-    async with engine.connect() as conn:
-        return await conn.run_sync(_missing_heads)
+    with _quiet_alembic():
+        async with engine.connect() as conn:
+            return await conn.run_sync(_missing_heads)
 
 
 async def ensure_schema(engine: AsyncEngine, *, auto_migrate: bool, config_hint: str = "") -> None:
