@@ -651,3 +651,14 @@ def test_every_route_needs_a_credential(
             assert_401(r)
             checked += 1
     assert checked == expected
+
+
+def test_key_expiry(deployment: Deployment) -> None:
+    made = create_key(deployment.config, "team-exp", "--expires", "3s")
+    until = datetime.fromisoformat(made["expires_at"])
+    with deployment.client(headers={"x-api-key": made["key"]}) as c:
+        assert c.get("/v1/models").status_code == 200
+        time.sleep(max(0.0, (until - datetime.now(UTC)).total_seconds() + 0.3))
+        r = c.get("/v1/models")
+        assert_401(r)
+        assert "expired" in r.json()["error"]["message"]

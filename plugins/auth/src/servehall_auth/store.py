@@ -15,9 +15,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from servehall import ConfigError, Principal
+from servehall import ConfigError, Principal, UTCDateTime, create_db_engine
 from servehall_auth.keys import (
     format_key,
     hash_key,
@@ -35,18 +35,18 @@ api_key = sa.Table(
     sa.Column("key_id", sa.String(16), primary_key=True),
     sa.Column("secret_hash", sa.String(64), nullable=False),
     sa.Column("prev_secret_hash", sa.String(64), nullable=True),
-    sa.Column("prev_valid_until", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("prev_valid_until", UTCDateTime, nullable=True),
     sa.Column("name", sa.String(200), nullable=True),
     sa.Column("tenant", sa.String(200), nullable=False),
     sa.Column("scopes", sa.JSON, nullable=False),
     sa.Column("models", sa.JSON, nullable=True),
     sa.Column("rpm", sa.Integer, nullable=True),
     sa.Column("tpm", sa.Integer, nullable=True),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("created_by", sa.String(200), nullable=True),
-    sa.Column("expires_at", sa.DateTime(timezone=True), nullable=True),
-    sa.Column("revoked_at", sa.DateTime(timezone=True), nullable=True),
-    sa.Column("rotated_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("expires_at", UTCDateTime, nullable=True),
+    sa.Column("revoked_at", UTCDateTime, nullable=True),
+    sa.Column("rotated_at", UTCDateTime, nullable=True),
 )
 """Mirror of the migrated ``api_key`` table."""
 
@@ -179,14 +179,14 @@ class KeyNotFoundError(LookupError):
 
 
 def make_engine(url: str) -> AsyncEngine:
-    """An async engine for ``url`` (``sqlite+aiosqlite://`` or ``postgresql+asyncpg://``).
+    """An async engine for ``url`` (``sqlite+aiosqlite://`` or ``postgresql+asyncpg://``),
+    made by the records layer's :func:`servehall.create_db_engine` (SQLite in WAL mode
+    with a busy timeout; PostgreSQL connections pre-pinged).
 
-    SQLite connections wait up to 10 s for a lock instead of failing at once.
+    Raises:
+        ConfigError: the URL does not parse or names an unsupported driver.
     """
-    kwargs: dict[str, Any] = {"pool_pre_ping": True}
-    if url.startswith("sqlite"):
-        kwargs["connect_args"] = {"timeout": 10}
-    return create_async_engine(url, **kwargs)
+    return create_db_engine(url)
 
 
 class KeyStore:
