@@ -161,6 +161,10 @@ def test_tls_alpn_h2(
         with httpx.Client(base_url=srv.base_url, verify=str(certfile)) as c1:
             r = c1.get("/health/live")
             assert r.status_code == 200 and r.http_version == "HTTP/1.1"
+        # clean SIGTERM shutdown: exit status 0, engines and hooks shut down
+        assert srv.stop() == 0
+        assert "servehall stopped" in srv.log_text()
+        assert "Traceback" not in srv.log_text()
 
 
 # --- openai client; streaming equals non-streaming ------------------------------------------
@@ -349,3 +353,27 @@ def test_c21_h2_stream_cancel_keeps_connection(server: Any, h2: httpx.Client) ->
     finally:
         c.close()
     wait_for(lambda: idle(h2), 1.0)
+
+
+def test_metrics_exposed(h2: httpx.Client) -> None:
+    r = h2.post("/v1/completions", json={**LONG, "max_tokens": 5})
+    assert r.json()["usage"]["completion_tokens"] == 5
+    text = h2.get("/metrics").text
+    for name in (
+        "servehall_requests_total",
+        "servehall_time_to_first_token_seconds_count",
+        "servehall_time_per_output_token_seconds_count",
+        "servehall_e2e_request_latency_seconds_count",
+        "servehall_queue_time_seconds_count",
+        "servehall_prompt_tokens_total",
+        "servehall_generation_tokens_total",
+        "servehall_requests_running",
+        "servehall_requests_waiting",
+        "servehall_kv_cache_usage_ratio",
+    ):
+        assert re.search(rf"^{name}\{{.*model=\"demo\"", text, re.M), name
+    assert re.search(
+        r'servehall_requests_total\{endpoint="/v1/completions",model="demo",'
+        r'status="200"\} [1-9]',
+        text,
+    )

@@ -373,3 +373,27 @@ async def test_per_token_host_cost(tok_dir: Path) -> None:
     per_token = (time.perf_counter() - start) / n
     assert count >= n - 1
     assert per_token < 150e-6, f"{per_token * 1e6:.1f} µs per token"
+
+
+async def test_ready_needs_healthy_engine_and_recent_probe(tok_dir: Path) -> None:
+    from servehall.engine import EngineHealth
+    from servehall.serving.probe import Readiness
+
+    engine = ScriptedEngine(_script(tok_dir))
+    host = make_host(tok_dir, engine)
+    readiness = Readiness(host)
+    app = create_app(host, readiness=readiness)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        r = await c.get("/health/ready")
+        assert r.status_code == 503 and r.json()["models"]["m"]["reason"]
+        assert await readiness.probe(host.models["m"])
+        r = await c.get("/health/ready")
+        assert r.status_code == 200 and r.json()["models"]["m"]["engine"]["running"] == 0
+
+        async def sick() -> EngineHealth:
+            return EngineHealth(False, "device lost")
+
+        engine.health = sick  # type: ignore[method-assign]
+        r = await c.get("/health/ready")
+        assert r.status_code == 503 and r.json()["models"]["m"]["reason"] == "device lost"
+        assert (await c.get("/health/live")).status_code == 200
