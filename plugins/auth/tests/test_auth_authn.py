@@ -120,3 +120,15 @@ async def test_audit_sink_failure_is_contained(runtime: AuthRuntime) -> None:
     runtime._audit = broken
     with pytest.raises(AuthenticationError):
         await runtime.authenticate(["Bearer sh-bad"], [], path="/", client=None)
+
+
+async def test_unreachable_key_store_is_503_not_401(runtime: AuthRuntime) -> None:
+    from servehall import ServiceUnavailableError
+
+    assert runtime.keys is not None
+    _, key = await runtime.keys.create(tenant="t")
+    async with runtime.keys.engine.begin() as conn:
+        await conn.run_sync(lambda c: metadata.drop_all(c, tables=[api_key]))
+    with pytest.raises(ServiceUnavailableError) as ei:
+        await runtime.authenticate([f"Bearer {key}"], [], path="/", client=None)
+    assert ei.value.status == 503 and ei.value.headers["Retry-After"] == "1"

@@ -18,10 +18,14 @@ Errors use the OpenAI envelope. Every operation is an audit event (``key.listed`
 
 from __future__ import annotations
 
+import functools
+import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -35,11 +39,14 @@ from servehall import (
     PermissionDeniedError,
     Principal,
     ServehallError,
+    ServiceUnavailableError,
 )
 from servehall_auth.store import KeyNotFoundError, KeyRecord, utcnow
 
 if TYPE_CHECKING:
     from servehall_auth.runtime import AuthRuntime
+
+log = logging.getLogger("servehall_auth")
 
 
 class CreateKeyBody(BaseModel):
@@ -218,13 +225,36 @@ def build_routes(runtime_of: Any) -> list[Route]:
             return _error(exc)
 
     return [
-        Route("/admin/keys", list_keys, methods=["GET"]),
-        Route("/admin/keys", create_key, methods=["POST"]),
-        Route("/admin/keys/{key_id}", get_key, methods=["GET"]),
-        Route("/admin/keys/{key_id}", revoke_key, methods=["DELETE"]),
-        Route("/admin/keys/{key_id}/revoke", revoke_key, methods=["POST"]),
-        Route("/admin/keys/{key_id}/rotate", rotate_key, methods=["POST"]),
+        Route("/admin/keys", _guard(list_keys), methods=["GET"]),
+        Route("/admin/keys", _guard(create_key), methods=["POST"]),
+        Route("/admin/keys/{key_id}", _guard(get_key), methods=["GET"]),
+        Route("/admin/keys/{key_id}", _guard(revoke_key), methods=["DELETE"]),
+        Route("/admin/keys/{key_id}/revoke", _guard(revoke_key), methods=["POST"]),
+        Route("/admin/keys/{key_id}/rotate", _guard(rotate_key), methods=["POST"]),
     ]
+
+
+Handler = Callable[[Request], Awaitable[JSONResponse]]
+
+
+def _guard(handler: Handler) -> Handler:
+    """Answer 503 (not 500) when the key store's database cannot be reached."""
+
+    @functools.wraps(handler)
+    async def guarded(request: Request) -> JSONResponse:
+        try:
+            return await handler(request)
+        except (SQLAlchemyError, OSError) as exc:
+            log.warning("admin key operation failed: %s", type(exc).__name__)
+            return _error(
+                ServiceUnavailableError(
+                    "The key store is temporarily unavailable; retry later.",
+                    code="auth_unavailable",
+                    headers={"Retry-After": "1"},
+                )
+            )
+
+    return guarded
 
 
 def _not_found() -> ServehallError:

@@ -8,15 +8,20 @@ rejection raises :class:`servehall.AuthenticationError` (401 with
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from servehall import AuthenticationError, Principal
+from sqlalchemy.exc import SQLAlchemyError
+
+from servehall import AuthenticationError, Principal, ServiceUnavailableError
 from servehall_auth.audit import FailureAuditor
 from servehall_auth.headers import extract_credential
 from servehall_auth.jwt_verify import JwtVerifier
 from servehall_auth.keys import looks_like_key, parse_key, public_id
 from servehall_auth.settings import AuthSettings
 from servehall_auth.store import KeyStore
+
+log = logging.getLogger("servehall_auth")
 
 _MESSAGES = {
     "malformed_key": "The API key is malformed.",
@@ -90,7 +95,16 @@ class Authenticator:
         if parsed is None:
             self.auditor.failure("malformed_key", **where)
             raise AuthenticationError(_MESSAGES["malformed_key"])
-        outcome, record = await self.keys.verify(parsed.key_id, parsed.key)
+        try:
+            outcome, record = await self.keys.verify(parsed.key_id, parsed.key)
+        except (SQLAlchemyError, OSError) as exc:
+            # The key store is unreachable: not the caller's fault, so not a 401.
+            log.warning("API key lookup failed: %s", type(exc).__name__)
+            raise ServiceUnavailableError(
+                "Authentication is temporarily unavailable; retry later.",
+                code="auth_unavailable",
+                headers={"Retry-After": "1"},
+            ) from None
         if outcome in ("ok", "ok_previous") and record is not None:
             principal = record.principal()
             if outcome == "ok_previous":
