@@ -43,6 +43,7 @@ else
 fi
 
 mkdir -p "$ROOT" "$SOCK"
+cd "$ROOT"  # the server user may not be able to read the caller's working directory
 chown "$RUNAS" "$ROOT" "$SOCK" 2>/dev/null || true
 chmod 700 "$ROOT" 2>/dev/null || true
 
