@@ -246,3 +246,24 @@ async def test_unknown_sink_option_is_a_config_error(tmp_path: Path):
     settings = load_settings(data={"sinks": [{"name": "jsonl", "options": {"pth": "x"}}]})
     with pytest.raises(ConfigError, match="pth"):
         await open_record_bus(settings, PluginHost([]))
+
+
+async def test_spill_limit_then_tail_keeps_order(tmp_path: Path):
+    sink = SwitchableSink()
+    r = runner(sink, tmp_path, required=True, spill_max_bytes=2000)
+    await r.start()
+    sink.up = False
+    i = 0
+    while not r.exhausted:
+        r.put(rec(i))
+        i += 1
+        assert i < 100
+    assert (tmp_path / "spill.jsonl").stat().st_size >= 2000
+    for j in range(i, i + 5):  # answered while exhausted: kept in the tail, in order
+        r.put(rec(j))
+    assert r.dropped == 0
+    sink.up = True
+    await wait_for(lambda: len(sink.rows) == i + 5)
+    assert sink.rows == [f"r{k}" for k in range(i + 5)]
+    assert not r.exhausted
+    await r.close()

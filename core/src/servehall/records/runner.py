@@ -66,7 +66,7 @@ class SinkRunner:
         spill: False disables the spill file.
         spill_path: spill file (default ``servehall-spill-<sink>.jsonl`` in the working
             directory).
-        spill_max_bytes: spill file size limit (bytes, approximate).
+        spill_max_bytes: most unreplayed bytes in the spill file.
         retry_initial_s / retry_max_s: backoff between failed writes (seconds).
         retry_after_s: ``Retry-After`` of the fail-closed 503 (seconds).
         close_timeout_s: how long ``close`` tries to drain before saving to the spill file.
@@ -165,7 +165,7 @@ class SinkRunner:
             self.spill_path is not None
             and not self._spill_broken
             and not self.tail
-            and self._spill_bytes < self.spill_max_bytes
+            and self._spill_bytes - self._spill_read_pos < self.spill_max_bytes
         )
 
     @property
@@ -203,8 +203,7 @@ class SinkRunner:
                 self.spill_path.parent.mkdir(parents=True, exist_ok=True)
                 self._spill_fh = self.spill_path.open("a", encoding="utf-8")
                 if not self._spill_active:
-                    self._spill_read_pos = self._spill_fh.tell()
-                    self._spill_bytes = 0
+                    self._spill_read_pos = self._spill_bytes = self._spill_fh.tell()
             line = dumps(record) + "\n"
             self._spill_fh.write(line)
             self._spill_fh.flush()
@@ -217,7 +216,7 @@ class SinkRunner:
         if not self._spill_active:
             self._spill_active = True
             self._warn("spill", f"sink {self.name!r}: buffer full; spilling to {self.spill_path}")
-        self._spill_bytes += len(line)
+        self._spill_bytes += len(line.encode("utf-8"))
         return True
 
     def _warn(self, kind: str, msg: str) -> None:
@@ -389,7 +388,7 @@ class SinkRunner:
             "healthy": self.healthy,
             "exhausted": self.exhausted,
             "queued": self.pending,
-            "spilled_bytes": self._spill_bytes if self._spill_active else 0,
+            "spilled_bytes": self._spill_bytes - self._spill_read_pos if self._spill_active else 0,
             "written": self.written,
             "dropped": self.dropped,
             "failures": self.failures,
