@@ -193,3 +193,38 @@ async def test_abort_after_finish_and_shutdown_aborts_live_streams(engine: Torch
     rest = await collect(stream, 30)
     assert rest[-1].finish_reason == "abort"
     assert not (await engine.health()).ok
+
+
+async def test_kv_pressure_queues_requests_instead_of_preempting(
+    servehall_tiny_llama: Path,
+) -> None:
+    """More requests than the KV cache holds: the excess waits (stats.waiting) and every
+    request still gets its full, unchanged greedy output (no preemption). A waiting
+    request can be aborted before it ever runs; a request larger than the cache fails."""
+    eng = _engine(servehall_tiny_llama, kv_cache_blocks=5, max_model_len=64)
+    await eng.start()
+    try:
+        params = SamplingParams(22, temperature=0, ignore_eos=True)  # 10 + 22 = 2 blocks
+
+        def prompt(i: int) -> list[int]:
+            return [5 + i] * 10
+
+        alone = [
+            tokens_of(await collect(eng.add_request(f"a{i}", prompt(i), params), 60))
+            for i in range(5)
+        ]
+        streams = [eng.add_request(f"p{i}", prompt(i), params) for i in range(5)]
+        victim = eng.add_request("victim", prompt(0), params)
+        stats = eng.stats()
+        assert stats.waiting >= 3 and stats.kv_cache_blocks_used <= 5
+        await eng.abort("victim")
+        assert [d.finish_reason for d in await collect(victim, 5)] == ["abort"]
+        results = await asyncio.gather(*(collect(s, 120) for s in streams))
+        assert [tokens_of(r) for r in results] == alone
+        assert all(r[-1].finish_reason == "length" for r in results)
+        huge = await collect(eng.add_request("huge", [7] * 60, SamplingParams(40)), 5)
+        assert huge[-1].finish_reason == "error" and "KV-cache blocks" in str(huge[-1].error)
+        final = eng.stats()
+        assert final.waiting == 0 and final.running == 0 and final.kv_cache_blocks_used == 0
+    finally:
+        await eng.shutdown()

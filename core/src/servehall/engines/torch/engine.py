@@ -14,6 +14,12 @@ needs around it:
 * **abort that always ends the stream** — ``manager.cancel_request`` frees the request's
   KV blocks on the next step but emits no terminal output, so :meth:`TorchEngine.abort`
   unregisters the handler and ends the stream itself with ``finish_reason="abort"``;
+* **admission by KV reservation** — a request is handed to the manager only when its
+  worst-case KV blocks (prompt + ``max_tokens``) fit next to the running ones; otherwise
+  it waits, FIFO, in this engine. The manager then never preempts ("soft resets") a
+  request: in transformers 5.5 that path shortens streamed requests (the cumulative
+  token list is rewritten while the reduced ``max_new_tokens`` limit stays), which we
+  measured as 27-43 of 50 requested tokens under KV pressure;
 * **KV-cache sizing** from ``kv_cache_blocks`` or a fraction of the device memory free
   after the weights load (:mod:`servehall.engines.torch.kvcache`);
 * **stats and health** — running/waiting from the manager's scheduler, KV blocks from its
@@ -30,6 +36,7 @@ the synchronous batch I/O on the step thread.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import gc
 import json
@@ -88,7 +95,17 @@ class _RequestStream:
     over after the delta with ``finish_reason``. ``aclose()`` before that aborts.
     """
 
-    __slots__ = ("_engine", "_queue", "done", "ended", "request_id", "sent", "stop_ids")
+    __slots__ = (
+        "_engine",
+        "_queue",
+        "done",
+        "ended",
+        "request_id",
+        "reserved",
+        "sent",
+        "stop_ids",
+        "submitted",
+    )
 
     def __init__(self, engine: TorchEngine, request_id: str, stop_ids: frozenset[int]) -> None:
         self._engine = engine
@@ -96,6 +113,8 @@ class _RequestStream:
         self.request_id = request_id
         self.stop_ids = stop_ids
         self.sent = 0
+        self.reserved = 0  # KV blocks reserved at admission
+        self.submitted = False  # handed to the manager (else waiting in the engine queue)
         self.done = False  # terminal delta queued
         self.ended = False  # terminal delta consumed
 
@@ -163,6 +182,10 @@ class TorchEngine:
         self._sampler: Any = None
         self._model: Any = None
         self._live: dict[str, _RequestStream] = {}
+        self._pending: collections.deque[tuple[_RequestStream, list[int], SamplingParams]] = (
+            collections.deque()
+        )
+        self._reserved = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._monitor: asyncio.Task[None] | None = None
         self._dead_reason: str | None = None
@@ -345,8 +368,16 @@ class TorchEngine:
     ) -> _RequestStream:
         """Queue a request; iterate the result for its deltas (see ``Engine.add_request``).
 
+        Admission reserves the request's worst-case KV blocks
+        (``ceil((prompt + max_tokens) / block_size)``); a request that does not fit next
+        to the running ones waits in this engine's FIFO queue (``stats().waiting``) until
+        blocks are released. So the manager never has to preempt ("soft reset") a running
+        request — its preemption path cuts streamed requests short in transformers 5.5 —
+        and a running request's output never depends on memory pressure.
+
         Raises ValueError for a duplicate live ``request_id`` or an empty prompt. When the
-        engine is not running, the stream holds one ``finish_reason="error"`` delta.
+        engine is not running, or the request alone exceeds the KV cache, the stream holds
+        one ``finish_reason="error"`` delta.
         """
         if request_id in self._live:
             raise ValueError(f"request id {request_id!r} is already live")
@@ -356,26 +387,57 @@ class TorchEngine:
             frozenset() if params.ignore_eos else frozenset(self._eos_ids)
         )
         stream = _RequestStream(self, request_id, stop_ids)
-        manager = self._manager
         reason = self._unavailable_reason()
-        if reason is not None or manager is None:
+        if reason is not None or self._manager is None:
             stream.push(TokenDelta((), "error", error=reason or "engine is not running"))
+            return stream
+        size = self.options.block_size
+        stream.reserved = -(-(len(prompt_token_ids) + params.max_tokens) // size)
+        if stream.reserved > self._num_blocks:
+            stream.push(
+                TokenDelta(
+                    (),
+                    "error",
+                    error=f"request needs {stream.reserved} KV-cache blocks; "
+                    f"the cache has {self._num_blocks}",
+                )
+            )
             return stream
         self._live[request_id] = stream
         self._sampler.add(request_id, params)
-        manager.register_result_handler(request_id, lambda out, s=stream: self._on_output(s, out))
+        if self._pending or self._reserved + stream.reserved > self._num_blocks:
+            self._pending.append((stream, list(prompt_token_ids), params))
+        else:
+            self._submit(stream, list(prompt_token_ids), params)
+        return stream
+
+    def _submit(self, stream: _RequestStream, prompt: list[int], params: SamplingParams) -> None:
+        """Hand an admitted request to the manager (its KV blocks are reserved)."""
+        manager = self._manager
+        rid = stream.request_id
+        stream.submitted = True
+        self._reserved += stream.reserved
+        manager.register_result_handler(rid, lambda out, s=stream: self._on_output(s, out))
         try:
             manager.add_request(
-                list(prompt_token_ids),
-                request_id=request_id,
+                prompt,
+                request_id=rid,
                 max_new_tokens=params.max_tokens,
                 streaming=True,
-                eos_token_id=sorted(stop_ids) or [-1],
+                eos_token_id=sorted(stream.stop_ids) or [-1],
             )
         except Exception as exc:  # the manager's input queue is full (10 s put timeout)
-            self._forget(request_id)
+            self._forget(rid)
             stream.push(TokenDelta((), "error", error=f"engine queue rejected request: {exc}"))
-        return stream
+
+    def _admit_pending(self) -> None:
+        """Submit waiting requests, in arrival order, while their KV blocks fit."""
+        while self._pending and self._manager is not None and self._dead_reason is None:
+            stream, prompt, params = self._pending[0]
+            if self._reserved + stream.reserved > self._num_blocks:
+                return
+            self._pending.popleft()
+            self._submit(stream, prompt, params)
 
     def _on_output(self, stream: _RequestStream, out: Any) -> None:
         """Loop callback for one ``GenerationOutput`` (cumulative ``generated_tokens``)."""
@@ -404,20 +466,30 @@ class TorchEngine:
             stream.sent = end
 
     def _forget(self, request_id: str) -> None:
-        self._live.pop(request_id, None)
+        """Drop a request that ended: handler, sampler state, KV reservation."""
+        stream = self._live.pop(request_id, None)
         if self._sampler is not None:
             self._sampler.remove(request_id)
+        if stream is None:
+            return
+        if not stream.submitted:
+            self._pending = collections.deque(e for e in self._pending if e[0] is not stream)
+            return
+        self._reserved -= stream.reserved
+        stream.submitted = False
         manager = self._manager
         if manager is not None:
             with manager.output_router._lock:
                 manager.output_router.result_handlers.pop(request_id, None)
+        if not self._stopping:
+            self._admit_pending()
 
     def _abort_now(self, request_id: str) -> None:
         stream = self._live.get(request_id)
         if stream is None:
             return
         manager = self._manager
-        if manager is not None:
+        if manager is not None and stream.submitted:
             manager.cancel_request(request_id)
             manager._has_new_requests.set()  # wake an idle step loop so blocks free now
         self._forget(request_id)
@@ -480,7 +552,7 @@ class TorchEngine:
             return EngineStats(0, 0, 0, self._num_blocks, used_mem, total_mem)
         scheduler = processor.scheduler
         cache = processor.cache
-        waiting = len(scheduler.waiting_requests) + manager.input_queue.qsize()
+        waiting = len(scheduler.waiting_requests) + manager.input_queue.qsize() + len(self._pending)
         return EngineStats(
             running=len(scheduler.active_requests),
             waiting=waiting,
