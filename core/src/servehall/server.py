@@ -177,7 +177,8 @@ def serve(
 
     Args:
         config: config file (else ``$SERVEHALL_CONFIG``, else defaults).
-        demo: serve the demo model (built on first use) as model ``demo``.
+        demo: serve the demo model (built on first use) as model ``demo``, and migrate
+            the records database automatically (``[database] auto_migrate``).
         bind: ``host:port`` entries replacing ``server.bind``.
 
     Raises:
@@ -197,5 +198,7 @@ def serve(
         settings.server.bind = list(bind)
     if demo:
         _add_demo_model(settings)
+        # the "try it" path must need no file and no extra step: migrate the local DB
+        settings.database.auto_migrate = True
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run(settings, plugins))
