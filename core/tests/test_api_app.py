@@ -397,3 +397,26 @@ async def test_ready_needs_healthy_engine_and_recent_probe(tok_dir: Path) -> Non
         r = await c.get("/health/ready")
         assert r.status_code == 503 and r.json()["models"]["m"]["reason"] == "device lost"
         assert (await c.get("/health/live")).status_code == 200
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_engine_error_is_reported_not_crashed(tok_dir: Path, stream: bool) -> None:
+    from servehall.engine import TokenDelta
+
+    engine = ScriptedEngine(_script(tok_dir))
+
+    async def failing(rid: str, params: Any) -> AsyncIterator[TokenDelta]:
+        yield TokenDelta((5,))
+        yield TokenDelta((), "error", "device fell over")
+
+    engine._run = failing  # type: ignore[method-assign]
+    host = make_host(tok_dir, engine)
+    async with await _client(host) as c:
+        r = await c.post("/v1/chat/completions", json=chat(n=2, max_tokens=5, stream=stream))
+        if stream:
+            assert r.status_code == 200 and r.text.endswith("data: [DONE]\n\n")
+            assert '"code":"engine_error"' in r.text
+        else:
+            assert r.status_code == 500 and r.json()["error"]["code"] == "engine_error"
+            assert r.json()["error"]["message"] == "device fell over"
+    assert host.records.records[-1].error_code == "engine_error"

@@ -384,9 +384,13 @@ class InferenceEndpoint:
             finally:
                 await events.aclose()
 
-        async with asyncio.TaskGroup() as tg:
-            for c in run.choices:
-                tg.create_task(drain(c))
+        tasks = [asyncio.ensure_future(drain(c)) for c in run.choices]
+        try:
+            await asyncio.gather(*tasks)  # the first failure propagates as itself
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         base = {"id": run.request_id, "created": run.created, "model": req.model}
         if self.kind == "chat":
             body: dict[str, Any] = {
