@@ -173,6 +173,31 @@ def test_npu_device_dtype_and_memory() -> None:
     assert SimulatedNpuDevice().torch_device(TorchOptions(device_index=3)) == "cpu"
 
 
+async def test_ascend_simulated_engine_selects_device_on_load_and_step_threads(
+    servehall_tiny_llama: Path,
+) -> None:
+    model = ModelConfig(
+        name="tiny",
+        path=servehall_tiny_llama,
+        backend="ascend-simulated",
+        max_model_len=128,
+        options={"dtype": "float32", "kv_cache_blocks": 16, "block_size": 16},
+    )
+    engine: Any = _registry().get("ascend-simulated").factory(model)
+    await engine.start()
+    try:
+        runtime = engine.device.runtime
+        assert runtime.current == 0
+        assert len(set(runtime.set_device_threads)) == 2  # loader thread + step thread
+        info = engine.model_info.extra
+        assert info["npu_runtime"] == "simulated" and info["device"] == "cpu"
+        stats = engine.stats()
+        assert stats.device_memory_total_bytes == runtime.memory_bytes
+    finally:
+        await engine.shutdown()
+    assert runtime.cache_releases == 1
+
+
 def test_ascend_simulated_is_never_chosen_by_auto() -> None:
     reg = _registry()
     assert reg.get("ascend-simulated").auto_priority is None

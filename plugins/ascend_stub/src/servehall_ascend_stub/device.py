@@ -50,6 +50,9 @@ class NpuDevice(TorchDevice):
             )
         self.runtime.set_device(index)
 
+    def thread_setup(self, options: TorchOptions) -> None:
+        self.runtime.set_device(self._index(options))
+
     def resolve_dtype(self, options: TorchOptions) -> str:
         bf16 = self.runtime.is_bf16_supported()
         if options.dtype == "auto":

@@ -11,6 +11,7 @@ on machines without an NPU.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, Protocol
 
 
@@ -90,6 +91,7 @@ class SimulatedNpuRuntime:
         self.memory_bytes = memory_bytes
         self.bf16 = bf16
         self.current: int | None = None
+        self.set_device_threads: list[int] = []  # thread ids that selected a device
         self.cache_releases = 0
 
     def load(self) -> None:
@@ -104,6 +106,7 @@ class SimulatedNpuRuntime:
 
     def set_device(self, index: int) -> None:
         self.current = index
+        self.set_device_threads.append(threading.get_ident())
 
     def is_bf16_supported(self) -> bool:
         return self.bf16

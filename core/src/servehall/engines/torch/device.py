@@ -60,6 +60,10 @@ class TorchDevice:
         """*Load thread.* Prepare the device before weights load (select it, import
         vendor extensions). Raises EngineError/ConfigError."""
 
+    def thread_setup(self, options: TorchOptions) -> None:
+        """*Step thread.* Called first on the continuous-batching thread (torch's current
+        device is per thread: select the engine's device there too)."""
+
     def resolve_dtype(self, options: TorchOptions) -> str:
         """*Load thread.* The concrete dtype name (``auto`` resolved), checked against the
         device. Raises ConfigError when the device cannot run the requested dtype."""
@@ -153,6 +157,11 @@ class CudaApiDevice(TorchDevice):
                     f"attn_implementation {options.attn_implementation!r} needs the "
                     f"{name!r} package, which is not installed; use 'sdpa'"
                 )
+
+    def thread_setup(self, options: TorchOptions) -> None:
+        import torch
+
+        torch.cuda.set_device(options.device_index or 0)
 
     def resolve_dtype(self, options: TorchOptions) -> str:
         import torch

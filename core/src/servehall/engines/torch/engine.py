@@ -313,6 +313,14 @@ class TorchEngine:
         sampler.bind(manager)
         manager.logit_processor.append(sampler)
         self._sampler = sampler
+        step_loop = manager._run_generation_loop
+        device = self.device
+
+        def step_loop_on_device() -> None:
+            device.thread_setup(opts)  # the current device is per thread (torch.cuda/npu)
+            step_loop()
+
+        manager._run_generation_loop = step_loop_on_device
         manager.start()
         deadline = time.monotonic() + 120
         while manager.batch_processor is None:
