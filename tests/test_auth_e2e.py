@@ -248,6 +248,7 @@ def deployment(
         "user": create_key(config, "team-a", "--name", "user", "--models", "demo"),
         "admin": create_key(config, "ops", "--name", "admin", "--scopes", "inference,admin"),
         "limited": create_key(config, "team-b", "--rpm", "6"),
+        "tokens": create_key(config, "team-t", "--tpm", "600"),
         "other_model": create_key(config, "team-c", "--models", "other-model"),
         "no_inference": create_key(config, "team-c", "--scopes", "admin"),
         "canary": create_key(config, "team-canary"),
@@ -429,6 +430,48 @@ def test_c14_per_key_limit(deployment: Deployment) -> None:
     )
     statuses = [r["status_code"] for r in rows]
     assert statuses.count(429) == 11 and statuses.count(200) == 7, statuses
+
+
+def test_c14_tokens_reserved_then_settled(deployment: Deployment) -> None:
+    """The "tokens" key allows 600 tokens per minute (10 per second refill).
+
+    A request reserves prompt + max_tokens; when it stops early the unused part comes
+    back, which the next request's x-ratelimit-remaining-tokens shows."""
+    body: dict[str, Any] = {"model": "demo", "prompt": "Hi", "temperature": 0, "seed": 1}
+    with deployment.client() as c:
+        probe = c.post(
+            "/v1/completions",
+            json={**body, "max_tokens": 16},
+            headers={"x-api-key": deployment.key("user")},
+        )
+        assert probe.status_code == 200
+        text = probe.json()["choices"][0]["text"]
+        prompt = probe.json()["usage"]["prompt_tokens"]
+        if probe.json()["usage"]["completion_tokens"] == 16:
+            # make the greedy continuation stop early: a stop string from its start
+            i = next(
+                i
+                for i in range(1, len(text) - 1)
+                if not text[i : i + 2].isspace()
+                and " " not in text[i : i + 2]
+                and text.find(text[i : i + 2]) == i
+            )
+            body["stop"] = [text[i : i + 2]]
+        hdr = {"x-api-key": deployment.key("tokens")}
+        r1 = c.post("/v1/completions", json={**body, "max_tokens": 100}, headers=hdr)
+        assert r1.status_code == 200, r1.text
+        used1 = r1.json()["usage"]["completion_tokens"]
+        assert used1 <= 16
+        assert int(r1.headers["x-ratelimit-remaining-tokens"]) == 600 - prompt - 100
+        assert r1.headers["x-ratelimit-limit-tokens"] == "600"
+        r2 = c.post("/v1/completions", json={**body, "max_tokens": 50}, headers=hdr)
+        assert r2.status_code == 200, r2.text
+        remaining = int(r2.headers["x-ratelimit-remaining-tokens"])
+        settled = 600 - prompt - used1 - prompt - 50  # r1 charged its real usage only
+        assert settled <= remaining <= settled + 40, (remaining, settled)  # + refill
+        # an estimate above the whole limit can never fit
+        r3 = c.post("/v1/completions", json={**body, "max_tokens": 600}, headers=hdr)
+        assert r3.status_code == 429 and r3.json()["error"]["code"] == "tokens_exceed_limit"
 
 
 # --- admin API, rotation, revocation, audit ------------------------------------------------------
