@@ -377,3 +377,33 @@ def test_metrics_exposed(h2: httpx.Client) -> None:
         r'status="200"\} [1-9]',
         text,
     )
+
+
+def test_c19_metrics_after_aborts(server: Any, h2: httpx.Client) -> None:
+    """Five streams closed after their first bytes: abort counter +5, running gauge and
+    KV-cache usage back to baseline within 2 s without new traffic."""
+    wait_for(lambda: idle(h2), 10)
+
+    def gauge(name: str) -> float:
+        m = re.search(rf'^{name}\{{model="demo"\}} ([0-9.e+-]+)', h2.get("/metrics").text, re.M)
+        assert m, name
+        return float(m.group(1))
+
+    kv_base = gauge("servehall_kv_cache_usage_ratio")
+    before = aborts(h2)
+    for _ in range(5):
+        with (
+            httpx.Client(base_url=server.base_url, timeout=60) as c,
+            c.stream("POST", "/v1/completions", json={**LONG, "stream": True}) as r,
+        ):
+            next(r.iter_raw())
+    wait_for(lambda: aborts(h2) == before + 5, 2.0)
+    wait_for(
+        lambda: (
+            gauge("servehall_requests_running") == 0
+            and gauge("servehall_kv_cache_usage_ratio") <= kv_base
+        ),
+        2.0,
+    )
+    r = h2.post("/v1/completions", json={"model": "demo", "prompt": "Hi", "max_tokens": 2})
+    assert r.status_code == 200 and r.headers["x-request-id"] == r.json()["id"]

@@ -138,7 +138,9 @@ class InferenceEndpoint:
                     "1.0",
                     "1.1",
                 )
-                await error_response(exc, close=close)(scope, receive, send)
+                resp = error_response(exc, close=close)
+                resp.headers["x-request-id"] = rid
+                await resp(scope, receive, send)
                 if not body_read:
                     await drain_body(receive)
             ctx.finish(exc.status, error_code=exc.code, prompt_text=run.prompt_text or None)
@@ -297,7 +299,7 @@ class InferenceEndpoint:
             raise
         ctx.admitted = True
         ctx.record.queue_time_s = slot.queue_time_s
-        headers: dict[str, str] = {}
+        headers: dict[str, str] = {"x-request-id": run.request_id}
         for r in reservations:
             with contextlib.suppress(Exception):
                 headers.update(r.headers())
