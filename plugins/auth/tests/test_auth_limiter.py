@@ -149,3 +149,14 @@ def test_format_duration() -> None:
     assert format_duration(1.5) == "1.5s"
     assert format_duration(60) == "1m0s"
     assert format_duration(3723) == "1h2m3s"
+
+
+async def test_memory_store_stays_bounded() -> None:
+    clock = Clock()
+    store = MemoryLimiterStore(clock, sweep_every=10)
+    for i in range(9):
+        assert (await store.acquire([(Bucket(f"k{i}", 60), 1)])).ok
+    assert len(store) == 9
+    clock.t += 2  # every bucket has refilled its one unit
+    await store.acquire([(Bucket("fresh", 60), 1)])  # the 10th call sweeps
+    assert len(store) == 1

@@ -46,13 +46,15 @@ class FailureAuditor:
 
         ``target`` is the public key id (``sh-…``) or JWT subject when known;
         ``details`` must hold no secret."""
-        log.info("authentication failed: reason=%s key=%s %s", reason, target, details)
         now = self._clock()
         self._level = min(self._cap, self._level + (now - self._at) * self._cap / 60.0)
         self._at = now
         if self._level < 1:
+            # a flood must not fill the log either: the suppressed ones go to DEBUG
+            log.debug("authentication failed: reason=%s key=%s %s", reason, target, details)
             self.suppressed += 1
             return
+        log.info("authentication failed: reason=%s key=%s %s", reason, target, details)
         self._level -= 1
         if self.suppressed:
             self._emit(

@@ -72,29 +72,55 @@ class LimiterStore(Protocol):
 
 
 class MemoryLimiterStore:
-    """In-process buckets (one replica). Full buckets are dropped to bound memory.
+    """In-process buckets (one replica).
+
+    Memory stays bounded by the active principals: a bucket that is full again is
+    dropped when next touched, and every ``sweep_every`` acquisitions the store drops
+    all buckets that have refilled completely.
 
     Args:
         clock: monotonic seconds (injectable for tests).
+        sweep_every: acquisitions between sweeps.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, sweep_every: int = 1024
+    ) -> None:
         self._clock = clock
-        self._state: dict[str, tuple[float, float]] = {}  # key → (level, at)
+        self._sweep_every = sweep_every
+        self._calls = 0
+        # key → (level, at, capacity, refill per second)
+        self._state: dict[str, tuple[float, float, float, float]] = {}
+
+    def __len__(self) -> int:
+        """Buckets currently held (full ones are not stored)."""
+        return len(self._state)
 
     def _level(self, b: Bucket, now: float) -> float:
-        level, at = self._state.get(b.key, (b.capacity, now))
+        level, at, _, _ = self._state.get(b.key, (b.capacity, now, 0.0, 0.0))
         return min(b.capacity, level + (now - at) * b.refill_per_s)
 
     def _set(self, b: Bucket, level: float, now: float) -> None:
         if level >= b.capacity:
             self._state.pop(b.key, None)
         else:
-            self._state[b.key] = (level, now)
+            self._state[b.key] = (level, now, b.capacity, b.refill_per_s)
+
+    def _sweep(self, now: float) -> None:
+        full = [
+            k
+            for k, (level, at, cap, rate) in self._state.items()
+            if level + (now - at) * rate >= cap
+        ]
+        for k in full:
+            del self._state[k]
 
     async def acquire(self, charges: Sequence[tuple[Bucket, float]]) -> Acquired:
         """See :meth:`LimiterStore.acquire` (no await inside: atomic in one event loop)."""
         now = self._clock()
+        self._calls += 1
+        if self._calls % self._sweep_every == 0:
+            self._sweep(now)
         current = {b.key: self._level(b, now) for b, _ in charges}
         wait = 0.0
         for b, amount in charges:
