@@ -444,7 +444,11 @@ class InferenceEndpoint:
         else:
             out.append((b"cache-control", b"no-cache"))
             out.append((b"x-accel-buffering", b"no"))
-        out.extend((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra.items())
+        for k, v in extra.items():
+            try:
+                out.append((k.lower().encode("latin-1"), v.encode("latin-1")))
+            except UnicodeEncodeError:
+                log.warning("dropping a response header that is not latin-1: %r", k[:50])
         return out
 
     async def _events(self, run: _Run) -> AsyncGenerator[ChoiceEvent, None]:

@@ -6,7 +6,7 @@ Validation policy (step 1 of the request path):
   NaN and ±Infinity (the body parser rejects the ``NaN``/``Infinity`` literals too);
 * ``temperature`` ∈ [0, 2], ``top_p`` ∈ [0, 1], penalties ∈ [-2, 2], ``max_tokens`` ≥ 1,
   ``n`` ∈ [1, ``server.max_n``] (checked by the route), ``stop`` holds 1–16 non-empty
-  strings (``[]`` and ``null`` mean no stop list);
+  strings of at most 256 characters (``[]`` and ``null`` mean no stop list);
 * message roles are ``system``, ``developer`` (treated as ``system``), ``user`` and
   ``assistant``; any other role fails validation;
 * unknown fields are ignored, except known OpenAI fields servehall does not implement
@@ -76,7 +76,8 @@ class ChatMessage(_Model):
         return "\n".join(p.text for p in self.content)
 
 
-StopField = StrictText | Annotated[list[StrictText], Field(max_length=16)] | None
+StopText = Annotated[str, Field(strict=True, max_length=256)]
+StopField = StopText | Annotated[list[StopText], Field(max_length=16)] | None
 
 
 class _SamplingFields(_Model):
