@@ -498,6 +498,10 @@ def test_admin_api_lifecycle_with_rotation_overlap(deployment: Deployment) -> No
         assert key.startswith(kid + "-") and made["status"] == "active"
         listed = c.get("/admin/keys", params={"tenant": "team-z"}).json()["data"]
         assert [k["id"] for k in listed] == [kid] and "key" not in listed[0]
+        one = c.get(f"/admin/keys/{kid}")
+        assert (
+            one.status_code == 200 and one.json()["tenant"] == "team-z" and "key" not in one.json()
+        )
         assert c.post("/admin/keys", json={"tenant": ""}).status_code == 400
         assert (
             c.post(
@@ -525,12 +529,12 @@ def test_admin_api_lifecycle_with_rotation_overlap(deployment: Deployment) -> No
         deployment.db_url,
         "SELECT action, actor, target, details FROM audit_event"
         " WHERE target = :t AND action LIKE 'key.%' ORDER BY id",
-        3,
+        4,
         t=kid,
     )
     got = [a["action"] for a in actions]
-    assert got[:3] == ["key.created", "key.rotated", "key.revoked"], got
-    assert {a["actor"] for a in actions[:3]} == {deployment.keys["admin"]["id"]}
+    assert got[:4] == ["key.created", "key.viewed", "key.rotated", "key.revoked"], got
+    assert {a["actor"] for a in actions[:4]} == {deployment.keys["admin"]["id"]}
     text = repr(actions)
     assert key not in text and new not in text
 

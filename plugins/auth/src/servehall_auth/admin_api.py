@@ -13,7 +13,8 @@
 
 The host authenticates these routes like every other; this module checks the scope.
 Errors use the OpenAI envelope. Every operation is an audit event (``key.listed``,
-``key.created``, ``key.revoked``, ``key.rotated``) with the caller as actor.
+``key.viewed``, ``key.created``, ``key.revoked``, ``key.rotated``) with the caller as
+actor.
 """
 
 from __future__ import annotations
@@ -175,10 +176,11 @@ def build_routes(runtime_of: Any) -> list[Route]:
 
     async def get_key(request: Request) -> JSONResponse:
         try:
-            _admin(request)
+            who = _admin(request)
             r = rt(request)
             assert r.keys is not None
             rec = await r.keys.get(_key_id(request.path_params["key_id"]))
+            r.audit(AuditEvent(action="key.viewed", actor=who.id, target=rec.public_id))
             return JSONResponse(rec.as_dict())
         except KeyNotFoundError:
             return _error(_not_found())

@@ -1,10 +1,11 @@
 """Audit events of the auth plugin, and the throttle that keeps a flood of failed
 logins from filling the ``audit_event`` table.
 
-Actions: ``key.created``, ``key.revoked``, ``key.rotated``, ``key.listed`` (admin API
-and CLI), ``auth.failed`` (a bad credential: reason, key id when the key parsed, path,
-client address — never the credential) and ``auth.failed.suppressed`` (how many
-``auth.failed`` events the throttle dropped since the last one it let through).
+Actions: ``key.created``, ``key.revoked``, ``key.rotated``, ``key.listed``,
+``key.viewed`` (admin API and CLI), ``auth.failed`` (a bad credential: reason, key id
+when the key parsed, path, client address — never the credential) and
+``auth.failed.suppressed`` (how many ``auth.failed`` events the throttle dropped since
+the last one it let through).
 """
 
 from __future__ import annotations
