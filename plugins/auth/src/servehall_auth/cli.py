@@ -87,24 +87,29 @@ class _Session:
         self.actor = f"cli:{_os_user()}"
 
     async def __aenter__(self) -> _Session:
-        from servehall import ConfigError
+        """Open the record bus first (no audit trail, no change), then the key store."""
+        from servehall import ConfigError, open_record_bus
         from servehall_auth.store import KeyStore, make_engine
 
+        try:
+            self.bus = await open_record_bus(self.settings, self.plugins)
+        except ConfigError as exc:
+            raise _fail(f"cannot record audit events, nothing changed: {exc.message}", 2) from None
         url = (self.auth.database_url or self.settings.database.url).get_secret_value()
         assert self.auth.pepper is not None
-        self.keys = KeyStore(make_engine(url), self.auth.pepper.get_secret_value())
         try:
+            self.keys = KeyStore(make_engine(url), self.auth.pepper.get_secret_value())
             await self.keys.check_schema()
         except ConfigError as exc:
-            await self.keys.engine.dispose()
+            await self._close()
             raise _fail(exc.message, 2) from None
-        self.events: list[Any] = []
         return self
 
     def audit(self, action: str, target: str | None, details: dict[str, Any]) -> None:
+        """Queue an audit event on the record bus (written when the session closes)."""
         from servehall import AuditEvent
 
-        self.events.append(
+        self.bus.audit(
             AuditEvent(
                 action=action,
                 actor=self.actor,
@@ -114,25 +119,15 @@ class _Session:
             )
         )
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def _close(self) -> None:
         try:
-            await _write_audit(self.settings, self.plugins, self.events)
+            await self.bus.close()
         finally:
-            await self.keys.engine.dispose()
+            if getattr(self, "keys", None) is not None:
+                await self.keys.engine.dispose()
 
-
-async def _write_audit(settings: Any, plugins: Any, events: list[Any]) -> None:
-    """Write ``events`` through the deployment's record bus (its configured sinks)."""
-    if not events:
-        return
-    from servehall import open_record_bus
-
-    bus = await open_record_bus(settings, plugins)
-    try:
-        for ev in events:
-            bus.audit(ev)
-    finally:
-        await bus.close()
+    async def __aexit__(self, *exc: object) -> None:
+        await self._close()
 
 
 def _os_user() -> str:
