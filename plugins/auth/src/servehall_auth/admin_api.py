@@ -20,6 +20,7 @@ actor.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -96,8 +97,6 @@ async def _json(request: Request) -> Any:
     if not body:
         return {}
     try:
-        import json
-
         return json.loads(body)
     except ValueError:
         raise InvalidRequestError("The body is not valid JSON.") from None

@@ -141,7 +141,6 @@ class JwtVerifier:
             raise AuthenticationError(
                 "The bearer token is malformed.", code="invalid_token"
             ) from None
-        last: jwt.PyJWTError | None = None
         for cand in self._candidates(header):
             try:
                 claims = jwt.decode(
@@ -161,9 +160,8 @@ class JwtVerifier:
                         "verify_iss": True,
                     },
                 )
-            except jwt.InvalidSignatureError as exc:
-                last = exc
-                continue
+            except jwt.InvalidSignatureError:
+                continue  # try the next key of the family (no kid, or a shared kid)
             except jwt.ExpiredSignatureError:
                 raise AuthenticationError("The token has expired.", code="token_expired") from None
             except jwt.ImmatureSignatureError:
@@ -187,7 +185,6 @@ class JwtVerifier:
                     "The bearer token is invalid.", code="invalid_token"
                 ) from None
             return self._principal(claims)
-        _ = last
         raise AuthenticationError("The token's signature does not verify.", code="invalid_token")
 
     def _principal(self, claims: dict[str, Any]) -> Principal:
