@@ -228,3 +228,29 @@ async def test_kv_pressure_queues_requests_instead_of_preempting(
         assert final.waiting == 0 and final.running == 0 and final.kv_cache_blocks_used == 0
     finally:
         await eng.shutdown()
+
+
+async def test_health_reports_a_stalled_step_loop_and_recovers(servehall_tiny_llama: Path) -> None:
+    eng = _engine(servehall_tiny_llama)
+    eng.stall_timeout_s = 0.3
+    await eng.start()
+    try:
+        original = eng._model.forward
+
+        def slow_forward(*args: Any, **kwargs: Any) -> Any:
+            import time
+
+            time.sleep(1.0)  # a hung kernel, briefly
+            return original(*args, **kwargs)
+
+        eng._model.forward = slow_forward
+        stream = eng.add_request("slow", PROMPT, SamplingParams(2, temperature=0, ignore_eos=True))
+        await asyncio.sleep(0.7)
+        health = await eng.health()
+        assert not health.ok and "stalled" in health.reason
+        eng._model.forward = original
+        deltas = await collect(stream, 30)
+        assert deltas[-1].finish_reason == "length"
+        assert (await eng.health()).ok
+    finally:
+        await eng.shutdown()

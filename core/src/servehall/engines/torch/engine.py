@@ -157,6 +157,9 @@ class TorchEngine:
     """
 
     supported_params: frozenset[str] = SUPPORTED_PARAMS
+    #: Seconds without any output while requests are in the manager after which
+    #: :meth:`health` reports the step loop as stalled (a hung device or kernel).
+    stall_timeout_s: float = 120.0
 
     def __init__(self, model: ModelConfig, device: TorchDevice, backend: str) -> None:
         self.backend = backend
@@ -194,6 +197,7 @@ class TorchEngine:
         self._stopped = False
         self._num_blocks = 0
         self._failed_status: Any = None
+        self._last_progress = time.monotonic()
 
     # --- facts -------------------------------------------------------------------------
 
@@ -424,6 +428,8 @@ class TorchEngine:
         manager = self._manager
         rid = stream.request_id
         stream.submitted = True
+        if self._reserved == 0:
+            self._last_progress = time.monotonic()  # the stall clock starts with work
         self._reserved += stream.reserved
         manager.register_result_handler(rid, lambda out, s=stream: self._on_output(s, out))
         try:
@@ -449,6 +455,7 @@ class TorchEngine:
 
     def _on_output(self, stream: _RequestStream, out: Any) -> None:
         """Loop callback for one ``GenerationOutput`` (cumulative ``generated_tokens``)."""
+        self._last_progress = time.monotonic()
         if stream.done:
             return
         tokens = out.generated_tokens
@@ -516,7 +523,7 @@ class TorchEngine:
         if manager is not None and manager.stop_event.is_set() and not self._stopping:
             self._dead_reason = f"step thread failed: {error}"
 
-    def _unavailable_reason(self) -> str | None:
+    def _unavailable_reason(self, *, stall: bool = False) -> str | None:
         if self._dead_reason is not None:
             return self._dead_reason
         if self._stopped or self._stopping:
@@ -525,6 +532,9 @@ class TorchEngine:
             return "engine is not started"
         if not self._manager.is_running():
             return "continuous-batching step thread is not running"
+        idle = time.monotonic() - self._last_progress
+        if stall and self._reserved > 0 and idle > self.stall_timeout_s:
+            return f"no engine step finished for {idle:.0f} s with requests in flight (stalled)"
         return None
 
     async def _watch(self) -> None:
@@ -547,8 +557,9 @@ class TorchEngine:
                 return
 
     async def health(self) -> EngineHealth:
-        """``ok`` while the step thread runs; the reason otherwise (never raises)."""
-        reason = self._unavailable_reason()
+        """``ok`` while the step thread runs and makes progress; the reason otherwise
+        (dead thread, shut down, or stalled longer than ``stall_timeout_s``). Never raises."""
+        reason = self._unavailable_reason(stall=True)
         return EngineHealth(ok=reason is None, reason=reason or "")
 
     def stats(self) -> EngineStats:
