@@ -1,0 +1,56 @@
+"""server.py: Hypercorn settings from config and startup refusals (no engine needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from servehall.config.settings import Settings
+from servehall.errors import ConfigError
+from servehall.plugins import PluginHost
+from servehall.server import build_host, hypercorn_config, serve
+
+
+def test_hypercorn_defaults_raised_for_streaming(tmp_path: Path) -> None:
+    from hypercorn.config import Config
+
+    s = Settings(
+        server={
+            "bind": ["127.0.0.1:9", "[::1]:10"],
+            "graceful_timeout_s": 90,
+            "keep_alive_max_requests": 5000,
+        }
+    )
+    cfg = hypercorn_config(s)
+    default = Config()
+    assert cfg.bind == ["127.0.0.1:9", "[::1]:10"]
+    assert cfg.graceful_timeout == 90 > default.graceful_timeout
+    assert cfg.keep_alive_max_requests == 5000 > default.keep_alive_max_requests
+    assert cfg.alpn_protocols == ["h2", "http/1.1"]
+    assert not cfg.ssl_enabled
+
+
+def test_tls_needs_both_files(tmp_path: Path) -> None:
+    (tmp_path / "c.pem").write_text("x")
+    with pytest.raises(ConfigError):
+        hypercorn_config(Settings(server={"certfile": str(tmp_path / "c.pem")}))
+
+
+async def test_build_host_refusals(tmp_path: Path) -> None:
+    plugins = PluginHost([])
+    with pytest.raises(ConfigError, match="no \\[\\[models\\]\\]"):
+        await build_host(Settings(sinks=[]), plugins)
+    missing = Settings(sinks=[], models=[{"name": "m", "path": str(tmp_path / "nope")}])
+    with pytest.raises(ConfigError, match="does not exist"):
+        await build_host(missing, plugins)
+    no_tok = Settings(sinks=[], models=[{"name": "m", "path": str(tmp_path), "backend": "cpu"}])
+    with pytest.raises(ConfigError, match="tokenizer"):
+        await build_host(no_tok, plugins)
+
+
+def test_bad_bind_refused(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("sinks = []\n")
+    with pytest.raises(ConfigError, match="host:port"):
+        serve(cfg, bind=["nohostport"])
