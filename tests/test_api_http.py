@@ -407,3 +407,26 @@ def test_c19_metrics_after_aborts(server: Any, h2: httpx.Client) -> None:
     )
     r = h2.post("/v1/completions", json={"model": "demo", "prompt": "Hi", "max_tokens": 2})
     assert r.status_code == 200 and r.headers["x-request-id"] == r.json()["id"]
+
+
+def test_queue_full_is_503_with_retry_after(server: Any, h2: httpx.Client) -> None:
+    """max_concurrency 2 + max_queue 4: the seventh concurrent request gets 503 at once."""
+    wait_for(lambda: idle(h2), 10)
+    c = RawH2(server.port)
+    try:
+        held = [c.request("POST", "/v1/completions", {**LONG, "stream": True}) for _ in range(6)]
+        c.pump_until(lambda: stats(h2)["slots"] == 2 and stats(h2)["queued"] == 4, 10)
+        r = h2.post("/v1/completions", json={"model": "demo", "prompt": "Hi", "max_tokens": 2})
+        assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1
+        assert r.json()["error"]["code"] == "queue_full"
+        for sid in held:
+            c.cancel(sid)
+        c.pump_until(lambda: idle(h2), 2.0)
+    finally:
+        c.close()
+    assert (
+        h2.post(
+            "/v1/completions", json={"model": "demo", "prompt": "Hi", "max_tokens": 2}
+        ).status_code
+        == 200
+    )
