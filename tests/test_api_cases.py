@@ -530,3 +530,18 @@ def test_models_and_openapi(client: httpx.Client) -> None:
         doc["paths"]
     )
     assert "ChatCompletionRequest" in doc["components"]["schemas"]
+
+
+def test_c27_streamed_body_over_limit_h2(client: httpx.Client) -> None:
+    """No Content-Length on HTTP/2: counted while read, 413, the connection survives."""
+
+    def gen() -> Iterator[bytes]:
+        yield b'{"model": "demo", "messages": ['
+        for _ in range(40):
+            yield b" " * 65_536
+
+    r = client.post(
+        "/v1/chat/completions", content=gen(), headers={"content-type": "application/json"}
+    )
+    assert_error(r, 413)
+    assert client.get("/health/live").http_version == "HTTP/2"
