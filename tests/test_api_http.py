@@ -430,3 +430,29 @@ def test_queue_full_is_503_with_retry_after(server: Any, h2: httpx.Client) -> No
         ).status_code
         == 200
     )
+
+
+def test_serve_demo_needs_no_config(
+    servehall_server: Callable[..., Any], demo_model_dir: Path, tmp_path: Path
+) -> None:
+    """``servehall serve --demo`` with an empty config: the demo model (already built in
+    the cache dir) on OpenVINO, records migrated into a local SQLite file."""
+    import shutil
+
+    cache = tmp_path / "cache"
+    shutil.copytree(demo_model_dir, cache / "demo-model", symlinks=True)
+    with servehall_server(
+        "", name="demo-flag", extra_args=["--demo"], env={"SERVEHALL_CACHE_DIR": str(cache)}
+    ) as srv:
+        ready = httpx.get(srv.base_url + "/health/ready").json()
+        assert ready["models"]["demo"]["backend"] == "openvino_cpu"
+        r = httpx.post(
+            srv.base_url + "/v1/chat/completions",
+            json={
+                "model": "demo",
+                "messages": [{"role": "user", "content": "Hi"}],
+                "max_tokens": 4,
+            },
+        )
+        assert r.status_code == 200
+        assert (srv.config_path.parent / "servehall.db").exists()

@@ -37,6 +37,27 @@ from servehall.plugins import PluginHost
 log = logging.getLogger("servehall.server")
 
 
+DEMO_BACKEND_PLUGINS: tuple[str, ...] = ("openvino_cpu",)
+"""Backend plugins ``--demo`` enables when they are installed, so ``backend = "auto"``
+serves the demo model through OpenVINO on the CPU (else the core's torch ``cpu``)."""
+
+
+def _demo_plugins(settings: Settings, plugins: PluginHost) -> PluginHost:
+    from servehall.config.settings import validate_plugin_sections
+    from servehall.plugins import installed_entry_points
+
+    installed = installed_entry_points()
+    extra = [
+        p for p in DEMO_BACKEND_PLUGINS if p in installed and p not in settings.plugins.enabled
+    ]
+    if not extra:
+        return plugins
+    settings.plugins.enabled = [*settings.plugins.enabled, *extra]
+    plugins = PluginHost(settings.plugins.enabled)
+    validate_plugin_sections(settings, plugins.settings_models())
+    return plugins
+
+
 def _add_demo_model(settings: Settings) -> None:
     from servehall.demo import DEFAULT_DEMO_DIR, build_demo_model
 
@@ -177,8 +198,10 @@ def serve(
 
     Args:
         config: config file (else ``$SERVEHALL_CONFIG``, else defaults).
-        demo: serve the demo model (built on first use) as model ``demo``, and migrate
-            the records database automatically (``[database] auto_migrate``).
+        demo: serve the demo model (built on first use) as model ``demo`` on backend
+            ``auto``, enabling the installed backend plugins of
+            :data:`DEMO_BACKEND_PLUGINS`, and migrate the records database automatically
+            (``[database] auto_migrate``).
         bind: ``host:port`` entries replacing ``server.bind``.
 
     Raises:
@@ -187,6 +210,8 @@ def serve(
     from servehall.bootstrap import load_deployment
 
     settings, plugins = load_deployment(config)
+    if demo:
+        plugins = _demo_plugins(settings, plugins)
     plugins.check_enabled()
     level = settings.server.log_level.upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
