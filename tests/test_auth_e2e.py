@@ -589,6 +589,11 @@ def test_auth_failures_are_audited_and_throttled(deployment: Deployment) -> None
     )
     # 5 per minute per process: the flood adds at most a handful of rows, not 40
     assert len(rows) - before <= 5
+    assert rows and {"reason", "path", "client"} <= set(
+        json.loads(rows[0]["details"])
+        if isinstance(rows[0]["details"], str)
+        else rows[0]["details"]
+    )
     assert all("A" * 43 not in repr(r) for r in rows)
 
 
