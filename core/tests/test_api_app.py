@@ -420,3 +420,18 @@ async def test_engine_error_is_reported_not_crashed(tok_dir: Path, stream: bool)
             assert r.status_code == 500 and r.json()["error"]["code"] == "engine_error"
             assert r.json()["error"]["message"] == "device fell over"
     assert host.records.records[-1].error_code == "engine_error"
+
+
+async def test_metric_labels_carry_no_identity_or_input(tok_dir: Path) -> None:
+    host = make_host(tok_dir, ScriptedEngine(_script(tok_dir)), plugins=[("keyauth", KeyAuth())])
+    good = {"authorization": "Bearer good"}
+    async with await _client(host) as c:
+        await c.post("/v1/chat/completions", headers=good, json=chat(max_tokens=2))
+        await c.post("/v1/chat/completions", headers=good, json=chat(model="evil-model-name"))
+        await c.get("/some/probe/path-xyz", headers={"authorization": "Bearer bad"})
+        text = (await c.get("/metrics", headers=good)).text
+    assert (
+        'servehall_requests_total{endpoint="/v1/chat/completions",model="m",status="200"}' in text
+    )
+    for leak in ("k1", "t1", "evil-model-name", "path-xyz", "Bearer"):
+        assert leak not in text
