@@ -132,3 +132,22 @@ async def test_unreachable_key_store_is_503_not_401(runtime: AuthRuntime) -> Non
     with pytest.raises(ServiceUnavailableError) as ei:
         await runtime.authenticate([f"Bearer {key}"], [], path="/", client=None)
     assert ei.value.status == 503 and ei.value.headers["Retry-After"] == "1"
+
+
+async def test_tenant_prompt_policy_reaches_the_principal(runtime: AuthRuntime) -> None:
+    from servehall_auth.settings import TenantSettings
+
+    assert runtime.keys is not None
+    runtime.settings = runtime.settings.model_copy(
+        update={
+            "tenants": {"keep": TenantSettings(store_prompts=True)},
+            "hide_forbidden_models": True,
+        }
+    )
+    _, k1 = await runtime.keys.create(tenant="keep")
+    _, k2 = await runtime.keys.create(tenant="other")
+    p1 = await runtime.authenticate([], [k1], path="/", client=None)
+    p2 = await runtime.authenticate([], [k2], path="/", client=None)
+    assert p1 is not None and p1.attributes["store_prompts"] is True
+    assert p2 is not None and "store_prompts" not in p2.attributes
+    assert p1.attributes["hide_forbidden_models"] is True
