@@ -20,7 +20,8 @@ JWT = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhIn0.c2lnbmF0dXJl"
         f"Decoded (b'x-api-key', b'{KEY}')",
         f"header Authorization: bearer {JWT}",
         f"token={JWT} and again {KEY[:-3]}",
-        "Authorization: Basic dXNlcjpwYXNzd29yZA==",
+        "Authorization: Bearer dXNlcjpwYXNzd29yZA==",
+        f"Authorization: Basic {KEY}",
     ],
 )
 def test_redact_patterns(text: str) -> None:
@@ -33,7 +34,12 @@ def test_redact_patterns(text: str) -> None:
 
 def test_redact_literals_and_plain_text() -> None:
     assert redact("pepper is p3pp3r-value", ["p3pp3r-value"]) == "pepper is ***"
-    assert redact("GET /v1/models 200") == "GET /v1/models 200"
+    for plain in (
+        "GET /v1/models 200",
+        "token budget 256, basic setup done",
+        "prefill of 12 tokens; decode step",
+    ):
+        assert redact(plain) == plain
 
 
 def test_install_filters_root_handlers_and_quiets_hpack() -> None:

@@ -22,9 +22,11 @@ from collections.abc import Callable, Iterable
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # servehall keys, also truncated or with extra characters: keep sh-<id>
     (re.compile(r"(sh-[A-Za-z0-9]{1,32})-[A-Za-z0-9_\-]{4,}"), r"\1-***"),
-    # Authorization values of any scheme (quoted or bytes reprs included)
+    # bearer values (quoted or bytes reprs included); servehall keys keep their id above.
+    # Other schemes are not redacted by name ("basic", "token" are common words); a
+    # servehall key or JWT sent under them is still caught by the other patterns.
     (
-        re.compile(r"(?i)\b(bearer|basic|token)(\s+|'\s*,\s*b?')(?!sh-)[A-Za-z0-9\-._~+/=]{4,}"),
+        re.compile(r"(?i)\b(bearer)(\s+|'\s*,\s*b?')(?!sh-)[A-Za-z0-9\-._~+/=]{4,}"),
         r"\1\2***",
     ),
     # JWT-shaped tokens: base64url header.payload.signature
