@@ -15,7 +15,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from servehall.engine import SamplingParams
+from servehall.engine import EngineHealth, SamplingParams
 
 if TYPE_CHECKING:
     from servehall.host import Host, ServedModel
@@ -103,7 +103,10 @@ class Readiness:
         models: dict[str, Any] = {}
         ready = bool(self.host.models)
         for name, served in self.host.models.items():
-            health = await served.engine.health()
+            try:
+                health = await served.engine.health()
+            except Exception as exc:  # a failing health check means "not ready", not a 500
+                health = EngineHealth(False, f"health check raised {type(exc).__name__}")
             age = now - self.last_ok[name] if name in self.last_ok else None
             ok = health.ok and age is not None and age <= self.max_age_s
             ready = ready and ok
