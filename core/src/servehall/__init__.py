@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from servehall.backends import BackendRegistry, BackendSpec, ProbeResult
 from servehall.bootstrap import load_deployment
+from servehall.cache import build_atomically
 from servehall.config import ModelConfig, Secret, Settings, load_settings
+from servehall.config.options import canonical_dtype, parse_model_options
 from servehall.engine import (
     Engine,
     EngineHealth,
@@ -16,6 +18,7 @@ from servehall.engine import (
     SamplingParams,
     TokenDelta,
 )
+from servehall.engine_support import DeltaStream, HfModelFacts, stop_token_set
 from servehall.errors import (
     AuthenticationError,
     ConfigError,
@@ -76,11 +79,13 @@ __all__ = [
     "ConfigError",
     "ContentFilterError",
     "DbBase",
+    "DeltaStream",
     "Engine",
     "EngineError",
     "EngineHealth",
     "EngineStats",
     "FilterVerdict",
+    "HfModelFacts",
     "Host",
     "InputFilter",
     "InvalidRequestError",
@@ -115,9 +120,13 @@ __all__ = [
     "TokenDelta",
     "UTCDateTime",
     "__version__",
+    "build_atomically",
+    "canonical_dtype",
     "create_db_engine",
     "hookimpl",
     "load_deployment",
     "load_settings",
     "open_record_bus",
+    "parse_model_options",
+    "stop_token_set",
 ]

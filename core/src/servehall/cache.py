@@ -1,0 +1,89 @@
+"""Cache directories built once, safely, by concurrent processes.
+
+:func:`build_atomically` is the pattern behind the demo model
+(:func:`servehall.demo.build_demo_model`) and the ``openvino_cpu`` IR cache: builders of
+one target serialise on ``<parent>/.<name>.lock`` (``fcntl.flock``; a no-op where
+``fcntl`` is missing); the content is written into a temporary sibling
+``<parent>/.<name>.build-XXXX`` and moved into place with ``os.rename``, so a reader never
+sees a half-written directory, and a failed build leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock on ``path`` (created if missing) for the block.
+
+    Blocks until the lock is free. A no-op where ``fcntl`` is missing (non-POSIX).
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - non-POSIX
+        yield
+        return
+    with open(path, "a+b") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def build_atomically(
+    target: Path,
+    build: Callable[[Path], None],
+    *,
+    is_ready: Callable[[Path], bool],
+    force: bool = False,
+) -> Path:
+    """Return ``target``, building it with ``build(tmp_dir)`` unless it is ready already.
+
+    Args:
+        target: the directory to produce (its parent is created).
+        build: writes the complete content into the empty temporary directory it gets
+            (a sibling of ``target``); it may raise to refuse (nothing is moved then).
+            It runs under the lock, so it may also inspect ``target``.
+        is_ready: True when a directory is a finished, usable build (checked before
+            taking the lock and again under it, so a build another process finished
+            while this one waited is reused).
+        force: build even when ``target`` is ready.
+
+    Returns ``target`` (as given). An existing ``target`` is replaced: it is renamed aside,
+    the new build renamed into place, then the old one removed.
+
+    Raises whatever ``build`` raises (after removing the temporary directory), and
+    OSError when the parent cannot be created or the rename fails.
+    """
+    if not force and is_ready(target):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(target.parent / f".{target.name}.lock"):
+        if not force and is_ready(target):
+            return target  # another process built it while we waited
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.build-", dir=target.parent))
+        try:
+            build(tmp)
+            _swap_into_place(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _swap_into_place(tmp: Path, target: Path) -> None:
+    """Move ``tmp`` to ``target``; an existing ``target`` is moved aside first."""
+    if target.exists():
+        old = target.parent / f".{target.name}.old-{os.getpid()}-{time.monotonic_ns()}"
+        os.rename(target, old)
+        os.rename(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, target)

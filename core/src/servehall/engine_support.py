@@ -1,0 +1,153 @@
+"""Building blocks shared by engine implementations (torch backends, ``openvino_cpu``).
+
+* :class:`DeltaStream` — the async iterator that ``Engine.add_request`` returns: deltas
+  are pushed by callbacks on the event loop; the stream is over after the delta with a
+  ``finish_reason``; ``aclose()`` before that calls the engine's abort.
+* :class:`HfModelFacts` — the facts an engine reads from a Hugging Face model directory
+  (``config.json`` / ``generation_config.json``): EOS ids, native context length,
+  vocabulary size.
+* :func:`stop_token_set` — the token ids that end a request with ``finish_reason="stop"``.
+
+Import-light (no torch, no OpenVINO).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self
+
+from servehall.engine import SamplingParams, TokenDelta
+from servehall.errors import ConfigError
+
+
+class DeltaStream:
+    """The async iterator of one engine request (the contract of ``Engine.add_request``).
+
+    The engine calls :meth:`push` on the event-loop thread (directly or through
+    ``loop.call_soon_threadsafe``); deltas wait in an unbounded ``asyncio.Queue``. The
+    stream yields every pushed delta in order and stops after the first delta with a
+    ``finish_reason``; deltas pushed after that are dropped. ``aclose()`` before the
+    terminal delta was pushed calls ``on_close(request_id)`` (the engine aborts the
+    request there, normally pushing an ``"abort"`` delta).
+
+    Args:
+        request_id: the engine request id (``Engine.add_request``'s ``request_id``).
+        on_close: called with ``request_id`` when the consumer closes an unfinished stream.
+
+    Attributes:
+        request_id: as given.
+        done: the terminal delta was pushed (the request is over for the engine).
+        ended: the terminal delta was consumed (iteration is over).
+
+    Engines may subclass it to keep per-request state next to the stream (declare
+    ``__slots__`` for the extra attributes).
+    """
+
+    __slots__ = ("_on_close", "_queue", "done", "ended", "request_id")
+
+    def __init__(self, request_id: str, on_close: Callable[[str], None]) -> None:
+        self._on_close = on_close
+        self._queue: asyncio.Queue[TokenDelta] = asyncio.Queue()
+        self.request_id = request_id
+        self.done = False
+        self.ended = False
+
+    def push(self, delta: TokenDelta) -> None:
+        """Queue ``delta`` (ignored once the terminal delta is queued). Loop thread only."""
+        if self.done:
+            return
+        if delta.finish_reason is not None:
+            self.done = True
+        self._queue.put_nowait(delta)
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> TokenDelta:
+        if self.ended:
+            raise StopAsyncIteration
+        delta = await self._queue.get()
+        if delta.finish_reason is not None:
+            self.ended = True
+        return delta
+
+    async def aclose(self) -> None:
+        """Stop iterating; calls ``on_close(request_id)`` when the request has not finished."""
+        if not self.done:
+            self._on_close(self.request_id)
+        self.ended = True
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; ``{}`` when the file is missing or holds a non-object.
+
+    Raises:
+        ConfigError: the file exists but cannot be read or is not valid JSON.
+    """
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def token_id_tuple(value: Any) -> tuple[int, ...]:
+    """Normalise a config's ``eos_token_id`` (an int, a list of ints, or None) to a tuple.
+
+    Negative ids and non-integer entries are dropped; any other value gives ``()``.
+    """
+    if isinstance(value, int):
+        return (value,) if value >= 0 else ()
+    if isinstance(value, list | tuple):
+        return tuple(int(v) for v in value if isinstance(v, int) and v >= 0)
+    return ()
+
+
+def stop_token_set(params: SamplingParams, eos_token_ids: Sequence[int]) -> frozenset[int]:
+    """Token ids that end a request with ``stop``: ``params.stop_token_ids`` plus the
+    model's EOS ids (unless ``params.ignore_eos``)."""
+    eos: frozenset[int] = frozenset() if params.ignore_eos else frozenset(eos_token_ids)
+    return frozenset(params.stop_token_ids) | eos
+
+
+@dataclass(frozen=True, slots=True)
+class HfModelFacts:
+    """What an engine reads from a Hugging Face model directory.
+
+    Attributes:
+        config: the parsed ``config.json`` (``{}`` when missing).
+        eos_token_ids: from ``generation_config.json``'s ``eos_token_id``, else
+            ``config.json``'s (a multimodal ``text_config`` is not consulted for it).
+        max_position_embeddings: the model's native context length in tokens (from
+            ``text_config`` when present); 2048 when the config does not say.
+        vocab_size: vocabulary size (0 when the config does not say).
+    """
+
+    config: dict[str, Any] = field(default_factory=dict)
+    eos_token_ids: tuple[int, ...] = ()
+    max_position_embeddings: int = 2048
+    vocab_size: int = 0
+
+    @classmethod
+    def read(cls, path: Path) -> HfModelFacts:
+        """Read ``path/config.json`` and ``path/generation_config.json`` (both optional).
+
+        Raises:
+            ConfigError: a file exists but is not readable JSON.
+        """
+        config = read_json_object(path / "config.json")
+        gen = read_json_object(path / "generation_config.json")
+        text_cfg = config.get("text_config")
+        cfg = text_cfg if isinstance(text_cfg, dict) else config
+        return cls(
+            config=config,
+            eos_token_ids=token_id_tuple(gen.get("eos_token_id", config.get("eos_token_id"))),
+            max_position_embeddings=int(cfg.get("max_position_embeddings") or 2048),
+            vocab_size=int(cfg.get("vocab_size") or 0),
+        )
