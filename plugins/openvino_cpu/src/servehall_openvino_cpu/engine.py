@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import queue
 import secrets
@@ -42,13 +41,16 @@ from typing import Any
 
 from servehall import (
     ConfigError,
+    DeltaStream,
     EngineError,
     EngineHealth,
     EngineStats,
+    HfModelFacts,
     ModelConfig,
     ModelInfo,
     SamplingParams,
     TokenDelta,
+    stop_token_set,
 )
 from servehall_openvino_cpu.convert import resolve_ir_dir
 from servehall_openvino_cpu.options import KV_BLOCK_SIZE, parse_options, plan_num_kv_blocks
@@ -64,67 +66,11 @@ IDLE_WAIT_S = 0.5
 """How long the idle step thread blocks on its command queue before re-checking."""
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from None
-    return data if isinstance(data, dict) else {}
-
-
-def _ids(value: Any) -> tuple[int, ...]:
-    if isinstance(value, int):
-        return (value,) if value >= 0 else ()
-    if isinstance(value, list | tuple):
-        return tuple(int(v) for v in value if isinstance(v, int) and v >= 0)
-    return ()
-
-
-class _Stream:
-    """The async iterator of one request; deltas arrive through loop callbacks."""
-
-    __slots__ = ("_engine", "_queue", "done", "ended", "request_id")
-
-    def __init__(self, engine: OpenVINOEngine, request_id: str) -> None:
-        self._engine = engine
-        self._queue: asyncio.Queue[TokenDelta] = asyncio.Queue()
-        self.request_id = request_id
-        self.done = False  # terminal delta queued
-        self.ended = False  # terminal delta consumed
-
-    def push(self, delta: TokenDelta) -> None:
-        """Queue ``delta`` (ignored once the terminal delta is queued)."""
-        if self.done:
-            return
-        if delta.finish_reason is not None:
-            self.done = True
-        self._queue.put_nowait(delta)
-
-    def __aiter__(self) -> _Stream:
-        return self
-
-    async def __anext__(self) -> TokenDelta:
-        if self.ended:
-            raise StopAsyncIteration
-        delta = await self._queue.get()
-        if delta.finish_reason is not None:
-            self.ended = True
-        return delta
-
-    async def aclose(self) -> None:
-        """Stop iterating; aborts the request when it has not finished."""
-        if not self.done:
-            self._engine._abort_now(self.request_id)
-        self.ended = True
-
-
 @dataclass(slots=True)
 class _Live:
     """Step-thread state of one request."""
 
-    stream: _Stream
+    stream: DeltaStream
     handle: Any
     stop_ids: frozenset[int]
 
@@ -165,13 +111,11 @@ class OpenVINOEngine:
             )
         if not self.path.is_dir():
             raise ConfigError(f"model {model.name!r}: {self.path} is not a directory")
-        self._hf_config = _read_json(self.path / "config.json")
-        gen = _read_json(self.path / "generation_config.json")
-        self._eos_ids = _ids(gen.get("eos_token_id", self._hf_config.get("eos_token_id")))
-        text_cfg = self._hf_config.get("text_config")
-        cfg = text_cfg if isinstance(text_cfg, dict) else self._hf_config
-        native_len = int(cfg.get("max_position_embeddings") or 2048)
-        self._vocab_size = int(cfg.get("vocab_size") or 0)
+        facts = HfModelFacts.read(self.path)
+        self._hf_config = facts.config
+        self._eos_ids = facts.eos_token_ids
+        native_len = facts.max_position_embeddings
+        self._vocab_size = facts.vocab_size
         wanted_len = min(model.max_model_len or native_len, native_len)
         self._num_blocks = plan_num_kv_blocks(self.options, self._hf_config, wanted_len)
         self._max_model_len = min(wanted_len, self._num_blocks * KV_BLOCK_SIZE)
@@ -182,7 +126,7 @@ class OpenVINOEngine:
         self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._streams: dict[str, _Stream] = {}  # loop thread: live requests by id
+        self._streams: dict[str, DeltaStream] = {}  # loop thread: live requests by id
         self._snapshot = _Snapshot()
         self._next_id = 0
         self._dead_reason: str | None = None
@@ -292,13 +236,13 @@ class OpenVINOEngine:
 
     def add_request(
         self, request_id: str, prompt_token_ids: Sequence[int], params: SamplingParams
-    ) -> _Stream:
+    ) -> DeltaStream:
         """Queue a request; it joins the running batch at the next step (see Engine)."""
         if request_id in self._streams:
             raise ValueError(f"request id {request_id!r} is already live")
         if not self._started or self._stopped:
             raise EngineError("openvino_cpu engine is not running")
-        stream = _Stream(self, request_id)
+        stream = DeltaStream(request_id, self._abort_now)
         if self._dead_reason is not None:
             stream.push(TokenDelta((), "error", error="engine is not healthy"))
             return stream
@@ -329,9 +273,7 @@ class OpenVINOEngine:
         c = self._gen_config_cls()
         c.max_new_tokens = p.max_tokens
         c.ignore_eos = p.ignore_eos
-        stop_ids = frozenset(p.stop_token_ids) | (
-            frozenset() if p.ignore_eos else frozenset(self._eos_ids)
-        )
+        stop_ids = stop_token_set(p, self._eos_ids)
         if self._eos_ids and not p.ignore_eos:
             c.eos_token_id = self._eos_ids[0]  # OpenVINO wants it inside stop_token_ids too
         c.stop_token_ids = set(stop_ids)
@@ -364,7 +306,7 @@ class OpenVINOEngine:
                     break
                 if self._fault is not None:
                     raise RuntimeError(self._fault)
-                batch: list[tuple[_Stream, TokenDelta]] = []
+                batch: list[tuple[DeltaStream, TokenDelta]] = []
                 if live or cleanup:
                     self._pipe.step()
                     batch = self._collect(live)
@@ -414,9 +356,9 @@ class OpenVINOEngine:
                         del live[rid]
                         cleanup = True
 
-    def _collect(self, live: dict[int, _Live]) -> list[tuple[_Stream, TokenDelta]]:
+    def _collect(self, live: dict[int, _Live]) -> list[tuple[DeltaStream, TokenDelta]]:
         """New tokens of every live handle since the last read, as deltas to post."""
-        batch: list[tuple[_Stream, TokenDelta]] = []
+        batch: list[tuple[DeltaStream, TokenDelta]] = []
         for rid, entry in list(live.items()):
             handle = entry.handle
             tokens: list[int] = []
@@ -455,14 +397,14 @@ class OpenVINOEngine:
         used = round(float(m.cache_usage) / 100.0 * self._num_blocks)
         self._snapshot = _Snapshot(int(m.scheduled_requests), int(m.requests), used)
 
-    def _post(self, batch: list[tuple[_Stream, TokenDelta]]) -> None:
+    def _post(self, batch: list[tuple[DeltaStream, TokenDelta]]) -> None:
         loop = self._loop
         if loop is None or loop.is_closed():
             return
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             loop.call_soon_threadsafe(self._deliver, batch)
 
-    def _deliver(self, batch: list[tuple[_Stream, TokenDelta]]) -> None:
+    def _deliver(self, batch: list[tuple[DeltaStream, TokenDelta]]) -> None:
         """Loop thread: push deltas; forget requests that ended."""
         for stream, delta in batch:
             stream.push(delta)

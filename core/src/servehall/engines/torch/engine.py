@@ -7,8 +7,8 @@ batched forward pass and delivers ``GenerationOutput`` objects (cumulative token
 to per-request handlers via ``loop.call_soon_threadsafe``. This module adds what a server
 needs around it:
 
-* **streaming onto the asyncio loop** — each request gets a :class:`_RequestStream`; the
-  manager's handler turns cumulative outputs into ordered :class:`~servehall.TokenDelta`
+* **streaming onto the asyncio loop** — each request gets a :class:`~servehall.DeltaStream`;
+  the manager's handler turns cumulative outputs into ordered :class:`~servehall.TokenDelta`
   values, holding back an end-of-sequence/stop token until the request's final output
   (the manager may append it before the previous callback runs);
 * **abort that always ends the stream** — ``manager.cancel_request`` frees the request's
@@ -39,7 +39,6 @@ import asyncio
 import collections
 import contextlib
 import gc
-import json
 import logging
 import queue
 import time
@@ -55,6 +54,7 @@ from servehall.engine import (
     SamplingParams,
     TokenDelta,
 )
+from servehall.engine_support import DeltaStream, HfModelFacts, stop_token_set
 from servehall.engines.torch.device import TorchDevice
 from servehall.engines.torch.kvcache import KvGeometry, plan_kv_blocks
 from servehall.engines.torch.options import DTYPE_BYTES, TorchOptions, parse_torch_options
@@ -70,76 +70,17 @@ SUPPORTED_PARAMS: frozenset[str] = frozenset(
 )
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from None
-    return data if isinstance(data, dict) else {}
+class _RequestStream(DeltaStream):
+    """A :class:`~servehall.DeltaStream` plus this engine's per-request state."""
 
-
-def _as_ids(value: Any) -> tuple[int, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, int):
-        return (value,) if value >= 0 else ()
-    return tuple(int(v) for v in value if isinstance(v, int) and v >= 0)
-
-
-class _RequestStream:
-    """The async iterator handed to the host for one request (see ``Engine.add_request``).
-
-    Deltas are put on an unbounded ``asyncio.Queue`` by loop callbacks; the stream is
-    over after the delta with ``finish_reason``. ``aclose()`` before that aborts.
-    """
-
-    __slots__ = (
-        "_engine",
-        "_queue",
-        "done",
-        "ended",
-        "request_id",
-        "reserved",
-        "sent",
-        "stop_ids",
-        "submitted",
-    )
+    __slots__ = ("reserved", "sent", "stop_ids", "submitted")
 
     def __init__(self, engine: TorchEngine, request_id: str, stop_ids: frozenset[int]) -> None:
-        self._engine = engine
-        self._queue: asyncio.Queue[TokenDelta] = asyncio.Queue()
-        self.request_id = request_id
+        super().__init__(request_id, engine._abort_now)
         self.stop_ids = stop_ids
         self.sent = 0
         self.reserved = 0  # KV blocks reserved at admission
         self.submitted = False  # handed to the manager (else waiting in the engine queue)
-        self.done = False  # terminal delta queued
-        self.ended = False  # terminal delta consumed
-
-    def push(self, delta: TokenDelta) -> None:
-        if self.done:
-            return
-        if delta.finish_reason is not None:
-            self.done = True
-        self._queue.put_nowait(delta)
-
-    def __aiter__(self) -> _RequestStream:
-        return self
-
-    async def __anext__(self) -> TokenDelta:
-        if self.ended:
-            raise StopAsyncIteration
-        delta = await self._queue.get()
-        if delta.finish_reason is not None:
-            self.ended = True
-        return delta
-
-    async def aclose(self) -> None:
-        if not self.done:
-            self._engine._abort_now(self.request_id)
-        self.ended = True
 
 
 class TorchEngine:
@@ -170,15 +111,13 @@ class TorchEngine:
         device.check(self.options)
         if not (self.path / "config.json").is_file():
             raise ConfigError(f"model {model.name!r}: {self.path} has no config.json")
-        self._hf_config = _read_json(self.path / "config.json")
-        gen = _read_json(self.path / "generation_config.json")
-        self._eos_ids = _as_ids(gen.get("eos_token_id", self._hf_config.get("eos_token_id")))
-        text_cfg = self._hf_config.get("text_config")
-        cfg = text_cfg if isinstance(text_cfg, dict) else self._hf_config
-        native_len = int(cfg.get("max_position_embeddings") or 2048)
+        facts = HfModelFacts.read(self.path)
+        self._hf_config = facts.config
+        self._eos_ids = facts.eos_token_ids
+        native_len = facts.max_position_embeddings
         self._explicit_len = model.max_model_len is not None
         self._max_model_len = min(model.max_model_len or native_len, native_len)
-        self._vocab_size = int(cfg.get("vocab_size") or 0)
+        self._vocab_size = facts.vocab_size
         self._geometry = KvGeometry.from_hf_config(self._hf_config)
         self._dtype: str | None = None
         self._manager: Any = None
@@ -395,10 +334,7 @@ class TorchEngine:
             raise ValueError(f"request id {request_id!r} is already live")
         if not prompt_token_ids:
             raise ValueError("prompt_token_ids is empty")
-        stop_ids = frozenset(params.stop_token_ids) | (
-            frozenset() if params.ignore_eos else frozenset(self._eos_ids)
-        )
-        stream = _RequestStream(self, request_id, stop_ids)
+        stream = _RequestStream(self, request_id, stop_token_set(params, self._eos_ids))
         reason = self._unavailable_reason()
         if reason is not None or self._manager is None:
             stream.push(TokenDelta((), "error", error=reason or "engine is not running"))
