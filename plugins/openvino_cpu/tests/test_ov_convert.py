@@ -78,4 +78,4 @@ def test_concurrent_starts_convert_once(servehall_tiny_llama: Path, tmp_path: Pa
     assert is_ir_dir(Path(path)) and (Path(path) / MARKER).is_file()
     converted = sum("converted" in err for _, err in results)
     assert converted == 1, [err[-500:] for _, err in results]
-    assert [p.name for p in cache.iterdir() if ".tmp-" in p.name] == []
+    assert [p.name for p in cache.iterdir() if ".build-" in p.name] == []

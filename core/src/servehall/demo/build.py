@@ -1,26 +1,22 @@
 """Building the demo model directory safely: file lock, temp dir, atomic rename.
 
 Several processes (test workers, two ``servehall serve --demo``) may ask for the same
-directory at once. Builders serialise on ``<parent>/.<name>.lock`` (``fcntl.flock``); the
-model is written into a temporary sibling directory and moved into place with
-``os.rename``, so a reader never sees a half-written model. A finished directory carries
-``servehall-demo.json`` (builder version, seed, chat-template hash); a later call with the
-same parameters returns it untouched.
+directory at once. :func:`servehall.cache.build_atomically` serialises builders on
+``<parent>/.<name>.lock`` (``fcntl.flock``); the model is written into a temporary sibling
+directory and moved into place with ``os.rename``, so a reader never sees a half-written
+model. A finished directory carries ``servehall-demo.json`` (builder version, seed,
+chat-template hash); a later call with the same parameters returns it untouched.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import shutil
-import tempfile
-import time
-from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
+from servehall.cache import build_atomically
 from servehall.demo import corpus
 from servehall.demo.model import CONTEXT_LENGTH, build_weights
 from servehall.demo.tokenizer import DEMO_CHAT_TEMPLATE, train_tokenizer, write_tokenizer_files
@@ -36,7 +32,7 @@ def default_demo_dir() -> Path:
 
 
 def _manifest(seed: int, chat_template: str) -> dict[str, object]:
-    versions = {}
+    versions: dict[str, str | None] = {}
     for dist in ("tokenizers", "torch", "transformers", "safetensors"):
         try:
             versions[dist] = metadata.version(dist)
@@ -59,22 +55,6 @@ def _matches(out: Path, want: dict[str, object]) -> bool:
         return False
     keys = ("builder_version", "seed", "chat_template_sha256")
     return all(have.get(k) == want[k] for k in keys)
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock on ``path`` (a no-op where ``fcntl`` is missing)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - non-POSIX
-        yield
-        return
-    with open(path, "a+b") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def build_demo_model(
@@ -105,32 +85,13 @@ def build_demo_model(
     target = Path(out if out is not None else default_demo_dir()).expanduser().resolve()
     template = chat_template if chat_template is not None else DEMO_CHAT_TEMPLATE
     want = _manifest(seed, template)
-    if not force and _matches(target, want):
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with _file_lock(target.parent / f".{target.name}.lock"):
-        if not force and _matches(target, want):
-            return target  # another process built it while we waited
+
+    def build(tmp: Path) -> None:
         if target.exists() and any(target.iterdir()) and not (target / MANIFEST).exists():
             raise FileExistsError(f"{target} exists and is not a servehall demo model")
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.build-", dir=target.parent))
-        try:
-            tok = train_tokenizer(corpus.tokenizer_corpus(seed))
-            write_tokenizer_files(tok, tmp, chat_template=template, model_max_length=CONTEXT_LENGTH)
-            build_weights(tok, tmp, seed=seed)
-            (tmp / MANIFEST).write_text(json.dumps(want, indent=2) + "\n")
-            _swap_into_place(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
+        tok = train_tokenizer(corpus.tokenizer_corpus(seed))
+        write_tokenizer_files(tok, tmp, chat_template=template, model_max_length=CONTEXT_LENGTH)
+        build_weights(tok, tmp, seed=seed)
+        (tmp / MANIFEST).write_text(json.dumps(want, indent=2) + "\n")
 
-
-def _swap_into_place(tmp: Path, target: Path) -> None:
-    """Move ``tmp`` to ``target``; an existing (demo) ``target`` is moved aside first."""
-    if target.exists():
-        old = target.parent / f".{target.name}.old-{os.getpid()}-{time.monotonic_ns()}"
-        os.rename(target, old)
-        os.rename(tmp, target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, target)
+    return build_atomically(target, build, is_ready=lambda d: _matches(d, want), force=force)

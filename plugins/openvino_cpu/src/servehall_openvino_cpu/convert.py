@@ -12,29 +12,26 @@
 
 The export runs in a child Python process (``python -m servehall_openvino_cpu.convert``):
 torch and the exporter never load into the serving process, and their memory is returned
-when it exits. Concurrent starts serialise on ``<cache_dir>/.<key>.lock`` (``fcntl``); the
-result is written to a temporary sibling and renamed into place, and a finished directory
-carries ``servehall-convert.json``. While converting, a rich progress display (spinner,
-elapsed time) runs on stderr; on failure the exporter's log tail is in the error.
+when it exits. :func:`servehall.build_atomically` makes concurrent starts serialise on
+``<cache_dir>/.<name>-<key>.lock`` (``fcntl``) and writes the result to a temporary sibling
+that is renamed into place; a finished directory carries ``servehall-convert.json``.
+While converting, a rich progress display (spinner, elapsed time) runs on stderr; on
+failure the exporter's log tail is in the error.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
-from servehall import ConfigError, EngineError
+from servehall import ConfigError, EngineError, build_atomically
 
 CONVERTER_VERSION = 1
 MARKER = "servehall-convert.json"
@@ -85,21 +82,6 @@ def source_key(src: Path, weight_format: str) -> str:
     return h.hexdigest()
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - non-POSIX
-        yield
-        return
-    with open(path, "a+b") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-
-
 def resolve_ir_dir(
     src: Path, *, cache_dir: Path | None = None, weight_format: str = "fp32", quiet: bool = False
 ) -> Path:
@@ -118,31 +100,21 @@ def resolve_ir_dir(
             "nor a Hugging Face model directory (config.json)"
         )
     root = (cache_dir or default_cache_dir()).expanduser().resolve()
-    root.mkdir(parents=True, exist_ok=True)
     key = source_key(src, weight_format)
+
+    def convert(tmp: Path) -> None:
+        _run_export(src, tmp, weight_format, quiet=quiet)
+        marker = {
+            "source": str(src),
+            "key": key,
+            "weight_format": weight_format,
+            "versions": _versions(),
+            "converter_version": CONVERTER_VERSION,
+        }
+        (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+
     target = root / f"{src.name}-{key[:20]}"
-    if (target / MARKER).is_file():
-        return target
-    with _file_lock(root / f".{key[:20]}.lock"):
-        if (target / MARKER).is_file():
-            return target  # converted by another process while we waited
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=root))
-        try:
-            _run_export(src, tmp, weight_format, quiet=quiet)
-            marker = {
-                "source": str(src),
-                "key": key,
-                "weight_format": weight_format,
-                "versions": _versions(),
-                "converter_version": CONVERTER_VERSION,
-            }
-            (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-            if target.exists():  # an unfinished leftover (no marker)
-                shutil.rmtree(target)
-            os.rename(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return build_atomically(target, convert, is_ready=lambda d: (d / MARKER).is_file())
 
 
 def _run_export(src: Path, out: Path, weight_format: str, *, quiet: bool) -> None:
