@@ -17,9 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from servehall import ConfigError
+from servehall import canonical_dtype, parse_model_options
 
 KV_BLOCK_SIZE = 32
 """Tokens per KV-cache block of OpenVINO GenAI's CPU paged attention."""
@@ -29,15 +29,14 @@ DEFAULT_KV_CACHE_CAP_BYTES = 4 * 1024**3
 ``max_num_seqs`` full-length sequences, capped at this many bytes."""
 
 
-_PRECISION_ALIASES: dict[str, str] = {
-    "auto": "auto",
-    "f32": "f32",
-    "fp32": "f32",
-    "float32": "f32",
-    "float": "f32",
-    "bf16": "bf16",
-    "bfloat16": "bf16",
-}
+_OV_PRECISION: dict[str, str] = {"auto": "auto", "float32": "f32", "bfloat16": "bf16"}
+"""torch dtype name → OpenVINO precision name, for the precisions this backend serves."""
+
+
+def _ov_precision(value: Any) -> Any:
+    """OpenVINO's name for a dtype spelling of f32/bf16/auto (``fp32`` → ``f32``);
+    any other value unchanged (the model then rejects or accepts it as it is)."""
+    return _OV_PRECISION.get(canonical_dtype(value) or "", value)
 
 
 class OpenVINOOptions(BaseModel):
@@ -88,17 +87,9 @@ class OpenVINOOptions(BaseModel):
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        dtype = data.pop("dtype", None)
-        for key, value in (
-            ("inference_precision", data.get("inference_precision")),
-            ("dtype", dtype),
-        ):
-            if isinstance(value, str) and value.lower() in _PRECISION_ALIASES:
-                value = _PRECISION_ALIASES[value.lower()]
-                if key == "inference_precision":
-                    data[key] = value
-                else:
-                    dtype = value
+        dtype = _ov_precision(data.pop("dtype", None))
+        if "inference_precision" in data:
+            data["inference_precision"] = _ov_precision(data["inference_precision"])
         if dtype is not None and dtype != "auto":
             ip = data.get("inference_precision")
             if ip is not None and ip != dtype:
@@ -131,18 +122,7 @@ class OpenVINOOptions(BaseModel):
 
 def parse_options(raw: dict[str, Any], *, model: str) -> OpenVINOOptions:
     """Validate ``raw``; raises ConfigError with one ``(key path, message)`` per error."""
-    try:
-        return OpenVINOOptions.model_validate(raw)
-    except ValidationError as exc:
-        errors = [
-            (
-                ".".join(["models", model, "options", *(str(p) for p in e["loc"])]),
-                e["msg"],
-            )
-            for e in exc.errors()
-        ]
-        text = "; ".join(f"{k}: {m}" for k, m in errors)
-        raise ConfigError(f"invalid openvino_cpu options: {text}", errors=errors) from None
+    return parse_model_options(OpenVINOOptions, raw, model=model, what="openvino_cpu options")
 
 
 def kv_block_bytes(hf_config: dict[str, Any], kv_precision: str | None) -> int:

@@ -16,27 +16,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from servehall.errors import ConfigError
+from servehall.config.options import canonical_dtype, parse_model_options
 
 TorchDType = Literal["auto", "float32", "bfloat16", "float16"]
 """Weight/activation dtype. ``auto`` lets the device choose (CPU: float32; CUDA: bfloat16
 where the device supports it, else float16)."""
-
-_DTYPE_ALIASES: dict[str, str] = {
-    "auto": "auto",
-    "float32": "float32",
-    "fp32": "float32",
-    "f32": "float32",
-    "float": "float32",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "float16": "float16",
-    "fp16": "float16",
-    "f16": "float16",
-    "half": "float16",
-}
 
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
 """Bytes per element of each concrete dtype (KV-cache sizing)."""
@@ -86,9 +72,9 @@ class TorchOptions(BaseModel):
         if isinstance(data, dict):
             data = dict(data)
             for key in ("dtype", "inference_precision"):
-                v = data.get(key)
-                if isinstance(v, str) and v.lower() in _DTYPE_ALIASES:
-                    data[key] = _DTYPE_ALIASES[v.lower()]
+                canonical = canonical_dtype(data.get(key))
+                if canonical is not None:
+                    data[key] = canonical
         return data
 
     @model_validator(mode="after")
@@ -112,17 +98,6 @@ def parse_torch_options(options: dict[str, Any], *, model: str = "?") -> TorchOp
         ConfigError: a key is unknown or a value is invalid; ``errors`` lists
             ``("models.<name>.options.<key>", message)`` pairs.
     """
-    try:
-        return TorchOptions.model_validate(options)
-    except ValidationError as exc:
-        errors = [
-            (
-                ".".join(["models", model, "options", *(str(p) for p in e["loc"])]),
-                e["msg"],
-            )
-            for e in exc.errors()
-        ]
-        detail = "; ".join(f"{k}: {m}" for k, m in errors)
-        raise ConfigError(
-            f"invalid torch backend options for model {model!r}: {detail}", errors
-        ) from None
+    return parse_model_options(
+        TorchOptions, options, model=model, what=f"torch backend options for model {model!r}"
+    )
