@@ -2,38 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
-from servehall import BackendSpec, ModelConfig
-from servehall.plugins import PluginHost
-from servehall.testing.conformance import BackendConformance
+from servehall.testing.conformance import TinyLlamaConformance
 
 pytest.importorskip("torch")
 
 
-def _cpu_spec() -> BackendSpec:
-    return PluginHost().backends().get("cpu")
-
-
-class TestCpuConformance(BackendConformance):
-    @pytest.fixture
-    def conformance_engine_factory(self, servehall_tiny_llama: Path) -> Any:
-        model = ModelConfig(
-            name="tiny",
-            path=servehall_tiny_llama,
-            backend="cpu",
-            max_model_len=256,
-            options={"kv_cache_blocks": 96, "block_size": 16, "max_batch_tokens": 128},
-        )
-        spec = _cpu_spec()
-        return lambda: spec.factory(model)
-
-    @pytest.fixture
-    def conformance_backend_spec(self) -> BackendSpec:
-        return _cpu_spec()
+class TestCpuConformance(TinyLlamaConformance):
+    backend = "cpu"
+    model_options: ClassVar[dict[str, Any]] = {
+        "kv_cache_blocks": 96,
+        "block_size": 16,
+        "max_batch_tokens": 128,
+    }
 
     @pytest.fixture
     def conformance_crash(self) -> Any:

@@ -9,15 +9,15 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
-from servehall import BackendSpec, ConfigError, ModelConfig
+from servehall import ConfigError, ModelConfig
 from servehall.engines.torch import TorchOptions
 from servehall.errors import ConfigError as CoreConfigError
 from servehall.plugins import PluginHost
-from servehall.testing.conformance import BackendConformance
+from servehall.testing.conformance import TinyLlamaConformance
 from servehall_ascend_stub.device import NpuDevice, SimulatedNpuDevice
 from servehall_ascend_stub.probe import probe_ascend, visible_after_filter
 from servehall_ascend_stub.runtime import SimulatedNpuRuntime
@@ -207,20 +207,13 @@ def test_ascend_simulated_is_never_chosen_by_auto() -> None:
 # --- conformance ---------------------------------------------------------------------
 
 
-class TestAscendSimulatedConformance(BackendConformance):
-    @pytest.fixture
-    def conformance_engine_factory(self, servehall_tiny_llama: Path) -> Any:
-        model = ModelConfig(
-            name="tiny",
-            path=servehall_tiny_llama,
-            backend="ascend-simulated",
-            max_model_len=256,
-            # no kv_cache_blocks: sized from the simulated NPU's free memory
-            options={"dtype": "float32", "kv_cache_memory_fraction": 0.001, "block_size": 16},
-        )
-        spec = _registry().get("ascend-simulated")
-        return lambda: spec.factory(model)
-
-    @pytest.fixture
-    def conformance_backend_spec(self) -> BackendSpec:
-        return _registry().get("ascend")
+class TestAscendSimulatedConformance(TinyLlamaConformance):
+    backend = "ascend-simulated"
+    plugins = ("ascend",)
+    probe_backend = "ascend"
+    # no kv_cache_blocks: sized from the simulated NPU's free memory
+    model_options: ClassVar[dict[str, Any]] = {
+        "dtype": "float32",
+        "kv_cache_memory_fraction": 0.001,
+        "block_size": 16,
+    }

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
-from servehall import BackendSpec, ConfigError, ModelConfig
+from servehall import BackendSpec, ConfigError
 from servehall.engines.torch import DriverCount, TorchBuild, TorchOptions
 from servehall.plugins import PluginHost
-from servehall.testing.conformance import BackendConformance
+from servehall.testing.conformance import TinyLlamaConformance
 from servehall_rocm.device import RocmDevice
 from servehall_rocm.probe import probe_rocm
 
@@ -70,19 +69,11 @@ def test_rocm_plugin_import_is_light() -> None:
 
 
 @pytest.mark.skipif(not _spec().probe().available, reason="no usable ROCm GPU here (rocm probe)")
-class TestRocmConformance(BackendConformance):
-    @pytest.fixture
-    def conformance_engine_factory(self, servehall_tiny_llama: Path) -> Any:
-        model = ModelConfig(
-            name="tiny",
-            path=servehall_tiny_llama,
-            backend="rocm",
-            max_model_len=256,
-            options={"dtype": "float32", "kv_cache_blocks": 96, "block_size": 16},
-        )
-        spec = _spec()
-        return lambda: spec.factory(model)
-
-    @pytest.fixture
-    def conformance_backend_spec(self) -> BackendSpec:
-        return _spec()
+class TestRocmConformance(TinyLlamaConformance):
+    backend = "rocm"
+    plugins = ("rocm",)
+    model_options: ClassVar[dict[str, Any]] = {
+        "dtype": "float32",
+        "kv_cache_blocks": 96,
+        "block_size": 16,
+    }

@@ -30,6 +30,10 @@ each other's greedy output; an aborted (or ``aclose``-d) request's stream ends w
 raises; health reports a dead engine. Prompts are token ids (no tokenizer needed) drawn
 from ``[3, vocab_size)``.
 
+A torch device backend whose engines run the tiny random Llama (``servehall_tiny_llama``)
+needs no fixture at all: subclass :class:`TinyLlamaConformance` and set ``backend``,
+``plugins`` and ``model_options``.
+
 Class attributes tune it: ``max_tokens`` (decode length of the comparison runs),
 ``long_tokens`` (length of the requests that get aborted or joined mid-way),
 ``timeout_s`` (per wait), ``kv_release_timeout_s``.
@@ -42,13 +46,16 @@ import contextlib
 import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
 from servehall.backends import BackendSpec, ProbeResult
+from servehall.config.models import ModelConfig
 from servehall.engine import Engine, EngineStats, SamplingParams, TokenDelta
 from servehall.errors import EngineError
+from servehall.plugins import PluginHost
 
 EngineFactory = Callable[[], Engine]
 """Builds an unstarted engine (fixture ``conformance_engine_factory``)."""
@@ -329,3 +336,52 @@ class BackendConformance:
                 assert after[-1].finish_reason == "error", "a dead engine accepted work"
         finally:
             await asyncio.wait_for(engine.shutdown(), self.timeout_s)
+
+
+class TinyLlamaConformance(BackendConformance):
+    """:class:`BackendConformance` for a registered backend on the tiny random Llama.
+
+    The engine factory builds ``[[models]] name="tiny"`` on the session fixture
+    ``servehall_tiny_llama`` with the backend ``backend`` as loaded by
+    ``PluginHost(plugins)``; a torch device plugin's whole conformance test is then::
+
+        class TestMyDeviceConformance(TinyLlamaConformance):
+            backend = "mydevice"
+            plugins = ("mydevice",)
+            model_options = {"dtype": "float32", "kv_cache_blocks": 96, "block_size": 16}
+
+    Class attributes:
+        backend: the backend name whose ``BackendSpec.factory`` builds the engines.
+        plugins: the plugin names to enable (``()`` = the core's default plugins only).
+        probe_backend: the backend whose probe the probe test checks (None = ``backend``).
+        max_model_len: the model's ``max_model_len`` in tokens.
+        model_options: the model's ``options`` table.
+    """
+
+    backend: ClassVar[str] = ""
+    plugins: ClassVar[tuple[str, ...]] = ()
+    probe_backend: ClassVar[str | None] = None
+    max_model_len: ClassVar[int] = 256
+    model_options: ClassVar[dict[str, Any]] = {}
+
+    def backend_spec(self, name: str) -> BackendSpec:
+        """The registered spec of backend ``name`` (with ``plugins`` enabled)."""
+        return PluginHost(self.plugins).backends().get(name)
+
+    @pytest.fixture
+    def conformance_engine_factory(self, servehall_tiny_llama: Path) -> EngineFactory:
+        """Unstarted engines of ``backend`` on the tiny Llama with ``model_options``."""
+        model = ModelConfig(
+            name="tiny",
+            path=servehall_tiny_llama,
+            backend=self.backend,
+            max_model_len=self.max_model_len,
+            options=dict(self.model_options),
+        )
+        spec = self.backend_spec(self.backend)
+        return lambda: spec.factory(model)
+
+    @pytest.fixture
+    def conformance_backend_spec(self) -> BackendSpec:
+        """The spec of ``probe_backend`` (default ``backend``), for the probe test."""
+        return self.backend_spec(self.probe_backend or self.backend)
