@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from servehall.backends import BackendRegistry, BackendSpec, ProbeResult
 from servehall.bootstrap import load_deployment
-from servehall.cache import build_atomically
+from servehall.cache import build_atomically, installed_versions, servehall_cache_dir
 from servehall.config import ModelConfig, Secret, Settings, load_settings
 from servehall.config.options import canonical_dtype, parse_model_options
 from servehall.engine import (
@@ -124,9 +124,11 @@ __all__ = [
     "canonical_dtype",
     "create_db_engine",
     "hookimpl",
+    "installed_versions",
     "load_deployment",
     "load_settings",
     "open_record_bus",
     "parse_model_options",
+    "servehall_cache_dir",
     "stop_token_set",
 ]

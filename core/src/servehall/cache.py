@@ -6,6 +6,8 @@ one target serialise on ``<parent>/.<name>.lock`` (``fcntl.flock``; a no-op wher
 ``fcntl`` is missing); the content is written into a temporary sibling
 ``<parent>/.<name>.build-XXXX`` and moved into place with ``os.rename``, so a reader never
 sees a half-written directory, and a failed build leaves nothing behind.
+:func:`servehall_cache_dir` is the default location of such directories, and
+:func:`installed_versions` records what a build depended on (for cache keys, manifests).
 """
 
 from __future__ import annotations
@@ -15,8 +17,27 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from importlib import metadata
 from pathlib import Path
+
+
+def servehall_cache_dir(name: str) -> Path:
+    """``$SERVEHALL_CACHE_DIR/<name>``, else ``~/.cache/servehall/<name>`` (not created)."""
+    base = os.environ.get("SERVEHALL_CACHE_DIR") or "~/.cache/servehall"
+    return Path(base).expanduser() / name
+
+
+def installed_versions(dists: Iterable[str]) -> dict[str, str | None]:
+    """The installed version of each distribution in ``dists`` (None when not installed),
+    in the given order."""
+    out: dict[str, str | None] = {}
+    for dist in dists:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
 
 
 @contextlib.contextmanager

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-from importlib import metadata
 from pathlib import Path
 
-from servehall.cache import build_atomically
+from servehall.cache import build_atomically, installed_versions, servehall_cache_dir
 from servehall.demo import corpus
 from servehall.demo.model import CONTEXT_LENGTH, build_weights
 from servehall.demo.tokenizer import DEMO_CHAT_TEMPLATE, train_tokenizer, write_tokenizer_files
@@ -27,17 +25,11 @@ MANIFEST = "servehall-demo.json"
 
 def default_demo_dir() -> Path:
     """``$SERVEHALL_CACHE_DIR/demo-model``, else ``~/.cache/servehall/demo-model``."""
-    base = os.environ.get("SERVEHALL_CACHE_DIR") or "~/.cache/servehall"
-    return Path(base).expanduser() / "demo-model"
+    return servehall_cache_dir("demo-model")
 
 
 def _manifest(seed: int, chat_template: str) -> dict[str, object]:
-    versions: dict[str, str | None] = {}
-    for dist in ("tokenizers", "torch", "transformers", "safetensors"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = None
+    versions = installed_versions(("tokenizers", "torch", "transformers", "safetensors"))
     return {
         "builder_version": BUILDER_VERSION,
         "seed": seed,

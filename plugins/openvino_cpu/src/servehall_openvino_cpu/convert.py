@@ -28,10 +28,15 @@ import os
 import subprocess
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
 
-from servehall import ConfigError, EngineError, build_atomically
+from servehall import (
+    ConfigError,
+    EngineError,
+    build_atomically,
+    installed_versions,
+    servehall_cache_dir,
+)
 
 CONVERTER_VERSION = 1
 MARKER = "servehall-convert.json"
@@ -49,8 +54,7 @@ CONVERT_VERSIONS = (
 
 def default_cache_dir() -> Path:
     """``$SERVEHALL_CACHE_DIR/openvino``, else ``~/.cache/servehall/openvino``."""
-    base = os.environ.get("SERVEHALL_CACHE_DIR") or "~/.cache/servehall"
-    return Path(base).expanduser() / "openvino"
+    return servehall_cache_dir("openvino")
 
 
 def is_ir_dir(path: Path) -> bool:
@@ -59,13 +63,7 @@ def is_ir_dir(path: Path) -> bool:
 
 
 def _versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for dist in CONVERT_VERSIONS:
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
+    return installed_versions(CONVERT_VERSIONS)
 
 
 def source_key(src: Path, weight_format: str) -> str:
