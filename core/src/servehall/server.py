@@ -32,6 +32,7 @@ from servehall.config.models import ModelConfig
 from servehall.config.settings import Settings
 from servehall.errors import ConfigError, EngineError
 from servehall.host import Host, ServedModel
+from servehall.logs import configure_logging
 from servehall.plugins import PluginHost
 
 log = logging.getLogger("servehall.server")
@@ -213,8 +214,7 @@ def serve(
     if demo:
         plugins = _demo_plugins(settings, plugins)
     plugins.check_enabled()
-    level = settings.server.log_level.upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.server.log_level)
     if bind:
         for b in bind:
             host, sep, port = b.rpartition(":")

@@ -1,14 +1,10 @@
 """Keep credentials out of the process's logs, at every level (case C17).
 
-Libraries below the host log request headers at DEBUG (``hpack`` logs every decoded
-HTTP/2 header, ``Authorization`` included). While the auth plugin runs it:
-
-* raises the ``hpack`` logger to INFO (its DEBUG output is per-header noise that
-  carries credentials and nothing an operator needs);
-* adds :class:`RedactingFilter` to every handler of the root logger, which rewrites any
-  record whose text contains a servehall key, a bearer credential, a JWT-shaped token or
-  the configured pepper, replacing the secret part with ``***`` (the public key id
-  ``sh-<id>`` stays, so a log line still names the key).
+The host already caps the libraries that log raw headers at DEBUG (``servehall.logs``).
+While the auth plugin runs it also adds :class:`RedactingFilter` to every handler of the
+root logger, which rewrites any record whose text contains a servehall key, a bearer
+credential, a JWT-shaped token or the configured pepper, replacing the secret part with
+``***`` (the public key id ``sh-<id>`` stays, so a log line still names the key).
 
 :func:`install` returns an undo function (used at shutdown).
 """
@@ -32,7 +28,6 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # JWT-shaped tokens: base64url header.payload.signature
     (re.compile(r"eyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]*\.[A-Za-z0-9_\-]*"), "***jwt***"),
 )
-_NOISY_LOGGERS = ("hpack",)
 
 
 def redact(text: str, literals: Iterable[str] = ()) -> str:
@@ -72,23 +67,15 @@ class RedactingFilter(logging.Filter):
 
 
 def install(literals: Iterable[str] = ()) -> Callable[[], None]:
-    """Attach the filter to the root logger's handlers and quiet ``hpack``; returns undo."""
+    """Attach the filter to the root logger's handlers; returns the undo function."""
     filt = RedactingFilter(literals)
     root = logging.getLogger()
     handlers = list(root.handlers)
     for h in handlers:
         h.addFilter(filt)
-    previous: dict[str, int] = {}
-    for name in _NOISY_LOGGERS:
-        lg = logging.getLogger(name)
-        previous[name] = lg.level
-        if lg.getEffectiveLevel() < logging.INFO:
-            lg.setLevel(logging.INFO)
 
     def undo() -> None:
         for h in handlers:
             h.removeFilter(filt)
-        for name, level in previous.items():
-            logging.getLogger(name).setLevel(level)
 
     return undo

@@ -1,0 +1,31 @@
+"""Process logging: libraries that log raw headers or SQL parameters stay at INFO (C17)."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+from servehall.logs import NOISY_LOGGERS, configure_logging
+
+
+def test_debug_level_never_lets_header_dumps_through() -> None:
+    root = logging.getLogger()
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    old = (root.level, {n: logging.getLogger(n).level for n in NOISY_LOGGERS})
+    root.addHandler(handler)
+    try:
+        configure_logging("debug")
+        assert root.getEffectiveLevel() == logging.DEBUG
+        logging.getLogger("hpack.hpack").debug("Decoded (b'authorization', b'Bearer canary')")
+        logging.getLogger("aiosqlite").debug("executing INSERT ... ('secret prompt',)")
+        logging.getLogger("servehall.test").debug("ordinary debug line")
+        text = buf.getvalue()
+        assert "canary" not in text and "secret prompt" not in text
+        assert "ordinary debug line" in text
+        assert all(logging.getLogger(n).getEffectiveLevel() >= logging.INFO for n in NOISY_LOGGERS)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old[0])
+        for name, level in old[1].items():
+            logging.getLogger(name).setLevel(level)
