@@ -22,6 +22,10 @@ Fixtures
     A TLS config (``server.certfile``/``keyfile``) is probed over ``https`` (without
     certificate verification); ``base_url`` then starts with ``https://``.
 
+``run_cli(config, *args, env=None, cwd=None)`` (plain helper)
+    Runs ``servehall ARGS --config CONFIG`` as a subprocess and returns the
+    ``CompletedProcess`` (text output, no check of the exit code).
+
 ``demo_config(model_dir, **sections)`` (plain helper; also the fixture
 ``demo_config_factory``)
     A config dict serving ``model_dir`` as model ``"demo"`` with ``backend = "auto"``,
@@ -181,6 +185,33 @@ class ServerHandle:
 
 def _serve_cmd() -> list[str]:
     return [sys.executable, "-c", "from servehall.cli import main; main()"]
+
+
+def run_cli(
+    config: Path,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run the real ``servehall`` CLI as ``servehall ARGS --config CONFIG`` (a subprocess).
+
+    ``env`` adds variables to this process's environment (``SERVEHALL_CONFIG`` is dropped
+    only when ``env`` is given); ``cwd`` is the working directory (default: this one).
+    Returns the finished process with text stdout/stderr; never raises on a non-zero exit
+    (callers assert what they expect). Times out after 120 s.
+    """
+    full_env: dict[str, str] | None = None
+    if env is not None:
+        full_env = {**os.environ, **env}
+        full_env.pop("SERVEHALL_CONFIG", None)
+    return subprocess.run(
+        [*_serve_cmd(), *args, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd,
+        timeout=120,
+    )
 
 
 def start_server(

@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,7 +26,8 @@ import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from tests.conftest import ServerHandle, demo_config, dump_toml
+from servehall.db.testing import pg_execute
+from tests.conftest import ServerHandle, demo_config, dump_toml, run_cli
 
 PEPPER = "e2e-pepper-" + uuid.uuid4().hex
 PEPPER_ENV = "SERVEHALL_E2E_AUTH_PEPPER"
@@ -41,23 +41,7 @@ PG_DEFAULT = "postgresql+asyncpg://servehall:servehall@127.0.0.1:55432/servehall
 
 def cli(config: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run the real ``servehall`` CLI with the test's pepper in the environment."""
-    env = {**os.environ, PEPPER_ENV: PEPPER}
-    env.pop("SERVEHALL_CONFIG", None)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from servehall.cli import main; main()",
-            *args,
-            "--config",
-            str(config),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=config.parent,
-        timeout=120,
-    )
+    proc = run_cli(config, *args, env={PEPPER_ENV: PEPPER}, cwd=config.parent)
     if check and proc.returncode != 0:
         raise AssertionError(f"servehall {' '.join(args)} failed: {proc.stdout}\n{proc.stderr}")
     return proc
@@ -86,25 +70,6 @@ def assert_401(r: httpx.Response) -> None:
     assert set(body["error"]) >= {"message", "type", "param", "code"}
     assert body["error"]["type"] == "authentication_error"
     assert "Traceback" not in r.text
-
-
-async def _pg_admin(url: str, sql: str) -> None:
-    import asyncpg
-    from sqlalchemy.engine import make_url
-
-    u = make_url(url)
-    conn = await asyncpg.connect(
-        user=u.username,
-        password=u.password,
-        host=u.host,
-        port=u.port,
-        database=u.database,
-        timeout=5,
-    )
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
 
 
 async def _dump_tables(url: str) -> str:
@@ -211,7 +176,7 @@ def deployment(
         db_url = f"sqlite+aiosqlite:///{work / 'servehall.db'}"
     else:
         try:
-            asyncio.run(_pg_admin(pg_base, f'CREATE DATABASE "{pg_name}"'))
+            asyncio.run(pg_execute(pg_base, f'CREATE DATABASE "{pg_name}"', timeout=5))
         except Exception as exc:
             pytest.skip(f"PostgreSQL not available ({type(exc).__name__}); run .ci/services.sh")
         from sqlalchemy.engine import make_url
@@ -263,7 +228,9 @@ def deployment(
     finally:
         server.stop()
         if request.param == "postgresql":
-            asyncio.run(_pg_admin(pg_base, f'DROP DATABASE IF EXISTS "{pg_name}" WITH (FORCE)'))
+            asyncio.run(
+                pg_execute(pg_base, f'DROP DATABASE IF EXISTS "{pg_name}" WITH (FORCE)', timeout=5)
+            )
 
 
 # --- C16: header forms ---------------------------------------------------------------------

@@ -15,10 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import text
 
-from servehall.db import create_db_engine
-from servehall.db.testing import create_pg_database, drop_pg_database, require_pg
+from servehall.db.testing import create_pg_database, drop_pg_database, require_pg, run_sql
 
 CANARY = "sk-canary-4c1d7e0b9f2a"
 
@@ -32,17 +30,8 @@ def B(content: str, **extra: Any) -> dict[str, Any]:
     }
 
 
-async def _query(url: str, sql: str) -> list[Any]:
-    engine = create_db_engine(url)
-    try:
-        async with engine.connect() as conn:
-            return list((await conn.execute(text(sql))).all())
-    finally:
-        await engine.dispose()
-
-
 def query(url: str, sql: str) -> list[Any]:
-    return asyncio.run(_query(url, sql))
+    return asyncio.run(run_sql(url, sql))
 
 
 def wait_rows(url: str, n: int, timeout: float = 20.0) -> int:

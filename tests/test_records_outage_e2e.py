@@ -12,11 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import text
 
 from servehall.db import create_db_engine
 from servehall.db.migrate import upgrade_database
-from servehall.db.testing import PgCluster, pg_bin_dir, require_pg
+from servehall.db.testing import PgCluster, pg_bin_dir, require_pg, run_sql
 
 
 def B(content: str) -> dict[str, Any]:
@@ -28,22 +27,12 @@ def B(content: str) -> dict[str, Any]:
     }
 
 
-async def _sql(url: str, sql: str) -> list[Any]:
-    engine = create_db_engine(url)
-    try:
-        async with engine.begin() as conn:
-            res = await conn.execute(text(sql))
-            return list(res.all()) if res.returns_rows else []
-    finally:
-        await engine.dispose()
-
-
 def wait_count(url: str, where: str, n: int, timeout: float = 40.0) -> int:
     end = time.monotonic() + timeout
     got = -1
     while time.monotonic() < end:
         try:
-            got = asyncio.run(_sql(url, f"SELECT count(*) FROM request_log WHERE {where}"))[0][0]
+            got = asyncio.run(run_sql(url, f"SELECT count(*) FROM request_log WHERE {where}"))[0][0]
         except OSError:
             got = -1
         if got >= n:
@@ -115,7 +104,7 @@ def test_outage_under_load_loses_no_row(
     demo_model_dir: Path,
     demo_config_factory: Callable[..., dict[str, Any]],
 ) -> None:
-    asyncio.run(_sql(cluster.url, "DELETE FROM request_log"))
+    asyncio.run(run_sql(cluster.url, "DELETE FROM request_log"))
     sink = {
         "name": "sql",
         "options": {
@@ -146,7 +135,7 @@ def test_required_sink_fails_closed(
     demo_model_dir: Path,
     demo_config_factory: Callable[..., dict[str, Any]],
 ) -> None:
-    asyncio.run(_sql(cluster.url, "DELETE FROM request_log"))
+    asyncio.run(run_sql(cluster.url, "DELETE FROM request_log"))
     sink = {
         "name": "sql",
         "required": True,
@@ -183,7 +172,7 @@ def test_required_sink_fails_closed(
         cluster.start()
         wait_count(cluster.url, "status_code = 200", len(ok_ids))
         rows = asyncio.run(
-            _sql(cluster.url, "SELECT request_id FROM request_log WHERE status_code = 200")
+            run_sql(cluster.url, "SELECT request_id FROM request_log WHERE status_code = 200")
         )
         stored = {r.request_id for r in rows}
         assert set(ok_ids[1:]) <= stored  # nothing answered went unrecorded

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,6 +19,7 @@ from servehall.db import create_db_engine
 from servehall.db.migrate import upgrade_database
 from servehall.db.testing import create_pg_database, drop_pg_database, require_pg
 from servehall.records.sql_sink import SqlSink
+from tests.conftest import run_cli
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "sql.md"
 
@@ -118,19 +118,7 @@ async def test_doc_examples_run(seeded: str):
 
 
 def cli(*args: str, config: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from servehall.cli import main; main()",
-            *args,
-            "--config",
-            str(config),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_cli(config, *args)
 
 
 def test_cli_db_and_audit_commands(tmp_path: Path):

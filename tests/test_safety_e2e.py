@@ -18,8 +18,6 @@ import itertools
 import json
 import re
 import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ServerHandle, demo_config, dump_toml
+from tests.conftest import ServerHandle, demo_config, dump_toml, run_cli
 
 PROMPT = "Tell me a story about a cat."
 MAX_TOKENS = 40
@@ -140,20 +138,7 @@ def derive_rules(s: Streamed) -> tuple[str, str]:
 
 def cli(config: Path, *args: str) -> str:
     """Run the real ``servehall`` CLI; return stdout."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from servehall.cli import main; main()",
-            *args,
-            "--config",
-            str(config),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=config.parent,
-        timeout=120,
-    )
+    proc = run_cli(config, *args, cwd=config.parent)
     assert proc.returncode == 0, f"servehall {' '.join(args)}: {proc.stdout}\n{proc.stderr}"
     return proc.stdout
 
@@ -311,31 +296,18 @@ def test_input_redaction_is_what_the_model_receives(plain: ServerHandle) -> None
 
 
 def test_input_redaction_in_chat_messages(plain: ServerHandle) -> None:
+    def ask(c: httpx.Client, system: str, user: str) -> dict[str, Any]:
+        messages = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": [{"type": "text", "text": user}]},
+        ]
+        body = {"model": "demo", "temperature": 0, "max_tokens": 6, "messages": messages}
+        answer: dict[str, Any] = c.post("/v1/chat/completions", json=body).json()
+        return answer
+
     with client(plain) as c:
-        a = c.post(
-            "/v1/chat/completions",
-            json={
-                "model": "demo",
-                "temperature": 0,
-                "max_tokens": 6,
-                "messages": [
-                    {"role": "system", "content": "Write to ops@corp.example"},
-                    {"role": "user", "content": [{"type": "text", "text": "me: a@b.io"}]},
-                ],
-            },
-        ).json()
-        b = c.post(
-            "/v1/chat/completions",
-            json={
-                "model": "demo",
-                "temperature": 0,
-                "max_tokens": 6,
-                "messages": [
-                    {"role": "system", "content": "Write to [EMAIL]"},
-                    {"role": "user", "content": [{"type": "text", "text": "me: [EMAIL]"}]},
-                ],
-            },
-        ).json()
+        a = ask(c, "Write to ops@corp.example", "me: a@b.io")
+        b = ask(c, "Write to [EMAIL]", "me: [EMAIL]")
     assert a["usage"]["prompt_tokens"] == b["usage"]["prompt_tokens"]
     assert a["choices"][0]["message"] == b["choices"][0]["message"]
 

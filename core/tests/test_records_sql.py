@@ -15,7 +15,7 @@ from servehall import AuditEvent, ConfigError, RequestRecord
 from servehall.config.settings import Settings, load_settings
 from servehall.db import create_db_engine
 from servehall.db.migrate import ensure_schema, pending_heads, upgrade_database
-from servehall.db.testing import create_pg_database, drop_pg_database, require_pg
+from servehall.db.testing import create_pg_database, drop_pg_database, require_pg, run_sql
 from servehall.plugins import PluginHost
 from servehall.records.bus import open_record_bus
 from servehall.records.chain import append_events, verify_chain
@@ -76,15 +76,6 @@ def _rec(i: int, **kw: Any) -> RequestRecord:
     return RequestRecord(**fields)
 
 
-async def _rows(url: str, sql: str) -> list[Any]:
-    engine = create_db_engine(url)
-    try:
-        async with engine.connect() as conn:
-            return list((await conn.execute(text(sql))).all())
-    finally:
-        await engine.dispose()
-
-
 async def test_unmigrated_database_is_refused_with_the_command(db_url: str, tmp_path: Path):
     with pytest.raises(ConfigError, match="servehall db upgrade"):
         await open_record_bus(_settings(db_url, tmp_path), PluginHost([]))
@@ -97,7 +88,7 @@ async def test_auto_migrate_then_startup_audit_events(db_url: str, tmp_path: Pat
     engine = create_db_engine(db_url)
     assert await pending_heads(engine) == set()
     await engine.dispose()
-    rows = await _rows(db_url, "SELECT action, actor, details FROM audit_event ORDER BY id")
+    rows = await run_sql(db_url, "SELECT action, actor, details FROM audit_event ORDER BY id")
     assert [r.action for r in rows] == ["config.loaded", "plugins.loaded"]
     assert all(r.actor == "system" for r in rows)
     detail = str(rows[0].details)
@@ -120,7 +111,7 @@ async def test_one_row_per_record_and_text_postgres_rejects(migrated: str, tmp_p
         await sink.write([_rec(0)])  # a retried batch never duplicates a row
     finally:
         await sink.close()
-    rows = await _rows(
+    rows = await run_sql(
         migrated,
         "SELECT request_id, status_code, prompt_text, filter_verdicts, stream, received_at "
         "FROM request_log ORDER BY request_id",
@@ -140,7 +131,9 @@ async def test_store_prompts_policy(migrated: str, tmp_path: Path):
         bus.emit(_rec(10 + store, prompt_text="secret plan", completion_text="ok"))
         bus.emit(_rec(20 + store, prompt_text="tenant opted out", store_prompts=False))
         await bus.close()
-    rows = await _rows(migrated, "SELECT request_id, prompt_text, completion_text FROM request_log")
+    rows = await run_sql(
+        migrated, "SELECT request_id, prompt_text, completion_text FROM request_log"
+    )
     got = {r.request_id: (r.prompt_text, r.completion_text) for r in rows}
     assert got == {
         "req-10": (None, None),
@@ -197,7 +190,7 @@ async def test_audit_verify_names_first_bad_row(migrated: str, tamper: str, bad_
     await _chain(migrated, 5)
     ok = await _verify(migrated)
     assert ok.ok and ok.checked == 5
-    rows = await _rows(migrated, "SELECT details FROM audit_event WHERE id = 1")
+    rows = await run_sql(migrated, "SELECT details FROM audit_event WHERE id = 1")
     assert "sk-live-canary" not in str(rows[0].details)  # secrets are masked
     engine = create_db_engine(migrated)
     async with engine.begin() as conn:
@@ -225,7 +218,7 @@ async def test_views_answer_the_common_questions(migrated: str):
     recs += [_rec(11, status_code=400, tenant=None, prompt_tokens=0, completion_tokens=0)]
     await sink.write(recs)
     await sink.close()
-    per_tenant = await _rows(
+    per_tenant = await run_sql(
         migrated,
         "SELECT tenant, requests, error_requests, total_tokens FROM v_requests_per_tenant_day",
     )
@@ -234,12 +227,12 @@ async def test_views_answer_the_common_questions(migrated: str):
         ("beta", 1, 1, 15),
         (None, 1, 1, 0),
     ]
-    err = await _rows(
+    err = await run_sql(
         migrated, "SELECT status_code, requests, share FROM v_error_rate_by_status ORDER BY 1"
     )
     assert [(r.status_code, r.requests) for r in err] == [(200, 5), (400, 1), (503, 1)]
     assert abs(sum(r.share for r in err) - 1.0) < 1e-9
-    lat = await _rows(
+    lat = await run_sql(
         migrated, "SELECT model, requests, latency_p50_s, latency_p99_s FROM v_latency_by_model"
     )
     assert len(lat) == 1 and lat[0].requests == 5

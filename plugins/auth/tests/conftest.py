@@ -13,29 +13,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
+from servehall.db.testing import pg_execute
+
 PG_DEFAULT = "postgresql+asyncpg://servehall:servehall@127.0.0.1:55432/servehall_test"
 
 
 def _pg_base_url() -> str:
     return os.environ.get("SERVEHALL_TEST_PG_URL", PG_DEFAULT)
-
-
-async def _pg_admin(url: str, sql: str) -> None:
-    import asyncpg
-
-    u = make_url(url)
-    conn = await asyncpg.connect(
-        user=u.username,
-        password=u.password,
-        host=u.host,
-        port=u.port,
-        database=u.database,
-        timeout=5,
-    )
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
 
 
 @pytest.fixture(scope="session")
@@ -44,12 +28,12 @@ def pg_url() -> Iterator[str]:
     base = _pg_base_url()
     name = f"servehall_auth_{uuid.uuid4().hex[:10]}"
     try:
-        asyncio.run(_pg_admin(base, f'CREATE DATABASE "{name}"'))
+        asyncio.run(pg_execute(base, f'CREATE DATABASE "{name}"', timeout=5))
     except Exception as exc:  # no server here
         pytest.skip(f"PostgreSQL not available ({type(exc).__name__}); run .ci/services.sh")
     url = make_url(base).set(database=name).render_as_string(hide_password=False)
     yield url
-    asyncio.run(_pg_admin(base, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    asyncio.run(pg_execute(base, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', timeout=5))
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

@@ -6,8 +6,10 @@ building blocks. Not imported by the server.
   servehall_test``).
 * :func:`require_pg` — that URL when the server answers; otherwise the calling test
   **fails** when ``CI=true`` and is skipped elsewhere.
+* :func:`pg_execute` — one admin statement on a fresh asyncpg connection.
 * :func:`create_pg_database` / :func:`drop_pg_database` — a private database per test
   (the test role has ``CREATEDB``), so parallel test runs never see each other's rows.
+* :func:`run_sql` — one statement on any database URL; its rows.
 * :class:`PgCluster` — a throw-away PostgreSQL cluster of its own (initdb in a temp
   dir, own port) that a test may stop and start, e.g. to simulate an outage, without
   disturbing the shared server.
@@ -22,6 +24,7 @@ import subprocess
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.engine import make_url
 
@@ -76,29 +79,54 @@ def require_pg() -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-async def create_pg_database(url: str, prefix: str = "servehall_t") -> str:
-    """Create a fresh, uniquely named database next to ``url``'s; its URL."""
+async def pg_execute(
+    url: str, sql: str, *, database: str | None = None, timeout: float = 60.0
+) -> None:
+    """Run one statement (e.g. ``CREATE DATABASE``) on a fresh asyncpg connection.
+
+    Connects to ``url`` (any SQLAlchemy PostgreSQL URL; the driver part is ignored), or
+    to ``database`` on the same server when given, within ``timeout`` seconds. Raises
+    what asyncpg raises (``OSError``/``asyncpg.PostgresError``/``TimeoutError``).
+    """
     import asyncpg
 
-    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    conn = await asyncpg.connect(_plain_dsn(url))
+    conn = await asyncpg.connect(_plain_dsn(url, database), timeout=timeout)
     try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
+        await conn.execute(sql)
     finally:
         await conn.close()
+
+
+async def create_pg_database(url: str, prefix: str = "servehall_t") -> str:
+    """Create a fresh, uniquely named database next to ``url``'s; its URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    await pg_execute(url, f'CREATE DATABASE "{name}"')
     return make_url(url).set(database=name).render_as_string(hide_password=False)
 
 
 async def drop_pg_database(url: str) -> None:
     """Drop the database ``url`` names (from a connection to the ``postgres`` db)."""
-    import asyncpg
-
     name = make_url(url).database
-    conn = await asyncpg.connect(_plain_dsn(url, "postgres"))
+    await pg_execute(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', database="postgres")
+
+
+async def run_sql(url: str, sql: str) -> list[Any]:
+    """Run one SQL statement on ``url`` (any database) in its own committed transaction.
+
+    Returns the result rows (SQLAlchemy ``Row`` tuples) or ``[]`` for a statement that
+    returns none (``DELETE``, ``UPDATE``...). Opens and disposes of an engine per call.
+    """
+    from sqlalchemy import text
+
+    from servehall.db.engine import create_db_engine
+
+    engine = create_db_engine(url)
     try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        async with engine.begin() as conn:
+            res = await conn.execute(text(sql))
+            return list(res.all()) if res.returns_rows else []
     finally:
-        await conn.close()
+        await engine.dispose()
 
 
 def pg_bin_dir() -> Path | None:
