@@ -43,7 +43,7 @@ from servehall import (
     ServehallError,
     ServiceUnavailableError,
 )
-from servehall_auth.store import KeyNotFoundError, KeyRecord, utcnow
+from servehall_auth.store import KeyNotFoundError, KeyRecord, KeyStore, utcnow
 
 if TYPE_CHECKING:
     from servehall_auth.runtime import AuthRuntime
@@ -116,6 +116,9 @@ def _key_details(rec: KeyRecord) -> dict[str, Any]:
     return {k: d[k] for k in ("tenant", "name", "scopes", "models", "rpm", "tpm", "expires_at")}
 
 
+Handler = Callable[[Request], Awaitable[JSONResponse]]
+
+
 def build_routes(runtime_of: Any) -> list[Route]:
     """The ``/admin/keys`` routes; ``runtime_of(request)`` returns the :class:`AuthRuntime`."""
 
@@ -126,104 +129,83 @@ def build_routes(runtime_of: Any) -> list[Route]:
         return r
 
     async def list_keys(request: Request) -> JSONResponse:
-        try:
-            who = _admin(request)
-            r = rt(request)
-            tenant = request.query_params.get("tenant")
-            include = request.query_params.get("all", "").lower() in ("1", "true", "yes")
-            assert r.keys is not None
-            recs = await r.keys.list(tenant=tenant, include_revoked=include)
-            r.audit(
-                AuditEvent(
-                    action="key.listed",
-                    actor=who.id,
-                    details={"tenant": tenant, "include_revoked": include, "count": len(recs)},
-                )
+        who = _admin(request)
+        r = rt(request)
+        tenant = request.query_params.get("tenant")
+        include = request.query_params.get("all", "").lower() in ("1", "true", "yes")
+        assert r.keys is not None
+        recs = await r.keys.list(tenant=tenant, include_revoked=include)
+        r.audit(
+            AuditEvent(
+                action="key.listed",
+                actor=who.id,
+                details={"tenant": tenant, "include_revoked": include, "count": len(recs)},
             )
-            now = utcnow()
-            return JSONResponse({"object": "list", "data": [x.as_dict(now) for x in recs]})
-        except ServehallError as exc:
-            return _error(exc)
+        )
+        now = utcnow()
+        return JSONResponse({"object": "list", "data": [x.as_dict(now) for x in recs]})
 
     async def create_key(request: Request) -> JSONResponse:
-        try:
-            who = _admin(request)
-            r = rt(request)
-            body: CreateKeyBody = _validate(CreateKeyBody, await _json(request))
-            assert r.keys is not None
-            rec, key = await r.keys.create(
-                tenant=body.tenant,
-                name=body.name,
-                scopes=body.scopes,
-                models=body.models,
-                rpm=body.rpm,
-                tpm=body.tpm,
-                expires_at=body.expires_at,
-                created_by=who.id,
+        who = _admin(request)
+        r = rt(request)
+        body: CreateKeyBody = _validate(CreateKeyBody, await _json(request))
+        assert r.keys is not None
+        rec, key = await r.keys.create(
+            tenant=body.tenant,
+            name=body.name,
+            scopes=body.scopes,
+            models=body.models,
+            rpm=body.rpm,
+            tpm=body.tpm,
+            expires_at=body.expires_at,
+            created_by=who.id,
+        )
+        r.audit(
+            AuditEvent(
+                action="key.created",
+                actor=who.id,
+                target=rec.public_id,
+                details=_key_details(rec),
             )
-            r.audit(
-                AuditEvent(
-                    action="key.created",
-                    actor=who.id,
-                    target=rec.public_id,
-                    details=_key_details(rec),
-                )
-            )
-            return JSONResponse({**rec.as_dict(), "key": key}, status_code=201)
-        except ServehallError as exc:
-            return _error(exc)
+        )
+        return JSONResponse({**rec.as_dict(), "key": key}, status_code=201)
 
-    async def get_key(request: Request) -> JSONResponse:
-        try:
+    def one_key(action: str, op: Callable[[KeyStore, str], Awaitable[KeyRecord]]) -> Handler:
+        """A handler that applies ``op`` to the path's key, audits ``action``, returns it."""
+
+        async def handler(request: Request) -> JSONResponse:
             who = _admin(request)
             r = rt(request)
             assert r.keys is not None
-            rec = await r.keys.get(_key_id(request.path_params["key_id"]))
-            r.audit(AuditEvent(action="key.viewed", actor=who.id, target=rec.public_id))
+            rec = await op(r.keys, _key_id(request.path_params["key_id"]))
+            r.audit(AuditEvent(action=action, actor=who.id, target=rec.public_id))
             return JSONResponse(rec.as_dict())
-        except KeyNotFoundError:
-            return _error(_not_found())
-        except ServehallError as exc:
-            return _error(exc)
 
-    async def revoke_key(request: Request) -> JSONResponse:
-        try:
-            who = _admin(request)
-            r = rt(request)
-            assert r.keys is not None
-            rec = await r.keys.revoke(_key_id(request.path_params["key_id"]))
-            r.audit(AuditEvent(action="key.revoked", actor=who.id, target=rec.public_id))
-            return JSONResponse(rec.as_dict())
-        except KeyNotFoundError:
-            return _error(_not_found())
-        except ServehallError as exc:
-            return _error(exc)
+        return handler
+
+    get_key = one_key("key.viewed", KeyStore.get)
+    revoke_key = one_key("key.revoked", KeyStore.revoke)
 
     async def rotate_key(request: Request) -> JSONResponse:
+        who = _admin(request)
+        r = rt(request)
+        body: RotateBody = _validate(RotateBody, await _json(request))
+        assert r.keys is not None
         try:
-            who = _admin(request)
-            r = rt(request)
-            body: RotateBody = _validate(RotateBody, await _json(request))
-            assert r.keys is not None
-            try:
-                rec, key = await r.keys.rotate(
-                    _key_id(request.path_params["key_id"]), timedelta(seconds=body.overlap_s)
-                )
-            except ValueError as exc:
-                raise InvalidRequestError(str(exc)) from None
-            r.audit(
-                AuditEvent(
-                    action="key.rotated",
-                    actor=who.id,
-                    target=rec.public_id,
-                    details={"overlap_s": body.overlap_s},
-                )
+            rec, key = await r.keys.rotate(
+                _key_id(request.path_params["key_id"]), timedelta(seconds=body.overlap_s)
             )
-            return JSONResponse({**rec.as_dict(), "key": key})
-        except KeyNotFoundError:
-            return _error(_not_found())
-        except ServehallError as exc:
-            return _error(exc)
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc)) from None
+        r.audit(
+            AuditEvent(
+                action="key.rotated",
+                actor=who.id,
+                target=rec.public_id,
+                details={"overlap_s": body.overlap_s},
+            )
+        )
+        return JSONResponse({**rec.as_dict(), "key": key})
 
     return [
         Route("/admin/keys", _guard(list_keys), methods=["GET"]),
@@ -235,16 +217,19 @@ def build_routes(runtime_of: Any) -> list[Route]:
     ]
 
 
-Handler = Callable[[Request], Awaitable[JSONResponse]]
-
-
 def _guard(handler: Handler) -> Handler:
-    """Answer 503 (not 500) when the key store's database cannot be reached."""
+    """Turn the handler's errors into OpenAI envelopes: its :class:`ServehallError`
+    as is, an unknown key as 404 ``key_not_found``, and 503 (not 500) when the key
+    store's database cannot be reached."""
 
     @functools.wraps(handler)
     async def guarded(request: Request) -> JSONResponse:
         try:
             return await handler(request)
+        except KeyNotFoundError:
+            return _error(_not_found())
+        except ServehallError as exc:
+            return _error(exc)
         except (SQLAlchemyError, OSError) as exc:
             log.warning("admin key operation failed: %s", type(exc).__name__)
             return _error(

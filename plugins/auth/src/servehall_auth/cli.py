@@ -147,6 +147,17 @@ def _print_record(rec: dict[str, Any], as_json: bool) -> None:
         typer.echo(f"{k:>28}: {v}", err=True)
 
 
+def _print_new_secret(rec: dict[str, Any], key: str, as_json: bool, notice: str) -> None:
+    """Print a key record with its new secret (shown this once): JSON with a ``key``
+    field, or the record, ``notice`` on stderr and the bare key on stdout."""
+    if as_json:
+        typer.echo(json.dumps({**rec, "key": key}, indent=2))
+    else:
+        _print_record(rec, False)
+        typer.echo(notice, err=True)
+        typer.echo(key)
+
+
 @keys_app.command("create")
 def create(
     tenant: Annotated[str, typer.Option("--tenant", help="Tenant the key belongs to.")],
@@ -200,12 +211,7 @@ def create(
             return d, key
 
     rec, key = asyncio.run(run())
-    if as_json:
-        typer.echo(json.dumps({**rec, "key": key}, indent=2))
-    else:
-        _print_record(rec, False)
-        typer.echo("Store this key now; it will not be shown again:", err=True)
-        typer.echo(key)
+    _print_new_secret(rec, key, as_json, "Store this key now; it will not be shown again:")
 
 
 @keys_app.command("list")
@@ -309,9 +315,4 @@ def rotate(
         raise _fail(f"no key {key_id}") from None
     except ValueError as exc:
         raise _fail(str(exc)) from None
-    if as_json:
-        typer.echo(json.dumps({**rec, "key": key}, indent=2))
-    else:
-        _print_record(rec, False)
-        typer.echo("Store the new key now; it will not be shown again:", err=True)
-        typer.echo(key)
+    _print_new_secret(rec, key, as_json, "Store the new key now; it will not be shown again:")
