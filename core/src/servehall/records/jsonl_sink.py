@@ -15,9 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from servehall.errors import ConfigError
 from servehall.records.codec import dumps
-from servehall.records.types import Record
+from servehall.records.types import Record, check_sink_options
 
 if TYPE_CHECKING:
     from servehall.config.settings import Settings
@@ -63,7 +62,5 @@ def jsonl_sink_factory(options: dict[str, Any], settings: Settings) -> JsonlSink
     Raises:
         ConfigError: an unknown option.
     """
-    unknown = sorted(set(options) - {"path"})
-    if unknown:
-        raise ConfigError(f"jsonl sink: unknown option(s) {', '.join(unknown)}; known: path")
+    check_sink_options("jsonl", options, ("path",))
     return JsonlSink(options.get("path"))

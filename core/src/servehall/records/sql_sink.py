@@ -26,10 +26,9 @@ from servehall.db.engine import create_db_engine, database_url
 from servehall.db.migrate import ensure_schema
 from servehall.db.models import RequestLog
 from servehall.db.types import to_utc
-from servehall.errors import ConfigError
 from servehall.records.chain import append_events
 from servehall.records.codec import request_row
-from servehall.records.types import AuditEvent, Record, RequestRecord
+from servehall.records.types import AuditEvent, Record, RequestRecord, check_sink_options
 
 if TYPE_CHECKING:
     from servehall.config.settings import Settings
@@ -143,8 +142,6 @@ def sql_sink_factory(options: dict[str, Any], settings: Settings) -> SqlSink:
     Raises:
         ConfigError: an unknown option.
     """
-    unknown = sorted(set(options) - {"url"})
-    if unknown:
-        raise ConfigError(f"sql sink: unknown option(s) {', '.join(unknown)}; known: url")
+    check_sink_options("sql", options, ("url",))
     url = str(options.get("url") or database_url(settings))
     return SqlSink(url, auto_migrate=settings.database.auto_migrate)

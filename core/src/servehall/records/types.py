@@ -6,10 +6,12 @@ No record ever carries an API key, JWT or other secret.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
+
+from servehall.errors import ConfigError
 
 
 @dataclass(slots=True)
@@ -98,3 +100,16 @@ class SinkSpec:
     name: str
     factory: Callable[..., Sink]
     description: str = ""
+
+
+def check_sink_options(kind: str, options: Mapping[str, Any], known: Collection[str]) -> None:
+    """Reject sink ``options`` keys not in ``known`` (for ``SinkSpec`` factories).
+
+    Raises:
+        ConfigError: naming the sink ``kind``, the unknown keys (sorted) and the known ones.
+    """
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"{kind} sink: unknown option(s) {', '.join(unknown)}; known: {', '.join(known)}"
+        )
