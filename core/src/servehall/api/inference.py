@@ -12,18 +12,20 @@ unsupported parameters → 4 input filters → 5 tokenize + context check → 3 
 (reservations) → 6 record-bus admission check + scheduler slot → 7/8/9 engine, output
 filters, detokenize, stop strings, SSE → 10 one request record. Authentication (2) runs
 in :mod:`servehall.api.auth` before this endpoint is reached.
+
+The parts live beside it: :mod:`servehall.api.run` (the per-request state and what the
+record takes from it), :mod:`servehall.api.prompt` (prompt texts and chat turns),
+:mod:`servehall.api.response` (the JSON response) and :mod:`servehall.api.sse` (the
+SSE stream).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import ValidationError
@@ -33,6 +35,10 @@ from starlette.types import Receive, Scope, Send
 from servehall.api.body import check_media_type, drain_body, parse_json_object, read_body
 from servehall.api.errors import error_response, from_validation_error
 from servehall.api.models import ChatCompletionRequest, CompletionRequest
+from servehall.api.prompt import chat_turns, prompt_texts
+from servehall.api.response import send_completion
+from servehall.api.run import InferenceRun, completion_text, fill_record
+from servehall.api.sse import send_stream
 from servehall.api.state import ApiState
 from servehall.errors import (
     ContentFilterError,
@@ -42,37 +48,19 @@ from servehall.errors import (
     PermissionDeniedError,
     ServehallError,
 )
-from servehall.filters import FilterVerdict, PromptParts
-from servehall.principal import ANONYMOUS, Principal
+from servehall.filters import PromptParts
+from servehall.principal import ANONYMOUS
 from servehall.scheduling import Slot, Ticket
-from servehall.serving.choice import ChoiceEvent, ChoiceStream
+from servehall.serving.choice import ChoiceStream
 from servehall.serving.context import RequestContext
 from servehall.serving.params import check_unsupported, resolve_max_tokens, sampling_params
 from servehall.text.stops import StopMatcher
-from servehall.text.tokenizer import ChatTurn
 from servehall.usage import AdmissionRequest, Reservation
 
 log = logging.getLogger("servehall.api")
 
-_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _LONG_TEXT = 20_000  # characters; longer prompts are tokenized off the event loop
 STATUS_CLIENT_CLOSED = 499
-
-
-@dataclass
-class _Run:
-    """Mutable state of one request, readable by the outer handler after cancellation."""
-
-    api: ApiState
-    ctx: RequestContext
-    principal: Principal
-    request_id: str
-    created: int
-    response_started: bool = False
-    choices: list[ChoiceStream] = field(default_factory=list)
-    prompt_text: str = ""
-    prompt_tokens: int = 0
-    input_verdicts: list[FilterVerdict] = field(default_factory=list)
 
 
 async def _wait_disconnect(receive: Receive) -> None:
@@ -100,7 +88,7 @@ class InferenceEndpoint:
             api.host, api.metrics, rid, self.endpoint, client[0] if client else None
         )
         ctx.set_principal(principal)
-        run = _Run(api, ctx, principal, rid, int(time.time()))
+        run = InferenceRun(api, ctx, principal, rid, int(time.time()))
         try:
             body_read = False
             try:
@@ -120,19 +108,19 @@ class InferenceEndpoint:
                     work.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await work
-                    self._fill(run)
+                    fill_record(run)
                     ctx.finish(
                         STATUS_CLIENT_CLOSED,
                         finish_reason="client_disconnect",
                         prompt_text=run.prompt_text,
-                        completion_text=self._text(run),
+                        completion_text=completion_text(run),
                     )
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
             work.result()
         except ServehallError as exc:
-            self._fill(run)
+            fill_record(run)
             if not run.response_started:
                 close = isinstance(exc, PayloadTooLargeError) and scope.get("http_version") in (
                     "1.0",
@@ -146,7 +134,7 @@ class InferenceEndpoint:
             ctx.finish(exc.status, error_code=exc.code, prompt_text=run.prompt_text or None)
         except Exception:
             log.exception("request %s failed", rid)
-            self._fill(run)
+            fill_record(run)
             if not run.response_started:
                 await error_response(
                     ServehallError("The server had an error processing the request.")
@@ -154,27 +142,12 @@ class InferenceEndpoint:
             ctx.finish(500, error_code="server_error", finish_reason="error")
         finally:
             # cancellation from outside (server shutdown) still leaves one record
-            self._fill(run)
+            fill_record(run)
             ctx.finish(
                 STATUS_CLIENT_CLOSED, finish_reason="client_disconnect", error_code="cancelled"
             )
 
     # --- helpers -----------------------------------------------------------------------
-
-    @staticmethod
-    def _fill(run: _Run) -> None:
-        rec = run.ctx.record
-        rec.prompt_tokens = run.prompt_tokens
-        if run.choices:
-            rec.completion_tokens = sum(c.completion_tokens for c in run.choices)
-            firsts = [c.first_token_at for c in run.choices if c.first_token_at is not None]
-            if firsts:
-                run.ctx.token(min(firsts))
-        run.ctx.verdicts = [*run.input_verdicts, *(v for c in run.choices for v in c.verdicts)]
-
-    @staticmethod
-    def _text(run: _Run) -> str | None:
-        return run.choices[0].text if run.choices else None
 
     def _validate(self, body: dict[str, Any]) -> ChatCompletionRequest | CompletionRequest:
         model = ChatCompletionRequest if self.kind == "chat" else CompletionRequest
@@ -185,7 +158,7 @@ class InferenceEndpoint:
 
     # --- the request path ----------------------------------------------------------------
 
-    async def _handle(self, run: _Run, body: dict[str, Any], send: Send) -> None:
+    async def _handle(self, run: InferenceRun, body: dict[str, Any], send: Send) -> None:
         host = run.api.host
         ctx = run.ctx
         settings = host.settings
@@ -220,7 +193,7 @@ class InferenceEndpoint:
 
         # 4 input filters over every text of the prompt
         prompt_param = "messages" if self.kind == "chat" else "prompt"
-        texts, owners = self._prompt_texts(req)
+        texts, owners = prompt_texts(req)
         if host.input_filters:
             parts = PromptParts(list(texts), self.endpoint, name, run.principal)
             for f in host.input_filters:
@@ -238,7 +211,7 @@ class InferenceEndpoint:
         # 5 tokenize + context check
         tok = served.tokenizer
         if isinstance(req, ChatCompletionRequest):
-            turns = self._turns(req, texts, owners)
+            turns = chat_turns(req, texts, owners)
             if len(run.prompt_text) > _LONG_TEXT:
                 prompt_ids = await asyncio.to_thread(tok.render_chat, turns)
             else:
@@ -321,9 +294,9 @@ class InferenceEndpoint:
             ]
             echo = run.prompt_text if isinstance(req, CompletionRequest) and req.echo else ""
             if req.stream:
-                await self._stream(run, req, send, headers, echo)
+                await send_stream(run, self.kind, req, send, headers, echo)
             else:
-                await self._complete(run, req, send, headers, echo)
+                await send_completion(run, self.kind, req.model, send, headers, echo)
             run.api.readiness.mark_ok(name)
         finally:
             slot.release()
@@ -331,262 +304,11 @@ class InferenceEndpoint:
             for r in reservations:
                 with contextlib.suppress(Exception):
                     await r.settle(len(prompt_ids), completion)
-        self._fill(run)
+        fill_record(run)
         finish = run.choices[0].finish_reason if run.choices else None
         ctx.finish(
-            200, finish_reason=finish, prompt_text=run.prompt_text, completion_text=self._text(run)
+            200,
+            finish_reason=finish,
+            prompt_text=run.prompt_text,
+            completion_text=completion_text(run),
         )
-
-    def _prompt_texts(
-        self, req: ChatCompletionRequest | CompletionRequest
-    ) -> tuple[list[str], list[int]]:
-        """Every text part and the message index it belongs to."""
-        if isinstance(req, CompletionRequest):
-            return [req.prompt_text()], [0]
-        texts: list[str] = []
-        owners: list[int] = []
-        for i, m in enumerate(req.messages):
-            if isinstance(m.content, list):
-                for p in m.content:
-                    texts.append(p.text)
-                    owners.append(i)
-            else:
-                texts.append(m.content or "")
-                owners.append(i)
-        return texts, owners
-
-    @staticmethod
-    def _turns(req: ChatCompletionRequest, texts: list[str], owners: list[int]) -> list[ChatTurn]:
-        joined: dict[int, list[str]] = {}
-        for t, i in zip(texts, owners, strict=True):
-            joined.setdefault(i, []).append(t)
-        return [
-            ChatTurn("system" if m.role == "developer" else m.role, "\n".join(joined.get(i, [])))
-            for i, m in enumerate(req.messages)
-        ]
-
-    # --- responses -------------------------------------------------------------------
-
-    def _usage(self, run: _Run) -> dict[str, int]:
-        completion = sum(c.completion_tokens for c in run.choices)
-        return {
-            "prompt_tokens": run.prompt_tokens,
-            "completion_tokens": completion,
-            "total_tokens": run.prompt_tokens + completion,
-        }
-
-    async def _complete(
-        self, run: _Run, req: Any, send: Send, headers: dict[str, str], echo: str
-    ) -> None:
-        async def drain(c: ChoiceStream) -> None:
-            events = c.events()
-            try:
-                async for _ in events:
-                    pass
-            finally:
-                await events.aclose()
-
-        tasks = [asyncio.ensure_future(drain(c)) for c in run.choices]
-        try:
-            await asyncio.gather(*tasks)  # the first failure propagates as itself
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        base = {"id": run.request_id, "created": run.created, "model": req.model}
-        if self.kind == "chat":
-            body: dict[str, Any] = {
-                **base,
-                "object": "chat.completion",
-                "choices": [
-                    {
-                        "index": c.index,
-                        "message": {"role": "assistant", "content": c.text},
-                        "logprobs": None,
-                        "finish_reason": c.finish_reason,
-                    }
-                    for c in run.choices
-                ],
-            }
-        else:
-            body = {
-                **base,
-                "object": "text_completion",
-                "choices": [
-                    {
-                        "index": c.index,
-                        "text": echo + c.text,
-                        "logprobs": None,
-                        "finish_reason": c.finish_reason,
-                    }
-                    for c in run.choices
-                ],
-            }
-        body["usage"] = self._usage(run)
-        data = _DUMPS(body).encode("utf-8")
-        run.response_started = True
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": self._headers(headers, "application/json", len(data)),
-            }
-        )
-        await send({"type": "http.response.body", "body": data, "more_body": False})
-
-    @staticmethod
-    def _headers(
-        extra: dict[str, str], ctype: str, length: int | None = None
-    ) -> list[tuple[bytes, bytes]]:
-        out = [(b"content-type", ctype.encode())]
-        if length is not None:
-            out.append((b"content-length", str(length).encode()))
-        else:
-            out.append((b"cache-control", b"no-cache"))
-            out.append((b"x-accel-buffering", b"no"))
-        for k, v in extra.items():
-            try:
-                out.append((k.lower().encode("latin-1"), v.encode("latin-1")))
-            except UnicodeEncodeError:
-                log.warning("dropping a response header that is not latin-1: %r", k[:50])
-        return out
-
-    async def _events(self, run: _Run) -> AsyncGenerator[ChoiceEvent, None]:
-        """Events of every choice, merged in arrival order (direct for n = 1)."""
-        if len(run.choices) == 1:
-            events = run.choices[0].events()
-            try:
-                async for ev in events:
-                    yield ev
-            finally:
-                await events.aclose()
-            return
-        queue: asyncio.Queue[ChoiceEvent | BaseException | None] = asyncio.Queue()
-
-        async def pump(c: ChoiceStream) -> None:
-            events = c.events()
-            try:
-                async for ev in events:
-                    queue.put_nowait(ev)
-            except Exception as exc:
-                queue.put_nowait(exc)
-            finally:
-                await events.aclose()
-                queue.put_nowait(None)
-
-        tasks = [asyncio.ensure_future(pump(c)) for c in run.choices]
-        try:
-            remaining = len(tasks)
-            while remaining:
-                item = await queue.get()
-                if item is None:
-                    remaining -= 1
-                elif isinstance(item, BaseException):
-                    raise item
-                else:
-                    yield item
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _stream(
-        self, run: _Run, req: Any, send: Send, headers: dict[str, str], echo: str
-    ) -> None:
-        chat = self.kind == "chat"
-        obj = "chat.completion.chunk" if chat else "text_completion"
-        head = (
-            f'data: {{"id":"{run.request_id}","object":"{obj}","created":{run.created},'
-            f'"model":{_DUMPS(req.model)},"choices":['
-        ).encode()
-        tail = b"]}\n\n"
-
-        async def emit(choice: dict[str, Any]) -> None:
-            await send(
-                {
-                    "type": "http.response.body",
-                    "body": head + _DUMPS(choice).encode() + tail,
-                    "more_body": True,
-                }
-            )
-
-        run.response_started = True
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": self._headers(headers, "text/event-stream; charset=utf-8"),
-            }
-        )
-        for c in run.choices:
-            if chat:
-                await emit(
-                    {
-                        "index": c.index,
-                        "delta": {"role": "assistant", "content": ""},
-                        "logprobs": None,
-                        "finish_reason": None,
-                    }
-                )
-            elif echo:
-                await emit(
-                    {"index": c.index, "text": echo, "logprobs": None, "finish_reason": None}
-                )
-        try:
-            events = self._events(run)
-            try:
-                async for ev in events:
-                    if chat:
-                        delta = {"content": ev.text} if ev.text else {}
-                        if ev.text and ev.finish_reason is not None:
-                            await emit(
-                                {
-                                    "index": ev.index,
-                                    "delta": delta,
-                                    "logprobs": None,
-                                    "finish_reason": None,
-                                }
-                            )
-                            delta = {}
-                        await emit(
-                            {
-                                "index": ev.index,
-                                "delta": delta,
-                                "logprobs": None,
-                                "finish_reason": ev.finish_reason,
-                            }
-                        )
-                    else:
-                        await emit(
-                            {
-                                "index": ev.index,
-                                "text": ev.text,
-                                "logprobs": None,
-                                "finish_reason": ev.finish_reason,
-                            }
-                        )
-            finally:
-                await events.aclose()
-        except ServehallError as exc:
-            err = _DUMPS(exc.envelope()).encode()
-            await send(
-                {"type": "http.response.body", "body": b"data: " + err + b"\n\n", "more_body": True}
-            )
-            run.ctx.record.error_code = exc.code
-        if req.include_usage:
-            usage = {
-                "id": run.request_id,
-                "object": obj,
-                "created": run.created,
-                "model": req.model,
-                "choices": [],
-                "usage": self._usage(run),
-            }
-            await send(
-                {
-                    "type": "http.response.body",
-                    "body": b"data: " + _DUMPS(usage).encode() + b"\n\n",
-                    "more_body": True,
-                }
-            )
-        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})

@@ -1,0 +1,43 @@
+"""Prompt preparation for the inference endpoints: the text parts input filters see,
+and the chat turns the tokenizer's chat template renders."""
+
+from __future__ import annotations
+
+from servehall.api.models import ChatCompletionRequest, CompletionRequest
+from servehall.text.tokenizer import ChatTurn
+
+
+def prompt_texts(req: ChatCompletionRequest | CompletionRequest) -> tuple[list[str], list[int]]:
+    """Every text part of the prompt and the index of the message it belongs to.
+
+    A completion request has one part (owner 0); a chat request one per string content
+    or per content part of each message, in order.
+    """
+    if isinstance(req, CompletionRequest):
+        return [req.prompt_text()], [0]
+    texts: list[str] = []
+    owners: list[int] = []
+    for i, m in enumerate(req.messages):
+        if isinstance(m.content, list):
+            for p in m.content:
+                texts.append(p.text)
+                owners.append(i)
+        else:
+            texts.append(m.content or "")
+            owners.append(i)
+    return texts, owners
+
+
+def chat_turns(req: ChatCompletionRequest, texts: list[str], owners: list[int]) -> list[ChatTurn]:
+    """One :class:`ChatTurn` per message, its (possibly filtered) parts joined by newlines.
+
+    ``texts``/``owners`` are :func:`prompt_texts`' output after input filters; the
+    ``developer`` role is rendered as ``system``.
+    """
+    joined: dict[int, list[str]] = {}
+    for t, i in zip(texts, owners, strict=True):
+        joined.setdefault(i, []).append(t)
+    return [
+        ChatTurn("system" if m.role == "developer" else m.role, "\n".join(joined.get(i, [])))
+        for i, m in enumerate(req.messages)
+    ]

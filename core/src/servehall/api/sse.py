@@ -1,0 +1,171 @@
+"""The streaming inference response: Server-Sent Events, one ``data:`` event per send
+(``chat.completion.chunk`` / ``text_completion`` chunks, an optional usage chunk, an
+error envelope if generation fails after the start, then ``data: [DONE]``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+from typing import Any, Literal
+
+from starlette.types import Send
+
+from servehall.api.response import dumps, response_headers
+from servehall.api.run import InferenceRun, usage
+from servehall.errors import ServehallError
+from servehall.serving.choice import ChoiceEvent, ChoiceStream
+
+
+async def merged_events(choices: list[ChoiceStream]) -> AsyncGenerator[ChoiceEvent, None]:
+    """Events of every choice, merged in arrival order (direct for n = 1).
+
+    A choice's failure is raised here as itself; closing the generator cancels the
+    remaining choices.
+    """
+    if len(choices) == 1:
+        events = choices[0].events()
+        try:
+            async for ev in events:
+                yield ev
+        finally:
+            await events.aclose()
+        return
+    queue: asyncio.Queue[ChoiceEvent | BaseException | None] = asyncio.Queue()
+
+    async def pump(c: ChoiceStream) -> None:
+        events = c.events()
+        try:
+            async for ev in events:
+                queue.put_nowait(ev)
+        except Exception as exc:
+            queue.put_nowait(exc)
+        finally:
+            await events.aclose()
+            queue.put_nowait(None)
+
+    tasks = [asyncio.ensure_future(pump(c)) for c in choices]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            item = await queue.get()
+            if item is None:
+                remaining -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def send_stream(
+    run: InferenceRun,
+    kind: Literal["chat", "completion"],
+    req: Any,
+    send: Send,
+    headers: dict[str, str],
+    echo: str,
+) -> None:
+    """Send status 200 and the SSE stream of ``run``'s choices (see module docstring).
+
+    ``req`` is the validated request (``model``, ``include_usage``); ``echo`` is sent
+    first for completions with ``echo``. A :class:`ServehallError` during generation
+    becomes an error event and the record's ``error_code``.
+    """
+    chat = kind == "chat"
+    obj = "chat.completion.chunk" if chat else "text_completion"
+    head = (
+        f'data: {{"id":"{run.request_id}","object":"{obj}","created":{run.created},'
+        f'"model":{dumps(req.model)},"choices":['
+    ).encode()
+    tail = b"]}\n\n"
+
+    async def emit(choice: dict[str, Any]) -> None:
+        await send(
+            {
+                "type": "http.response.body",
+                "body": head + dumps(choice).encode() + tail,
+                "more_body": True,
+            }
+        )
+
+    run.response_started = True
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": response_headers(headers, "text/event-stream; charset=utf-8"),
+        }
+    )
+    for c in run.choices:
+        if chat:
+            await emit(
+                {
+                    "index": c.index,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+            )
+        elif echo:
+            await emit({"index": c.index, "text": echo, "logprobs": None, "finish_reason": None})
+    try:
+        events = merged_events(run.choices)
+        try:
+            async for ev in events:
+                if chat:
+                    delta = {"content": ev.text} if ev.text else {}
+                    if ev.text and ev.finish_reason is not None:
+                        await emit(
+                            {
+                                "index": ev.index,
+                                "delta": delta,
+                                "logprobs": None,
+                                "finish_reason": None,
+                            }
+                        )
+                        delta = {}
+                    await emit(
+                        {
+                            "index": ev.index,
+                            "delta": delta,
+                            "logprobs": None,
+                            "finish_reason": ev.finish_reason,
+                        }
+                    )
+                else:
+                    await emit(
+                        {
+                            "index": ev.index,
+                            "text": ev.text,
+                            "logprobs": None,
+                            "finish_reason": ev.finish_reason,
+                        }
+                    )
+        finally:
+            await events.aclose()
+    except ServehallError as exc:
+        err = dumps(exc.envelope()).encode()
+        await send(
+            {"type": "http.response.body", "body": b"data: " + err + b"\n\n", "more_body": True}
+        )
+        run.ctx.record.error_code = exc.code
+    if req.include_usage:
+        usage_chunk = {
+            "id": run.request_id,
+            "object": obj,
+            "created": run.created,
+            "model": req.model,
+            "choices": [],
+            "usage": usage(run),
+        }
+        await send(
+            {
+                "type": "http.response.body",
+                "body": b"data: " + dumps(usage_chunk).encode() + b"\n\n",
+                "more_body": True,
+            }
+        )
+    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
