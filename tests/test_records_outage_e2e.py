@@ -73,6 +73,25 @@ def _config(
     )
 
 
+def _fresh_config(
+    factory: Callable[..., dict[str, Any]],
+    model: Path,
+    cluster: PgCluster,
+    *,
+    required: bool = False,
+    **options: Any,
+) -> dict[str, Any]:
+    """Empty the cluster's request_log; a config with one ``sql`` sink on the cluster
+    (retries from 0.05 s up to 0.3 s, plus ``options``), ``required`` as given."""
+    asyncio.run(run_sql(cluster.url, "DELETE FROM request_log"))
+    sink: dict[str, Any] = {
+        "name": "sql",
+        "required": required,
+        "options": {"retry_initial_s": 0.05, "retry_max_s": 0.3, **options},
+    }
+    return _config(factory, model, cluster.url, sink)
+
+
 async def _load(base_url: str, cluster: PgCluster) -> tuple[int, list[int]]:
     """4 clients send requests for ~5 s; PostgreSQL is down from 1 s to ~3 s."""
     statuses: list[int] = []
@@ -104,18 +123,9 @@ def test_outage_under_load_loses_no_row(
     demo_model_dir: Path,
     demo_config_factory: Callable[..., dict[str, Any]],
 ) -> None:
-    asyncio.run(run_sql(cluster.url, "DELETE FROM request_log"))
-    sink = {
-        "name": "sql",
-        "options": {
-            "buffer": 20,
-            "batch_size": 10,
-            "retry_initial_s": 0.05,
-            "retry_max_s": 0.3,
-            "linger_s": 0.005,
-        },
-    }
-    cfg = _config(demo_config_factory, demo_model_dir, cluster.url, sink)
+    cfg = _fresh_config(
+        demo_config_factory, demo_model_dir, cluster, buffer=20, batch_size=10, linger_s=0.005
+    )
     with servehall_server(cfg, name="outage") as srv:
         before, statuses = asyncio.run(_load(srv.base_url, cluster))
         answered = len(statuses)
@@ -135,19 +145,15 @@ def test_required_sink_fails_closed(
     demo_model_dir: Path,
     demo_config_factory: Callable[..., dict[str, Any]],
 ) -> None:
-    asyncio.run(run_sql(cluster.url, "DELETE FROM request_log"))
-    sink = {
-        "name": "sql",
-        "required": True,
-        "options": {
-            "buffer": 8,
-            "spill": False,
-            "retry_initial_s": 0.05,
-            "retry_max_s": 0.3,
-            "retry_after_s": 2,
-        },
-    }
-    cfg = _config(demo_config_factory, demo_model_dir, cluster.url, sink)
+    cfg = _fresh_config(
+        demo_config_factory,
+        demo_model_dir,
+        cluster,
+        required=True,
+        buffer=8,
+        spill=False,
+        retry_after_s=2,
+    )
     with (
         servehall_server(cfg, name="failclosed") as srv,
         httpx.Client(base_url=srv.base_url, http2=True, http1=False, timeout=60) as c,
