@@ -314,3 +314,24 @@ def servehall_server(
 def demo_config_factory() -> Callable[..., dict[str, Any]]:
     """:func:`demo_config` as a fixture (for modules that prefer not to import conftest)."""
     return demo_config
+
+
+def stream_then_drop(port: int, body: dict[str, Any], path: str = "/v1/completions") -> bytes:
+    """POST ``body`` to ``path`` over a raw HTTP/1.1 socket, read until the first SSE
+    event, then close the socket (a client disconnect mid-stream).
+
+    (A raw socket closes at once; an httpx client may keep the socket until later, and
+    the kernel then accepts the server's writes as if the client were still there.)"""
+    data = json.dumps(body).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(
+            b"POST %s HTTP/1.1\r\nHost: x\r\n" % path.encode()
+            + b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(data)
+            + data
+        )
+        got = b""
+        while b"data: " not in got:
+            chunk = s.recv(4096)
+            assert chunk, got
+            got += chunk
+    return got

@@ -20,6 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.conftest import stream_then_drop
+
 LONG = {"model": "demo", "prompt": "ABCDEFGH ABCDEFGH ABC", "temperature": 0, "max_tokens": 1500}
 # several seconds of engine work even on a fast CPU, so a client that leaves after the
 # first event is always still being served (the tiny demo model decodes ~2000 tokens/s)
@@ -71,25 +73,6 @@ def wait_for(pred: Callable[[], bool], timeout: float) -> float:
             pytest.fail(f"condition not met within {timeout} s")
         time.sleep(0.02)
     return time.monotonic() - start
-
-
-def stream_then_drop(port: int, body: dict[str, Any]) -> bytes:
-    """POST ``body`` over a raw HTTP/1.1 socket, read until the first SSE event, close.
-
-    (A raw socket closes at once; an httpx client may keep the socket until later, and
-    the kernel then accepts the server's writes as if the client were still there.)"""
-    data = json.dumps(body).encode()
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
-        s.sendall(
-            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-            b"application/json\r\nContent-Length: %d\r\n\r\n" % len(data) + data
-        )
-        got = b""
-        while b"data: " not in got:
-            chunk = s.recv(4096)
-            assert chunk, got
-            got += chunk
-    return got
 
 
 def idle(client: httpx.Client) -> bool:

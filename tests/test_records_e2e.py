@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from servehall.db.testing import create_pg_database, drop_pg_database, require_pg, run_sql
+from tests.conftest import stream_then_drop
 
 CANARY = "sk-canary-4c1d7e0b9f2a"
 
@@ -109,15 +110,10 @@ def test_one_row_per_request(served: tuple[Any, str]) -> None:
         )
         sent += 1
         assert broken.status_code == 400
-        # disconnect: HTTP/1.1, the connection is closed after the first bytes
-        with (
-            httpx.Client(base_url=srv.base_url, timeout=60) as c1,
-            c1.stream(
-                "POST", "/v1/chat/completions", json=B("disconnect", max_tokens=200, stream=True)
-            ) as r,
-        ):
-            assert r.status_code == 200
-            next(r.iter_raw())
+        # disconnect: a raw HTTP/1.1 socket closed after the first SSE event, on a request
+        # long enough (4 x 1900 tokens) to be surely still generating when it leaves
+        slow = {"model": "demo", "prompt": "ABCDEFGH ABCDEFGH ABC", "temperature": 0}
+        stream_then_drop(srv.port, {**slow, "max_tokens": 1900, "n": 4, "stream": True})
         sent += 1
         # the aborted request's row appears once it has left the engine (slot freed)
         assert wait_rows(url, base + sent) == base + sent
