@@ -1,10 +1,14 @@
 """``servehall serve``: build the host, then run Hypercorn until SIGINT/SIGTERM.
 
 Startup, in order: load the deployment (config + enabled plugins + plugin sections),
-add the demo model for ``--demo``, open the record bus, build every model (backend via
+check that every ``bind`` address can be bound (:mod:`servehall.listeners`: a one-line
+error in a second, before any model is loaded), add the demo model for ``--demo``, open the
+record bus, build every model (backend via
 ``BackendRegistry.select`` — ``auto`` included —, engine start, tokenizer, scheduler per
 ``[scheduler] policy``), collect input filters, run ``servehall_startup`` hooks, probe
-every model once (readiness), then serve.
+every model once (readiness), bind the listening sockets for real (a port taken
+since the check fails here with the same one line) and hand them to Hypercorn, then
+log ``servehall serving … on …`` and serve.
 
 One Hypercorn listener per ``bind`` entry serves HTTP/1.1, cleartext HTTP/2 (prior
 knowledge and ``Upgrade: h2c``) and, with ``certfile``/``keyfile``, TLS with ALPN ``h2``
@@ -32,6 +36,7 @@ from servehall.config.models import ModelConfig
 from servehall.config.settings import Settings
 from servehall.errors import ConfigError, EngineError
 from servehall.host import Host, ServedModel
+from servehall.listeners import bind_sockets, check_binds, hypercorn_fd_binds
 from servehall.logs import configure_logging
 from servehall.plugins import PluginHost
 
@@ -180,7 +185,9 @@ async def run(settings: Settings, plugins: PluginHost) -> None:
                     f"{readiness.last_error.get(served.name)}"
                 )
         readiness.start()
-        log.info("servehall serving %s on %s", ", ".join(host.models), ", ".join(cfg.bind))
+        binds = list(cfg.bind)
+        cfg.bind = hypercorn_fd_binds(bind_sockets(binds))
+        log.info("servehall serving %s on %s", ", ".join(host.models), ", ".join(binds))
         await hypercorn_serve(app, cfg, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
     finally:
         await readiness.stop()
@@ -206,7 +213,9 @@ def serve(
         bind: ``host:port`` entries replacing ``server.bind``.
 
     Raises:
-        ConfigError, PluginError, EngineError: startup failed (the CLI prints the message).
+        ConfigError: e.g. ``cannot bind 127.0.0.1:8000: address already in use`` (checked
+            before any model is loaded).
+        PluginError, EngineError: startup failed (the CLI prints the message).
     """
     from servehall.bootstrap import load_deployment
 
@@ -221,6 +230,7 @@ def serve(
             if not sep or not host or not port.isdigit():
                 raise ConfigError(f"--bind {b!r} is not host:port")
         settings.server.bind = list(bind)
+    check_binds(settings.server.bind)
     if demo:
         _add_demo_model(settings)
         # the "try it" path must need no file and no extra step: migrate the local DB

@@ -1,0 +1,111 @@
+"""Listening sockets for ``server.bind``, bound the way Hypercorn binds them.
+
+``servehall serve`` binds every ``host:port`` entry itself instead of letting Hypercorn
+do it, for two reasons:
+
+* :func:`check_binds` runs before any model is loaded, so a port already in use or an
+  address the machine does not have fails in a second with one line
+  (``cannot bind 127.0.0.1:8000: address already in use``), not after minutes of model
+  loading with a Hypercorn traceback;
+* :func:`bind_sockets` binds for real once the models are up (the port may have been
+  taken in between) and hands the sockets to Hypercorn as ``fd://N`` binds, so the
+  only socket creation that can fail is this one, and it raises
+  :class:`~servehall.errors.ConfigError`.
+
+Socket options match ``hypercorn.config.Config._create_sockets`` for one worker:
+``AF_INET6`` when the host contains ``:``, ``TCP_NODELAY`` and ``SO_REUSEADDR`` (so a
+port in ``TIME_WAIT`` after a restart is not "in use"), non-blocking, inheritable.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+from collections.abc import Sequence
+
+from servehall.errors import ConfigError
+
+_REASONS: dict[int, str] = {
+    errno.EADDRINUSE: "address already in use",
+    errno.EADDRNOTAVAIL: "address not available on this machine",
+    errno.EACCES: "permission denied (ports below 1024 need privileges)",
+}
+
+
+def split_bind(bind: str) -> tuple[str, int]:
+    """``"127.0.0.1:8000"`` → ``("127.0.0.1", 8000)``; ``"[::1]:8000"`` → ``("::1", 8000)``.
+
+    Raises:
+        ConfigError: not ``host:port`` with a port in 0..65535.
+    """
+    host, sep, port = bind.rpartition(":")
+    host = host.replace("[", "").replace("]", "")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"bind entry {bind!r} is not host:port")
+    return host, int(port)
+
+
+def _reason(exc: OSError) -> str:
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve the host ({exc.strerror or exc})"
+    if exc.errno in _REASONS:
+        return _REASONS[exc.errno]
+    return (exc.strerror or str(exc)).lower()
+
+
+def bind_socket(bind: str) -> socket.socket:
+    """A bound (not yet listening) TCP socket for one ``host:port`` entry.
+
+    Raises:
+        ConfigError: ``cannot bind HOST:PORT: REASON`` (in use, address not on this
+            machine, permission, unresolvable host, ...).
+    """
+    host, port = split_bind(bind)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.setblocking(False)
+        sock.set_inheritable(True)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot bind {bind}: {_reason(exc)}") from None
+    return sock
+
+
+def bind_sockets(binds: Sequence[str]) -> list[socket.socket]:
+    """Bound sockets for every entry, in order; none stays open if one fails.
+
+    Raises:
+        ConfigError: see :func:`bind_socket`.
+    """
+    sockets: list[socket.socket] = []
+    try:
+        for b in binds:
+            sockets.append(bind_socket(b))
+    except BaseException:
+        for s in sockets:
+            s.close()
+        raise
+    return sockets
+
+
+def check_binds(binds: Sequence[str]) -> None:
+    """Bind every entry once and close it again: fail fast before loading models.
+
+    Raises:
+        ConfigError: see :func:`bind_socket`.
+    """
+    for s in bind_sockets(binds):
+        s.close()
+
+
+def hypercorn_fd_binds(sockets: Sequence[socket.socket]) -> list[str]:
+    """Hand ``sockets`` over to Hypercorn: ``["fd://N", ...]`` for ``Config.bind``.
+
+    The sockets are detached: Hypercorn's own socket objects own (and close) the file
+    descriptors from here on.
+    """
+    return [f"fd://{s.detach()}" for s in sockets]
