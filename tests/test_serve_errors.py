@@ -72,6 +72,19 @@ def test_serve_address_not_on_this_machine(tmp_path: Path) -> None:
     )
 
 
+def test_serve_path_not_a_model_directory(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cfg = _config(tmp_path, f'sinks = []\n[[models]]\nname = "demo"\npath = "{empty}"\n')
+    p = run_cli(cfg, "serve", "--bind", f"127.0.0.1:{free_port()}", cwd=tmp_path, env={})
+    assert p.returncode == 2, p.stderr
+    _assert_one_line(
+        p.stderr,
+        f"error: models.demo.path: {empty} is not a Hugging Face or OpenVINO model "
+        "directory (no config.json / tokenizer files)",
+    )
+
+
 def test_bind_sockets_closes_earlier_sockets_on_failure(taken_port: int) -> None:
     first = free_port()
     with pytest.raises(ConfigError, match=f"cannot bind 127.0.0.1:{taken_port}: address already"):

@@ -1,8 +1,9 @@
 """``servehall serve``: build the host, then run Hypercorn until SIGINT/SIGTERM.
 
 Startup, in order: load the deployment (config + enabled plugins + plugin sections),
-check that every ``bind`` address can be bound (:mod:`servehall.listeners`: a one-line
-error in a second, before any model is loaded), add the demo model for ``--demo``, open the
+check that every ``bind`` address can be bound and every model path is a model
+directory (:mod:`servehall.listeners`, :mod:`servehall.model_dir`: one-line errors in
+a second, before any model is loaded), add the demo model for ``--demo``, open the
 record bus, build every model (backend via
 ``BackendRegistry.select`` — ``auto`` included —, engine start, tokenizer, scheduler per
 ``[scheduler] policy``), collect input filters, run ``servehall_startup`` hooks, probe
@@ -38,6 +39,7 @@ from servehall.errors import ConfigError, EngineError
 from servehall.host import Host, ServedModel
 from servehall.listeners import bind_sockets, check_binds, hypercorn_fd_binds
 from servehall.logs import configure_logging
+from servehall.model_dir import check_model_dir
 from servehall.plugins import PluginHost
 
 log = logging.getLogger("servehall.server")
@@ -76,7 +78,8 @@ async def build_host(settings: Settings, plugins: PluginHost) -> Host:
     """Start everything a request needs (see the module docstring).
 
     Raises:
-        ConfigError: no models, an unknown policy or backend, an unusable model directory.
+        ConfigError: no models, an unknown policy or backend, a path that is not a model
+            directory (:func:`servehall.model_dir.check_model_dir`), an unusable tokenizer.
         EngineError: an engine failed to start.
     """
     from servehall.records.bus import open_record_bus
@@ -92,8 +95,7 @@ async def build_host(settings: Settings, plugins: PluginHost) -> Host:
         for mc in settings.models:
             if mc.name in host.models:
                 raise ConfigError(f"model name {mc.name!r} configured twice")
-            if not mc.path.exists():
-                raise ConfigError(f"models.{mc.name}.path: {mc.path} does not exist")
+            check_model_dir(mc.name, mc.path)
             spec = backends.select(mc.backend)
             try:
                 tokenizer = load_tokenizer(mc.path)
@@ -214,7 +216,7 @@ def serve(
 
     Raises:
         ConfigError: e.g. ``cannot bind 127.0.0.1:8000: address already in use`` (checked
-            before any model is loaded).
+            before any model is loaded), a model path that is not a model directory.
         PluginError, EngineError: startup failed (the CLI prints the message).
     """
     from servehall.bootstrap import load_deployment
@@ -231,6 +233,9 @@ def serve(
                 raise ConfigError(f"--bind {b!r} is not host:port")
         settings.server.bind = list(bind)
     check_binds(settings.server.bind)
+    for mc in settings.models:
+        if not (demo and mc.name == "demo"):  # --demo replaces a configured "demo"
+            check_model_dir(mc.name, mc.path)
     if demo:
         _add_demo_model(settings)
         # the "try it" path must need no file and no extra step: migrate the local DB
