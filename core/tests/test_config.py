@@ -114,3 +114,41 @@ def test_cli_plugins_json_lists_defaults() -> None:
     names = {p["name"] for p in data["plugins"]}
     assert "servehall.schedulers" in names
     assert all("reason" in b for b in data["backends"])
+
+
+def test_bad_env_override_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SERVEHALL_SERVER__BIND", "not json")
+    with pytest.raises(ConfigError) as err:
+        load_settings(data={})
+    key, message = err.value.errors[0]
+    assert key == "server" and "SERVEHALL_SERVER__BIND" in message and "JSON" in message
+    res = CliRunner().invoke(build_cli([]), ["config", "show"])
+    assert res.exit_code != 0 and "Traceback" not in res.output
+
+
+def test_database_url_is_shown_without_its_password() -> None:
+    s = load_settings(data={"database": {"url": "postgresql+asyncpg://u:hunter2@db:5432/x"}})
+    assert masked_dump(s)["database"]["url"] == "postgresql+asyncpg://u:**********@db:5432/x"
+    s = load_settings(data={})
+    assert masked_dump(s)["database"]["url"] == "sqlite+aiosqlite:///servehall.db"
+
+
+def test_unknown_policy_sink_and_backend_names(tmp_path: Path) -> None:
+    cfg = tmp_path / "names.toml"
+    cfg.write_text(
+        '[scheduler]\npolicy = "wfq"\n[[sinks]]\nname = "kafka"\n'
+        '[[models]]\nname = "m"\npath = "/tmp"\nbackend = "nosuchdev"\n'
+    )
+    res = CliRunner().invoke(build_cli([]), ["config", "check", str(cfg)])
+    assert res.exit_code == 1
+    for key in ("scheduler.policy", "sinks[0].name", "models[0].backend"):
+        assert key in res.output
+    assert "known: fcfs" in res.output
+
+
+def test_plugins_lists_backends_of_plugins_not_enabled() -> None:
+    res = CliRunner().invoke(build_cli([]), ["plugins", "--json"])
+    backends = {b["name"]: b for b in json.loads(res.output)["backends"]}
+    assert backends["cpu"]["enabled"] is True
+    disabled = [b for b in backends.values() if not b["enabled"]]
+    assert all(b["reason"] for b in disabled)

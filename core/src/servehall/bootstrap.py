@@ -5,19 +5,64 @@ from __future__ import annotations
 from pathlib import Path
 
 from servehall.config.settings import Settings, load_settings, validate_plugin_sections
+from servehall.errors import ConfigError
 from servehall.plugins import PluginHost
 
 
 def load_deployment(
     config: Path | str | None = None, *, load_all: bool = False
 ) -> tuple[Settings, PluginHost]:
-    """Read config, load the enabled plugins, and validate every plugin section.
+    """Read config, load the enabled plugins, and validate every plugin section and every
+    name the config refers to (scheduler policy, sink kinds, model backends).
+
+    Args:
+        config: the config file (else ``$SERVEHALL_CONFIG``, else defaults).
+        load_all: also import installed plugins that are not enabled (to report them);
+            names are then not checked, so ``servehall plugins`` works on a bad config.
 
     Raises:
-        ConfigError: the file or a section is invalid (``errors`` lists every problem).
+        ConfigError: the file, a section or a name is invalid (``errors`` lists every
+            problem with its key path).
         PluginError: an enabled plugin is unknown.
     """
     settings = load_settings(config)
     plugins = PluginHost(settings.plugins.enabled, load_all=load_all)
     validate_plugin_sections(settings, plugins.settings_models())
+    if not load_all:
+        check_names(settings, plugins)
     return settings, plugins
+
+
+def check_names(settings: Settings, plugins: PluginHost) -> None:
+    """Check that the scheduler policy, sink kinds and model backends named in config are
+    registered by the loaded plugins; ConfigError lists every unknown name with a hint."""
+    errs: list[tuple[str, str]] = []
+    idle = sorted(i.name for i in plugins.infos.values() if not i.enabled and not i.default)
+    hint = f" (installed but not enabled in [plugins] enabled: {', '.join(idle)})" if idle else ""
+    policies = plugins.schedulers().names()
+    if settings.scheduler.policy not in policies:
+        errs.append(
+            (
+                "scheduler.policy",
+                f"unknown policy {settings.scheduler.policy!r}; known: {', '.join(policies)}{hint}",
+            )
+        )
+    sinks = plugins.sinks().names()
+    for i, sink in enumerate(settings.sinks):
+        if sink.name not in sinks:
+            errs.append(
+                (f"sinks[{i}].name", f"unknown sink {sink.name!r}; known: {', '.join(sinks)}{hint}")
+            )
+    backends = plugins.backends().names()
+    for i, model in enumerate(settings.models):
+        if model.backend != "auto" and model.backend not in backends:
+            errs.append(
+                (
+                    f"models[{i}].backend",
+                    f"unknown backend {model.backend!r}; registered backends: "
+                    f"{', '.join(backends)} or auto{hint}",
+                )
+            )
+    if errs:
+        lines = "\n".join(f"  {k}: {m}" for k, m in errs)
+        raise ConfigError(f"{len(errs)} config error(s):\n{lines}", errs)

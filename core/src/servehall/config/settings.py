@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, Field, SecretStr, ValidationError
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from servehall.config.models import (
     DatabaseSettings,
@@ -135,6 +142,20 @@ def _env_overrides(section: str) -> dict[str, Any]:
     return out
 
 
+def _env_error(exc: SettingsError) -> tuple[str, str]:
+    """Name the environment variables behind a pydantic-settings parse error."""
+    match = re.search(r'field "(\w+)"', str(exc))
+    section = match.group(1) if match else ""
+    prefix = f"{ENV_PREFIX}{section.upper()}"
+    names = sorted(k for k in os.environ if section and k.upper().startswith(prefix))
+    shown = ", ".join(names) or f"{prefix}*"
+    return (
+        section or "environment",
+        f"cannot parse environment override {shown}: lists and tables must be JSON, "
+        f"e.g. {ENV_PREFIX}SERVER__BIND='[\"0.0.0.0:8000\"]'",
+    )
+
+
 def load_settings(
     path: Path | str | None = None,
     *,
@@ -161,6 +182,9 @@ def load_settings(
         settings = Settings(**data)
     except ValidationError as exc:
         errs = _errors(exc)
+        raise ConfigError(_summary(errs), errs) from None
+    except SettingsError as exc:  # an environment override that is not valid JSON
+        errs = [_env_error(exc)]
         raise ConfigError(_summary(errs), errs) from None
     if section_models is not None:
         validate_plugin_sections(settings, section_models)
@@ -199,9 +223,25 @@ def _summary(errs: list[tuple[str, str]]) -> str:
     return f"{len(errs)} config error(s):\n" + "\n".join(lines) + more
 
 
+_DB_SCHEMES = frozenset({"sqlite", "postgresql", "postgres", "mysql", "mariadb"})
+
+
+def _mask_secret(secret: SecretStr) -> str:
+    """``**********``, or for a database URL the URL with its password (only) hidden, so
+    an operator sees where records go. Other secrets (tokens, webhook URLs) stay masked."""
+    value = secret.get_secret_value()
+    parts = urlsplit(value)
+    if parts.scheme.split("+")[0] in _DB_SCHEMES and not parts.query:
+        if parts.password is None:
+            return value
+        netloc = parts.netloc.replace(f":{parts.password}@", ":**********@", 1)
+        return urlunsplit(parts._replace(netloc=netloc))
+    return "**********"
+
+
 def _mask(value: Any) -> Any:
     if isinstance(value, SecretStr):
-        return "**********"
+        return _mask_secret(value)
     if isinstance(value, BaseModel):
         return {k: _mask(getattr(value, k)) for k in type(value).model_fields}
     if isinstance(value, dict):

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from servehall.errors import ServehallError
 from servehall.hookimpl import hookimpl
+from servehall.plugins import PluginHost
 
 ConfigOpt = Annotated[
     Path | None,
@@ -26,14 +28,14 @@ def plugins_command(
     from servehall.bootstrap import load_deployment
 
     _, host = load_deployment(config, load_all=True)
-    data = {"plugins": host.describe(), "backends": host.backends().describe()}
+    data = {"plugins": host.describe(), "backends": _all_backends(host)}
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
     console = Console()
     t = Table(title="plugins")
     for col in ("name", "distribution", "version", "enabled", "status", "hooks"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")
     for p in data["plugins"]:
         status = "error: " + p["error"] if p["error"] else ("loaded" if p["loaded"] else "-")
         t.add_row(
@@ -46,11 +48,35 @@ def plugins_command(
         )
     console.print(t)
     b = Table(title="backends")
-    for col in ("name", "plugin", "available", "reason"):
-        b.add_column(col)
+    for col in ("name", "plugin", "enabled", "available", "reason"):
+        b.add_column(col, overflow="fold")
     for be in data["backends"]:
-        b.add_row(be["name"], be["plugin"] or "", "yes" if be["available"] else "no", be["reason"])
+        b.add_row(
+            be["name"],
+            be["plugin"] or "",
+            "yes" if be["enabled"] else "no",
+            "yes" if be["available"] else "no",
+            be["reason"],
+        )
     console.print(b)
+
+
+def _all_backends(host: PluginHost) -> list[dict[str, Any]]:
+    """Every installed backend with its probe, and whether its plugin is enabled here.
+
+    Backends of plugins that are installed but not enabled are probed too (through a
+    second host that enables every plugin that imports), so an operator sees what
+    enabling them would give."""
+    importable = [i.name for i in host.infos.values() if not i.default and not i.error]
+    try:
+        everything = PluginHost(importable)
+    except ServehallError:
+        everything = host
+    enabled = {i.name for i in host.infos.values() if i.enabled}
+    rows = everything.backends().describe()
+    for row in rows:
+        row["enabled"] = row["plugin"] in enabled
+    return rows
 
 
 config_app = typer.Typer(help="Validate and show configuration.", no_args_is_help=True)
@@ -69,7 +95,8 @@ def config_check(file: Annotated[Path, typer.Argument(help="Config file to valid
             for key, msg in exc.errors:
                 typer.echo(f"{file}: {key}: {msg}", err=True)
         else:
-            typer.echo(f"{file}: {exc.message}", err=True)
+            message = exc.message.removeprefix(f"{file}: ")
+            typer.echo(f"{file}: {message}", err=True)
         raise typer.Exit(1) from None
     except PluginError as exc:
         typer.echo(f"{file}: plugins.enabled: {exc.message}", err=True)
@@ -78,19 +105,14 @@ def config_check(file: Annotated[Path, typer.Argument(help="Config file to valid
 
 
 @config_app.command("show")
-def config_show(
-    config: ConfigOpt = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print JSON instead of TOML-ish.")
-    ] = False,
-) -> None:
-    """Print the effective config (file + environment + defaults), secrets masked."""
+def config_show(config: ConfigOpt = None) -> None:
+    """Print the effective config (file + environment + defaults) as JSON, secrets masked
+    (database URLs are shown with their password hidden)."""
     from servehall.bootstrap import load_deployment
     from servehall.config.settings import masked_dump
 
     settings, _ = load_deployment(config)
     typer.echo(json.dumps(masked_dump(settings), indent=2, default=str))
-    _ = as_json
 
 
 def serve_command(
