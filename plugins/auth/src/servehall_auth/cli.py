@@ -238,12 +238,30 @@ def list_keys(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
+    _print_key_table(rows)
+
+
+WIDE_CONSOLE_COLUMNS = 1000
+"""Console width for ``keys list`` when stdout is not a terminal (pipe, file, CI log):
+wide enough that no row is wrapped, so each key's id can be copied from the output."""
+
+
+def _print_key_table(rows: list[dict[str, Any]]) -> None:
+    """The ``keys list`` table on stdout. Values an operator copies (id, tenant, name,
+    expiry) are never cut with "…": the id is never wrapped and every column folds
+    instead of truncating; when stdout is not a terminal the console is
+    :data:`WIDE_CONSOLE_COLUMNS` wide (rich would otherwise assume 80 columns)."""
     from rich.console import Console
     from rich.table import Table
 
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=WIDE_CONSOLE_COLUMNS)
     t = Table(title="API keys")
-    for col in ("id", "tenant", "name", "scopes", "models", "rpm", "tpm", "expires", "status"):
-        t.add_column(col)
+    longest_id = max((len(r["id"]) for r in rows), default=2)
+    t.add_column("id", no_wrap=True, min_width=longest_id, overflow="fold")
+    for col in ("tenant", "name", "scopes", "models", "rpm", "tpm", "expires", "status"):
+        t.add_column(col, overflow="fold")
     for r in rows:
         t.add_row(
             r["id"],
@@ -256,7 +274,7 @@ def list_keys(
             r["expires_at"] or "",
             r["status"],
         )
-    Console().print(t)
+    console.print(t)
 
 
 @keys_app.command("revoke")
