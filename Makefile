@@ -11,7 +11,7 @@ demo: install
 	.venv/bin/servehall db upgrade
 	.venv/bin/servehall serve --demo
 
-test: dev
+test: dev lint
 	.ci/services.sh
 	.venv/bin/python -m pytest -q
 
