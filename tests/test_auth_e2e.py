@@ -439,6 +439,11 @@ def test_c14_tokens_reserved_then_settled(deployment: Deployment) -> None:
         # an estimate above the whole limit can never fit
         r3 = c.post("/v1/completions", json={**body, "max_tokens": 600}, headers=hdr)
         assert r3.status_code == 429 and r3.json()["error"]["code"] == "tokens_exceed_limit"
+        # C14: every per-key 429 carries Retry-After (the full window) and rate-limit headers
+        assert r3.headers["retry-after"] == "60"
+        assert r3.headers["x-ratelimit-limit-tokens"] == "600"
+        assert int(r3.headers["x-ratelimit-remaining-tokens"]) <= 600
+        assert "x-ratelimit-reset-tokens" in r3.headers
 
 
 # --- admin API, rotation, revocation, audit ------------------------------------------------------

@@ -118,6 +118,11 @@ async def test_request_larger_than_tpm() -> None:
     with pytest.raises(RateLimitError) as ei:
         await limiter.reserve(req(p, 10, 100))
     assert ei.value.code == "tokens_exceed_limit"
+    # C14: every per-key 429 carries Retry-After (the full window here) and the headers
+    assert ei.value.headers["Retry-After"] == "60"
+    assert ei.value.headers["x-ratelimit-limit-tokens"] == "50"
+    assert ei.value.headers["x-ratelimit-remaining-tokens"] == "50"
+    assert ei.value.headers["x-ratelimit-reset-tokens"] == "0ms"
 
 
 async def test_tenant_and_default_limits() -> None:

@@ -13,7 +13,9 @@ Headers follow OpenAI's names: ``x-ratelimit-limit-requests``,
 ``x-ratelimit-remaining-tokens``, ``x-ratelimit-reset-requests``,
 ``x-ratelimit-reset-tokens`` (durations like ``1s``, ``6m0s``, ``250ms``: time until
 the bucket is full again). For each kind, the most restrictive bucket (key or tenant)
-is reported. A 429 adds ``Retry-After`` (whole seconds, at least 1).
+is reported. Every 429 adds ``Retry-After`` (whole seconds, at least 1): the time until
+the buckets have room, or — for ``tokens_exceed_limit``, a request whose estimate is
+larger than a tokens bucket and so can never fit — the full 60 s window.
 """
 
 from __future__ import annotations
@@ -93,7 +95,13 @@ class RateLimiter:
         headers = _headers(limits, result.levels)
         if not result.ok:
             if math.isinf(result.retry_after_s):
-                cap = min(lim.bucket.capacity for lim in limits if lim.kind == "tokens")
+                # the estimate exceeds a tokens bucket's capacity: it can never fit. Like
+                # OpenAI, still a 429 with the rate-limit headers; Retry-After is the full
+                # window (the time an empty bucket takes to refill), as for any per-key 429.
+                tight = [lim.bucket for lim in limits if lim.kind == "tokens"]
+                cap = min(b.capacity for b in tight)
+                window = max(b.capacity / b.refill_per_s for b in tight)
+                headers["Retry-After"] = str(max(1, math.ceil(window)))
                 raise RateLimitError(
                     f"This request may use up to {int(tokens)} tokens (prompt + max_tokens × n), "
                     f"more than the limit of {int(cap)} tokens per minute; lower max_tokens.",
