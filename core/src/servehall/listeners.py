@@ -62,7 +62,10 @@ def bind_socket(bind: str) -> socket.socket:
     """
     host, port = split_bind(bind)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:  # e.g. IPv6 disabled: "address family not supported"
+        raise ConfigError(f"cannot bind {bind}: {_reason(exc)}") from None
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
