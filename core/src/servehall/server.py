@@ -17,6 +17,11 @@ and ``http/1.1``. Hypercorn's defaults that break streaming services are raised 
 config: ``graceful_timeout`` (3 s → ``server.graceful_timeout_s``, so streams in flight
 finish on SIGTERM), ``keep_alive_max_requests`` (1000 → ``server.keep_alive_max_requests``,
 so long-lived HTTP/2 connections are not cut) and ``keep_alive_timeout``.
+Hypercorn's connection handling is corrected in place by
+:func:`servehall.api.connections.install_connection_fixes` (closed connections released
+at once, early HTTP/1.1 answers, refused HTTP/2 streams), and running out of descriptors
+while accepting is logged once per interval with a count
+(:class:`servehall.accept_errors.AcceptErrorMonitor`).
 
 Shutdown: stop accepting, let in-flight requests finish within the graceful timeout,
 run ``servehall_shutdown`` hooks, shut engines down, close the record bus.
@@ -140,6 +145,8 @@ def hypercorn_config(settings: Settings) -> Any:
     """The Hypercorn config for ``[server]`` (see the module docstring)."""
     from hypercorn.config import Config
 
+    from servehall.api import h1_early_response
+
     s = settings.server
     cfg = Config()
     cfg.bind = list(s.bind)
@@ -153,6 +160,8 @@ def hypercorn_config(settings: Settings) -> Any:
     cfg.keep_alive_timeout = s.keep_alive_timeout_s
     cfg.keep_alive_max_requests = s.keep_alive_max_requests
     cfg.h2_max_concurrent_streams = 256
+    setattr(cfg, h1_early_response.DRAIN_BYTES_ATTR, s.early_response_drain_bytes)
+    setattr(cfg, h1_early_response.DRAIN_S_ATTR, s.early_response_drain_s)
     cfg.accesslog = None
     cfg.errorlog = logging.getLogger("hypercorn.error")
     cfg.include_server_header = False
@@ -163,13 +172,14 @@ async def run(settings: Settings, plugins: PluginHost) -> None:
     """Build the host and serve until SIGINT/SIGTERM."""
     from hypercorn.asyncio import serve as hypercorn_serve
 
-    from servehall.api import h2_workaround
+    from servehall.accept_errors import AcceptErrorMonitor
     from servehall.api.app import create_app
+    from servehall.api.connections import install_connection_fixes
     from servehall.metrics import Metrics
     from servehall.serving.probe import Readiness
 
     cfg = hypercorn_config(settings)
-    h2_workaround.install()
+    install_connection_fixes()
     host = await build_host(settings, plugins)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -177,9 +187,12 @@ async def run(settings: Settings, plugins: PluginHost) -> None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     readiness = Readiness(host)
+    metrics = Metrics(lambda: host)
+    accept_errors = AcceptErrorMonitor(metrics.registry)
+    accept_errors.install(loop)
     try:
         await plugins.startup(host)
-        app = create_app(host, metrics=Metrics(lambda: host), readiness=readiness)
+        app = create_app(host, metrics=metrics, readiness=readiness)
         for served in host.models.values():
             if not await readiness.probe(served):
                 raise EngineError(
@@ -192,6 +205,7 @@ async def run(settings: Settings, plugins: PluginHost) -> None:
         log.info("servehall serving %s on %s", ", ".join(host.models), ", ".join(binds))
         await hypercorn_serve(app, cfg, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
     finally:
+        accept_errors.uninstall()
         await readiness.stop()
         try:
             await plugins.shutdown(host)

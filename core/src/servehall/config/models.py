@@ -34,6 +34,8 @@ class ServerSettings(_Section):
     graceful_timeout_s: float = Field(default=60.0, ge=0)
     keep_alive_timeout_s: float = Field(default=75.0, ge=1)
     keep_alive_max_requests: int = Field(default=1_000_000, ge=1)
+    early_response_drain_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    early_response_drain_s: float = Field(default=10.0, ge=0)
     auth_allow_paths: list[str] = Field(default_factory=lambda: ["/health/live", "/health/ready"])
     default_max_tokens: int = Field(default=256, ge=1)
     max_n: int = Field(default=8, ge=1)

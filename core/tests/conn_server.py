@@ -1,0 +1,113 @@
+"""A tiny ASGI app on a real Hypercorn, run as a subprocess by ``test_connections.py``.
+
+``python conn_server.py PORT [--fixes] [--keep-alive S] [--max-streams N]`` serves
+127.0.0.1:PORT and prints ``ready`` once its socket listens. With ``--fixes`` it installs
+:func:`servehall.api.connections.install_connection_fixes` (what ``servehall serve``
+does); without, it is a bare Hypercorn 0.18 (the control that shows each bug).
+
+Routes (any method):
+
+* ``/ok`` — 200 ``ok`` without reading the body;
+* ``/early`` — 415 without reading the body, then drains it like servehall's endpoints
+  (:func:`servehall.api.body.drain_body`);
+* ``/early-close`` — 413 with ``Connection: close`` without reading the body (``?slow``:
+  after 0.2 s, as if authenticating, while the body keeps arriving), then drains;
+* ``/read`` — reads the whole body and answers its length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import sys
+from typing import Any
+
+from hypercorn.asyncio import serve
+from hypercorn.config import Config
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] == "lifespan":
+        while True:
+            msg = await receive()
+            if msg["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif msg["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    from servehall.api.body import drain_body
+
+    path = scope["path"]
+    headers: list[tuple[bytes, bytes]] = []
+    if path == "/read":
+        size = 0
+        while True:
+            msg = await receive()
+            if msg["type"] != "http.request":
+                return
+            size += len(msg.get("body", b""))
+            if not msg.get("more_body"):
+                break
+        status, body = 200, str(size).encode()
+    elif path == "/early":
+        status, body = 415, b'{"error": "unsupported media type"}'
+    elif path == "/early-close":
+        if scope["query_string"] == b"slow":
+            await asyncio.sleep(0.2)  # like an authentication lookup: the body keeps arriving
+        status, body = 413, b'{"error": "too large"}'
+        headers.append((b"connection", b"close"))
+    else:
+        status, body = 200, b"ok"
+    headers += [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+    if path.startswith("/early"):
+        await drain_body(receive)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("port", type=int)
+    p.add_argument("--fixes", action="store_true")
+    p.add_argument("--keep-alive", type=float, default=75.0)
+    p.add_argument("--max-streams", type=int, default=100)
+    p.add_argument("--drain-bytes", type=int, default=None)
+    p.add_argument("--drain-s", type=float, default=None)
+    args = p.parse_args()
+    if args.fixes:
+        from servehall.api import h1_early_response
+        from servehall.api.connections import install_connection_fixes
+
+        install_connection_fixes()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", args.port))
+    sock.listen(100)  # connections queue from here on; "ready" can be printed at once
+    sock.set_inheritable(True)
+    cfg = Config()
+    cfg.bind = [f"fd://{sock.detach()}"]
+    cfg.keep_alive_timeout = args.keep_alive
+    cfg.h2_max_concurrent_streams = args.max_streams
+    cfg.graceful_timeout = 30
+    cfg.accesslog = None
+    if args.fixes and args.drain_bytes is not None:
+        setattr(cfg, h1_early_response.DRAIN_BYTES_ATTR, args.drain_bytes)
+    if args.fixes and args.drain_s is not None:
+        setattr(cfg, h1_early_response.DRAIN_S_ATTR, args.drain_s)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        import signal
+
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        print("ready", flush=True)
+        await serve(app, cfg, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+
+    asyncio.run(run())
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
