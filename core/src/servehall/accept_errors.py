@@ -164,7 +164,9 @@ class AcceptErrorMonitor:
     def _log(self, *, first: bool, strerror: str = "") -> None:
         count, self._pending = self._pending, 0
         opened = open_fd_count()
-        fds = f"{opened if opened is not None else '?'} of {fd_limit()} descriptors open"
+        limit = fd_limit()
+        # listing /proc/self/fd itself needs a descriptor: failing means none is free
+        fds = f"{opened if opened is not None else limit} of {limit} descriptors open"
         if first:
             log.warning(
                 "cannot accept connections: %s (%s); %s; new connections wait in the listen "
