@@ -103,7 +103,8 @@ _REAL_ACCEPT = textwrap.dedent(
         # leave room for exactly the client sockets below, none for accept()
         clients = []
         n_open = len(os.listdir("/proc/self/fd"))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (n_open + 3, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n_open + 3, hard))
         for _ in range(3):
             s = socket.socket()
             s.setblocking(False)
@@ -114,7 +115,8 @@ _REAL_ACCEPT = textwrap.dedent(
             clients.append(s)
         await asyncio.sleep(2.5)  # asyncio retries accept() every second
         mon.uninstall()
-        print("COUNT", registry.get_sample_value("servehall_accept_errors_total", {"reason": "EMFILE"}))
+        labels = {"reason": "EMFILE"}
+        print("COUNT", registry.get_sample_value("servehall_accept_errors_total", labels))
         for s in clients:
             s.close()
         server.close()

@@ -19,16 +19,13 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import h2.config
-import h2.connection
 import h2.errors
-import h2.events
-import h2.settings
 import h11
 import httpx
 import pytest
 
 from servehall.api import h1_early_response
+from servehall.testing.rawhttp import H2Client, read_response, read_until_closed
 from servehall.testing.sockets import server_socket_states, wait_for_states
 
 SERVER = Path(__file__).with_name("conn_server.py")
@@ -81,41 +78,6 @@ def start() -> Iterator[Callable[..., Server]]:
 # --- raw HTTP/1.1 ---------------------------------------------------------------------
 
 
-def read_response(sock: socket.socket, buf: bytearray) -> tuple[int, dict[str, str], bytes]:
-    """One HTTP/1.1 response with a Content-Length body from ``sock`` (``buf`` keeps what
-    was read past it). Raises ConnectionError when the server closes or resets first."""
-    while b"\r\n\r\n" not in buf:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError(f"closed before a response: {bytes(buf)[:200]!r}")
-        buf += chunk
-    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
-    lines = head.decode("latin1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:])}
-    length = int(headers.get("content-length", "0"))
-    while len(rest) < length:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed inside a response body")
-        rest += chunk
-    buf[:] = rest[length:]
-    return status, headers, rest[:length]
-
-
-def read_until_closed(sock: socket.socket, timeout: float) -> bool:
-    """Read and drop until the server closes (True) or ``timeout`` passes (False)."""
-    sock.settimeout(timeout)
-    try:
-        while sock.recv(65536):
-            pass
-    except TimeoutError:
-        return False
-    except ConnectionError:
-        pass
-    return True
-
-
 def get_ok(sock: socket.socket, buf: bytearray) -> int:
     sock.sendall(b"GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
     return read_response(sock, buf)[0]
@@ -130,30 +92,11 @@ def _churn_h1(port: int, n: int) -> None:
             assert get_ok(s, bytearray()) == 200
 
 
-def _h2_client(sock: socket.socket) -> h2.connection.H2Connection:
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    conn.initiate_connection()
-    sock.sendall(conn.data_to_send())
-    return conn
-
-
 def _h2_get(port: int) -> None:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        conn = _h2_client(s)
-        sid = conn.get_next_available_stream_id()
-        conn.send_headers(
-            sid,
-            [(":method", "GET"), (":path", "/ok"), (":scheme", "http"), (":authority", "x")],
-            end_stream=True,
-        )
-        s.sendall(conn.data_to_send())
-        ended = False
-        while not ended:
-            data = s.recv(65536)
-            assert data
-            for ev in conn.receive_data(data):
-                ended = ended or isinstance(ev, h2.events.StreamEnded)
-            s.sendall(conn.data_to_send())
+        client = H2Client(s)
+        sid = client.request("GET", "/ok")
+        assert client.wait([sid]) and client.streams[sid].status == 200
 
 
 def test_closed_connections_released_at_once(start: Callable[..., Server]) -> None:
@@ -353,66 +296,24 @@ def test_control_bare_hypercorn_async_httpx_misses_the_413(start: Callable[..., 
 
 
 def _h2_burst(port: int, extra: int) -> tuple[int, list[int], list[int], bool, int]:
-    """Open one more stream than the server allows, in one write. Returns the server's
-    limit, the statuses of answered streams, the error codes of reset streams, whether
-    the connection was terminated, and the status of one more request afterwards."""
+    """Open ``extra`` more streams than the server allows, in one write. Returns the
+    server's limit, the statuses of the streams, the error codes of reset streams, whether
+    the connection ended, and the status of one more request afterwards."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        conn = _h2_client(s)
-        limit = None
-        while limit is None:
-            data = s.recv(65536)
-            assert data
-            for ev in conn.receive_data(data):
-                if isinstance(ev, h2.events.RemoteSettingsChanged):
-                    cs = ev.changed_settings.get(h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS)
-                    if cs is not None:
-                        limit = cs.new_value
-            s.sendall(conn.data_to_send())
-        # h2 (the client) enforces the limit itself: lift it to send M+1 in one write
-        conn.remote_settings[h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS] = limit + extra
-        conn.remote_settings.acknowledge()
-        req = [(":method", "GET"), (":path", "/ok"), (":scheme", "http"), (":authority", "x")]
-        ids = []
-        for _ in range(limit + extra):
-            sid = conn.get_next_available_stream_id()
-            conn.send_headers(sid, req, end_stream=True)
-            ids.append(sid)
-        s.sendall(conn.data_to_send())
-        statuses: dict[int, int] = {}
-        ended: set[int] = set()
-        resets: dict[int, int] = {}
-        terminated = False
-        while len(ended) + len(resets) < len(ids) and not terminated:
-            data = s.recv(65536)
-            if not data:
-                terminated = True
-                break
-            for ev in conn.receive_data(data):
-                if isinstance(ev, h2.events.ResponseReceived):
-                    statuses[ev.stream_id] = int(dict(ev.headers)[b":status"])
-                elif isinstance(ev, h2.events.StreamEnded):
-                    ended.add(ev.stream_id)
-                elif isinstance(ev, h2.events.StreamReset):
-                    resets[ev.stream_id] = int(ev.error_code)
-                elif isinstance(ev, h2.events.ConnectionTerminated):
-                    terminated = True
-            s.sendall(conn.data_to_send())
+        client = H2Client(s)
+        limit = client.read_settings()
+        client.allow_streams(limit + extra)
+        sids = [client.request("GET", "/ok", flush=False) for _ in range(limit + extra)]
+        client.flush()
+        alive = client.wait(sids)
         after = 0
-        if not terminated:
-            sid = conn.get_next_available_stream_id()
-            conn.send_headers(sid, req, end_stream=True)
-            s.sendall(conn.data_to_send())
-            done = False
-            while not done:
-                data = s.recv(65536)
-                if not data:
-                    break
-                for ev in conn.receive_data(data):
-                    if isinstance(ev, h2.events.ResponseReceived) and ev.stream_id == sid:
-                        after = int(dict(ev.headers)[b":status"])
-                    done = done or (isinstance(ev, h2.events.StreamEnded) and ev.stream_id == sid)
-                s.sendall(conn.data_to_send())
-        return limit, [statuses.get(i, 0) for i in ids], list(resets.values()), terminated, after
+        if alive:
+            sid = client.request("GET", "/ok")
+            if client.wait([sid]):
+                after = client.streams[sid].status
+        streams = [client.streams[i] for i in sids]
+        resets = [st.reset for st in streams if st.reset is not None]
+        return limit, [st.status for st in streams], resets, not alive, after
 
 
 def test_h2_stream_over_limit_refused_alone(start: Callable[..., Server]) -> None:
