@@ -151,7 +151,7 @@ class H2Client:
             elif isinstance(ev, h2.events.StreamReset) and ev.stream_id in self.streams:
                 self.streams[ev.stream_id].reset = int(ev.error_code or 0)
             elif isinstance(ev, h2.events.ConnectionTerminated):
-                self.terminated = int(ev.error_code)
+                self.terminated = int(ev.error_code or 0)
         self.flush()
         return True
 
