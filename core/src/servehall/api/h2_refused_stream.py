@@ -18,7 +18,8 @@ with ``RST_STREAM(REFUSED_STREAM)``; the application never sees it. The other st
 and the connection carry on. Client-side connections (httpx in the same process) are
 untouched.
 
-Upstream: https://github.com/python-hyper/h2 raises ``TooManyStreamsError`` (a
+Upstream: https://github.com/pgjones/hypercorn/issues/335 ("HTTP/2 Server terminates
+all streams once exceeded", open). h2 raises ``TooManyStreamsError`` (a
 ``ProtocolError``) by design and leaves the choice to the server; Hypercorn's
 ``H2Protocol.handle`` closes the connection on any ``ProtocolError``. Listed in
 docs/api.md, "Known deviations from upstream Hypercorn". Idempotent.
