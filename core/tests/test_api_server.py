@@ -31,6 +31,19 @@ def test_hypercorn_defaults_raised_for_streaming(tmp_path: Path) -> None:
     assert not cfg.ssl_enabled
 
 
+def test_early_response_drain_budget_reaches_hypercorn() -> None:
+    from servehall.api import h1_early_response
+
+    s = Settings(server={"early_response_drain_bytes": 1000, "early_response_drain_s": 2.5})
+    cfg = hypercorn_config(s)
+    assert getattr(cfg, h1_early_response.DRAIN_BYTES_ATTR) == 1000
+    assert getattr(cfg, h1_early_response.DRAIN_S_ATTR) == 2.5
+    default = hypercorn_config(Settings())
+    assert getattr(default, h1_early_response.DRAIN_BYTES_ATTR) == (
+        h1_early_response.DEFAULT_DRAIN_BYTES
+    )
+
+
 def test_tls_needs_both_files(tmp_path: Path) -> None:
     (tmp_path / "c.pem").write_text("x")
     with pytest.raises(ConfigError):
