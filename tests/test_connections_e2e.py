@@ -274,7 +274,8 @@ def test_n32_out_of_descriptors(
         held: list[socket.socket] = []
         try:
             deadline = time.monotonic() + 60
-            while open_fds(pid) < 1024 and time.monotonic() < deadline:
+            peak = open_fds(pid)
+            while peak < 1024 and time.monotonic() < deadline:
                 for _ in range(50):
                     s = socket.socket()
                     s.setblocking(False)
@@ -282,7 +283,8 @@ def test_n32_out_of_descriptors(
                         s.connect(("127.0.0.1", srv.port))
                     held.append(s)
                 time.sleep(0.2)
-            assert open_fds(pid) == 1024, open_fds(pid)
+                peak = max(peak, open_fds(pid))
+            assert peak == 1024, peak  # every descriptor in use
             time.sleep(3.0)  # asyncio retries accept() every second: more failures
         finally:
             for s in held:
@@ -292,7 +294,7 @@ def test_n32_out_of_descriptors(
         lines = [ln for ln in log.splitlines() if "cannot accept connections" in ln]
         assert 1 <= len(lines) <= 2, log[-3000:]
         assert "EMFILE" in lines[0] and "1024 descriptors" in lines[0]
-        assert len(log) < 5000  # today: a traceback per accept() (199 MiB in a minute)
+        assert len(log) < 20_000  # today: a traceback per accept() (199 MiB in a minute)
 
         # the server comes back by itself once the connections are gone
         ok, states = wait_for_states(srv.port, no_open_server_sockets, timeout=30)

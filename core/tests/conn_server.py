@@ -11,7 +11,7 @@ Routes (any method):
 * ``/early`` — 415 without reading the body, then drains it like servehall's endpoints
   (:func:`servehall.api.body.drain_body`);
 * ``/early-close`` — 413 with ``Connection: close`` without reading the body (``?slow``:
-  after 0.2 s, as if authenticating, while the body keeps arriving), then drains;
+  after 0.5 s, as if authenticating, while the body keeps arriving), then drains;
 * ``/read`` — reads the whole body and answers its length.
 """
 
@@ -54,7 +54,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         status, body = 415, b'{"error": "unsupported media type"}'
     elif path == "/early-close":
         if scope["query_string"] == b"slow":
-            await asyncio.sleep(0.2)  # like an authentication lookup: the body keeps arriving
+            await asyncio.sleep(0.5)  # like an authentication lookup: the body keeps arriving
         status, body = 413, b'{"error": "too large"}'
         headers.append((b"connection", b"close"))
     else:
