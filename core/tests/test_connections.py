@@ -326,6 +326,25 @@ def test_h2_stream_over_limit_refused_alone(start: Callable[..., Server]) -> Non
     assert after == 200  # the connection stays usable
 
 
+def test_h2_refused_stream_with_body_keeps_connection(start: Callable[..., Server]) -> None:
+    """The refused stream carries DATA frames too: they are answered as a stream error
+    (flow control stays right), not a connection error."""
+    srv = start("--max-streams", "4")
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+        client = H2Client(s)
+        limit = client.read_settings()
+        client.allow_streams(limit + 1)
+        sids = [client.request("GET", "/ok", flush=False) for _ in range(limit)]
+        extra = client.request("POST", "/read", body=b"x" * 40_000, flush=False)
+        client.flush()
+        assert client.wait([*sids, extra]), client.terminated
+        assert [client.streams[i].status for i in sids] == [200] * limit
+        assert client.streams[extra].reset == h2.errors.ErrorCodes.REFUSED_STREAM
+        for _ in range(3):  # the connection, its HPACK state and its window still work
+            sid = client.request("POST", "/read", body=b"y" * 40_000)
+            assert client.wait([sid]) and client.streams[sid].body == b"40000"
+
+
 def test_control_bare_hypercorn_h2_drops_connection(start: Callable[..., Server]) -> None:
     srv = start("--max-streams", "10", fixes=False)
     _, statuses, _, terminated, _ = _h2_burst(srv.port, 1)
