@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from servehall.backends import BackendRegistry, BackendSpec, ProbeResult
 from servehall.bootstrap import load_deployment
 from servehall.cache import build_atomically, installed_versions, servehall_cache_dir
+from servehall.conversion import run_converter, source_digest
 from servehall.config import ModelConfig, Secret, Settings, load_settings
 from servehall.config.options import canonical_dtype, parse_model_options
 from servehall.engine import (
@@ -129,6 +130,8 @@ __all__ = [
     "load_settings",
     "open_record_bus",
     "parse_model_options",
+    "run_converter",
     "servehall_cache_dir",
+    "source_digest",
     "stop_token_set",
 ]
