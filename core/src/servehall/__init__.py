@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 from servehall.backends import BackendRegistry, BackendSpec, ProbeResult
 from servehall.bootstrap import load_deployment
 from servehall.cache import build_atomically, installed_versions, servehall_cache_dir
-from servehall.conversion import run_converter, source_digest
 from servehall.config import ModelConfig, Secret, Settings, load_settings
 from servehall.config.options import canonical_dtype, parse_model_options
+from servehall.conversion import run_converter, source_digest
 from servehall.engine import (
     Engine,
     EngineHealth,
