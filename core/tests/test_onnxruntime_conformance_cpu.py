@@ -19,12 +19,6 @@ pytest.importorskip("onnxruntime_genai")
 pytest.importorskip("torch")
 
 
-@pytest.fixture(scope="session")
-def ort_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One ONNX build cache for the session (the tiny Llama is built once)."""
-    return tmp_path_factory.mktemp("onnxruntime-cache")
-
-
 class TestOnnxRuntimeCpuConformance(TinyLlamaConformance):
     backend = "cpu"
     model_options: ClassVar[dict[str, Any]] = {"engine": "onnxruntime", "max_batch_size": 8}
