@@ -17,6 +17,10 @@
 #   5. abort: a long stream closed after a few chunks; the KV-cache gauge
 #      (servehall_kv_cache_blocks_used on /metrics) must return to 0;
 #   6. parity: greedy completions of a set of prompts are identical on cuda and cpu.
+# ENGINE=onnxruntime runs the ONNX Runtime GenAI engine on the CUDA execution provider instead
+# of the torch engine (needs onnxruntime-genai-cuda and `pip install -e './core[onnxruntime]'`;
+# DTYPE then names the build precision: float32 -> fp32 keeps parity strict, float16 -> fp16
+# builds a PagedAttention model for continuous batching and makes parity advisory).
 # Env knobs: DTYPE (float32; bfloat16/float16 make parity advisory), ATTN (sdpa),
 # DEVICE_INDEX (0), KEEP=1 keeps the work directory with server logs,
 # BACKEND=cpu dry-runs the whole script without a GPU (checks the script, not a GPU).
@@ -32,6 +36,7 @@ DTYPE=${DTYPE:-float32}
 ATTN=${ATTN:-sdpa}
 DEVICE_INDEX=${DEVICE_INDEX:-0}
 BACKEND=${BACKEND:-cuda}
+ENGINE=${ENGINE:-torch}
 WORK=$(mktemp -d -t servehall-gpu-smoke.XXXXXX)
 PIDS=()
 START=$(date +%s)
@@ -67,13 +72,16 @@ free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0
 CUDA_PORT=$(free_port)
 CPU_PORT=$(free_port)
 
-if [ "$BACKEND" = "cuda" ]; then
-  ENABLED='["cuda"]'
+if [ "$BACKEND" = "cuda" ]; then ENABLED='["cuda"]'; else ENABLED='[]'; fi
+if [ "$ENGINE" = "onnxruntime" ]; then
+  case "$DTYPE" in float16) PREC=fp16 ;; bfloat16) PREC=bf16 ;; *) PREC=fp32 ;; esac
+  OPTIONS="{ engine = \"onnxruntime\", precision = \"$PREC\", device_index = $DEVICE_INDEX, cache_dir = \"$WORK/onnx\" }"
+elif [ "$BACKEND" = "cuda" ]; then
   OPTIONS="{ dtype = \"$DTYPE\", attn_implementation = \"$ATTN\", device_index = $DEVICE_INDEX }"
 else
-  ENABLED='[]'
   OPTIONS="{ dtype = \"$DTYPE\" }"
 fi
+echo "engine: $ENGINE, options: $OPTIONS"
 cat >"$WORK/cuda.toml" <<EOF
 [plugins]
 enabled = $ENABLED

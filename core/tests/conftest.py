@@ -39,3 +39,9 @@ def install_plugin(
     yield install
     for module in made:
         sys.modules.pop(module, None)
+
+
+@pytest.fixture(scope="session")
+def ort_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ONNX Runtime GenAI build cache per session (the tiny Llama is built once)."""
+    return tmp_path_factory.mktemp("onnxruntime-cache")

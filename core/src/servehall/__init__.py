@@ -10,6 +10,7 @@ from servehall.bootstrap import load_deployment
 from servehall.cache import build_atomically, installed_versions, servehall_cache_dir
 from servehall.config import ModelConfig, Secret, Settings, load_settings
 from servehall.config.options import canonical_dtype, parse_model_options
+from servehall.conversion import run_converter, source_digest
 from servehall.engine import (
     Engine,
     EngineHealth,
@@ -129,6 +130,8 @@ __all__ = [
     "load_settings",
     "open_record_bus",
     "parse_model_options",
+    "run_converter",
     "servehall_cache_dir",
+    "source_digest",
     "stop_token_set",
 ]

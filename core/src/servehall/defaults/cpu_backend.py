@@ -11,7 +11,9 @@ from __future__ import annotations
 import importlib.util
 
 from servehall.backends import BackendRegistry, BackendSpec, ProbeResult
-from servehall.engines.torch import CpuDevice, torch_engine_factory
+from servehall.engines.onnxruntime.probe import cpu_provider_status
+from servehall.engines.select import engine_factory
+from servehall.engines.torch import CpuDevice
 from servehall.hookimpl import hookimpl
 
 CPU_AUTO_PRIORITY = 10
@@ -24,7 +26,8 @@ def probe_cpu() -> ProbeResult:
         return ProbeResult(
             False, f"{', '.join(missing)} not installed (pip install 'servehall[torch]')"
         )
-    return ProbeResult(True, "torch on the host CPU")
+    ort = cpu_provider_status()
+    return ProbeResult(True, f"torch on the host CPU; engine onnxruntime: {ort.reason}")
 
 
 @hookimpl
@@ -33,8 +36,11 @@ def servehall_register_backends(registry: BackendRegistry) -> None:
         BackendSpec(
             "cpu",
             probe_cpu,
-            torch_engine_factory(CpuDevice, "cpu"),
+            engine_factory("cpu", torch_device=CpuDevice, ort_provider="cpu"),
             auto_priority=CPU_AUTO_PRIORITY,
-            description="torch + transformers continuous batching on the host CPU (reference)",
+            description=(
+                "torch + transformers continuous batching on the host CPU (reference); "
+                "options.engine = 'onnxruntime' for ONNX Runtime GenAI"
+            ),
         )
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from servehall import BackendRegistry, BackendSpec, hookimpl
-from servehall.engines.torch import torch_engine_factory
+from servehall.engines.select import engine_factory
 from servehall_cuda.device import CudaDevice
 from servehall_cuda.probe import probe_cuda
 
@@ -20,8 +20,11 @@ def servehall_register_backends(registry: BackendRegistry) -> None:
         BackendSpec(
             "cuda",
             probe_cuda,
-            torch_engine_factory(CudaDevice, "cuda"),
+            engine_factory("cuda", torch_device=CudaDevice, ort_provider="cuda"),
             auto_priority=CUDA_AUTO_PRIORITY,
-            description="NVIDIA GPUs: torch + transformers continuous batching (paged KV cache)",
+            description=(
+                "NVIDIA GPUs: torch + transformers continuous batching (paged KV cache), or "
+                "ONNX Runtime GenAI's CUDA execution provider (options.engine = 'onnxruntime')"
+            ),
         )
     )

@@ -9,14 +9,35 @@ from __future__ import annotations
 import os
 
 from servehall import ProbeResult
+from servehall.engines.onnxruntime import cuda_provider_status
 from servehall.engines.torch import DriverCount, TorchBuild, driver_device_count, torch_build
 
 
-def probe_cuda(build: TorchBuild | None = None, devices: DriverCount | None = None) -> ProbeResult:
-    """Available when torch is a CUDA build and the driver sees at least one GPU.
+def probe_cuda(
+    build: TorchBuild | None = None,
+    devices: DriverCount | None = None,
+    ort_versions: dict[str, str | None] | None = None,
+) -> ProbeResult:
+    """Available when one of the backend's engines can run on a GPU here.
 
-    ``build``/``devices`` default to the real machine; tests pass fakes.
+    The torch engine needs a CUDA build of torch and a visible GPU
+    (:func:`probe_torch_cuda`); the ONNX Runtime engine needs a CUDA build of ONNX Runtime
+    GenAI and a visible GPU (:func:`servehall.engines.onnxruntime.cuda_provider_status`).
+    The reason names both. ``build``/``devices``/``ort_versions`` default to the real
+    machine; tests pass fakes.
     """
+    torch_result = probe_torch_cuda(build, devices)
+    ort = cuda_provider_status(ort_versions, devices)
+    return ProbeResult(
+        torch_result.available or ort.available,
+        f"{torch_result.reason}; engine onnxruntime: {ort.reason}",
+    )
+
+
+def probe_torch_cuda(
+    build: TorchBuild | None = None, devices: DriverCount | None = None
+) -> ProbeResult:
+    """Available when torch is a CUDA build and the driver sees at least one GPU."""
     build = build if build is not None else torch_build()
     if not build.installed:
         return ProbeResult(False, "torch is not installed (install a CUDA build of torch)")

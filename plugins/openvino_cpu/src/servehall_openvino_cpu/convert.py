@@ -22,12 +22,8 @@ failure the exporter's log tail is in the error.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 from servehall import (
@@ -35,7 +31,9 @@ from servehall import (
     EngineError,
     build_atomically,
     installed_versions,
+    run_converter,
     servehall_cache_dir,
+    source_digest,
 )
 
 CONVERTER_VERSION = 1
@@ -68,16 +66,7 @@ def _versions() -> dict[str, str | None]:
 
 def source_key(src: Path, weight_format: str) -> str:
     """SHA-256 hex over the source files (path, size, content), options and versions."""
-    h = hashlib.sha256()
-    h.update(json.dumps([CONVERTER_VERSION, weight_format, _versions()]).encode())
-    for f in sorted(p for p in src.rglob("*") if p.is_file()):
-        rel = f.relative_to(src)
-        if any(part.startswith(".") for part in rel.parts):
-            continue
-        h.update(f"{rel.as_posix()}\0{f.stat().st_size}\0".encode())
-        with open(f, "rb") as fh:
-            h.update(hashlib.file_digest(fh, "sha256").digest())
-    return h.hexdigest()
+    return source_digest(src, [CONVERTER_VERSION, weight_format, _versions()])
 
 
 def resolve_ir_dir(
@@ -117,38 +106,19 @@ def resolve_ir_dir(
 
 def _run_export(src: Path, out: Path, weight_format: str, *, quiet: bool) -> None:
     """Run the exporter in a child process, with a progress display on stderr."""
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    log_path = out / "convert.log"
     cmd = [sys.executable, "-m", "servehall_openvino_cpu.convert", str(src), str(out)]
     cmd += ["--weight-format", weight_format]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    console = Console(stderr=True, quiet=quiet)
-    with (
-        open(log_path, "wb") as log,
-        Progress(
-            SpinnerColumn(),
-            TextColumn("[bold]openvino_cpu[/]: converting {task.description} to OpenVINO IR"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as progress,
-    ):
-        task = progress.add_task(src.name, total=None)
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        while proc.poll() is None:
-            time.sleep(0.2)
-            progress.advance(task)
-    tail = log_path.read_text(errors="replace")[-2000:]
-    log_path.unlink(missing_ok=True)
-    if proc.returncode != 0:
-        raise EngineError(
-            f"converting {src} to OpenVINO IR failed (exit {proc.returncode}): {tail}"
-        )
+    run_converter(
+        cmd,
+        out / "convert.log",
+        label=f"[bold]openvino_cpu[/]: converting {src.name} to OpenVINO IR",
+        what=f"converting {src} to OpenVINO IR",
+        quiet=quiet,
+    )
     if not is_ir_dir(out):
-        raise EngineError(f"converting {src} produced no {IR_MODEL}: {tail}")
-    console.print(f"openvino_cpu: converted {src.name} → {out.parent}", highlight=False)
+        raise EngineError(f"converting {src} produced no {IR_MODEL}")
+    if not quiet:
+        print(f"openvino_cpu: converted {src.name} → {out.parent}", file=sys.stderr)
 
 
 def export(src: Path, out: Path, weight_format: str) -> None:

@@ -1,0 +1,479 @@
+"""The ONNX Runtime GenAI engine: ``onnxruntime_genai.Engine`` behind :class:`servehall.Engine`.
+
+ONNX Runtime GenAI (0.18+) schedules many requests in one ``Engine``: each request is an
+``og.Request`` whose *turn* is started with ``begin_turn(prompt_ids, TurnOptions)``;
+``Engine.run(buffer)`` runs one step for every scheduled request and returns events
+(``TOKEN`` with one new token, ``TURN_FINISHED`` with a ``FinishReason``, ``FAILED`` with
+an ``EngineErrorCode``). A model built with PagedAttention (CUDA, fp16/bf16) is batched
+continuously: a request joins the running batch at the next step. A model without it is
+batched statically by ONNX Runtime: a request waits until the running batch drains.
+
+This module drives it the way the ``openvino_cpu`` engine drives OpenVINO GenAI:
+
+* **one step thread** owns the ``og.Engine``: it drains a command queue (add / abort)
+  between steps, calls ``run()`` (which releases the GIL) while requests are pending, and
+  hands every request's new tokens of that step, as one batch, to the asyncio loop with
+  ``loop.call_soon_threadsafe``;
+* **abort** ends the stream at once with ``finish_reason="abort"``; the step thread
+  cancels the turn (``Request.cancel_turn``) and closes the request when ONNX Runtime
+  reports it finished, which frees its KV-cache slot;
+* **stop tokens** besides EOS (``SamplingParams.stop_token_ids``) are matched here, since
+  ONNX Runtime only stops on EOS and stop *strings*; EOS is not emitted (ONNX Runtime
+  does not report it as a token), as in the other engines;
+* **stats** count requests and KV-cache *slots*: ONNX Runtime does not report paged-cache
+  usage, so one "block" here is one sequence slot of ``max_batch_size`` (its length is in
+  ``model_info.extra["kv_block_tokens"]``);
+* **health** fails once the step thread died (a failed ``run()`` or a ``FAILED`` event
+  with an engine-level error code) and every open stream then ends with ``error``.
+
+``SamplingParams`` map onto ``og.TurnOptions``: temperature 0 → greedy; else sampling
+with ``temperature`` and ``top_p`` (top-k off, so only OpenAI's knobs act);
+``max_tokens`` → ``set_max_generated_tokens``; ``ignore_eos`` → ``set_min_generated_tokens``
+(EOS masked until ``max_tokens``); ``seed`` → ``set_seed``, which ONNX Runtime offers only
+with dynamic (paged) batching — elsewhere ``seed`` is not in :attr:`supported_params`.
+Presence and frequency penalties have no ONNX Runtime equivalent and are refused by the
+host (400 naming the field).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import logging
+import queue
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from servehall.config.models import ModelConfig
+from servehall.engine import EngineHealth, EngineStats, ModelInfo, SamplingParams, TokenDelta
+from servehall.engine_support import DeltaStream, HfModelFacts, read_json_object, token_id_tuple
+from servehall.engines.onnxruntime.build import GENAI_CONFIG, resolve_onnx_dir
+from servehall.engines.onnxruntime.options import OrtOptions, OrtProvider, parse_ort_options
+from servehall.engines.onnxruntime.probe import cuda_provider_status
+from servehall.errors import ConfigError, EngineError
+
+log = logging.getLogger("servehall.engines.onnxruntime")
+
+IDLE_WAIT_S = 0.5
+"""How long the idle step thread blocks on its command queue before re-checking."""
+EVENT_BUFFER_CAPACITY = 1024
+"""Events one ``Engine.run`` may return (at least one per scheduled request)."""
+
+ENGINE_FAILURES = frozenset({"ENGINE_CONTRACT_FAILURE", "ENGINE_EXECUTION_FAILURE"})
+"""``EngineErrorCode`` names after which the engine itself is unusable."""
+
+_FINISH = {
+    "EOS": "stop",
+    "STOP_STRING": "stop",
+    "MAX_GENERATED_TOKENS": "length",
+    "MAX_SESSION_TOKENS": "length",
+}
+
+
+@dataclass(slots=True)
+class _Live:
+    """Step-thread state of one request."""
+
+    stream: DeltaStream
+    request: Any
+    turn: int
+    stop_ids: frozenset[int]
+    tokens: list[int] = field(default_factory=list)
+    ended: bool = False  # the stream got its terminal delta
+
+
+class OnnxRuntimeEngine:
+    """Continuous-batching engine for one model through ONNX Runtime GenAI.
+
+    Args:
+        model: the ``[[models]]`` entry; ``path`` is an ONNX GenAI directory or a Hugging
+            Face directory (built once, :mod:`servehall.engines.onnxruntime.build`);
+            ``options`` are validated as :class:`OrtOptions`.
+        backend: the backend name reported in ``Engine.backend`` (``cpu``, ``cuda``).
+        provider: the backend's execution provider (``options.provider`` overrides it).
+
+    Raises:
+        ConfigError: invalid options or a path that is not a model directory (raised here,
+            before onnxruntime is imported).
+    """
+
+    def __init__(self, model: ModelConfig, backend: str, provider: OrtProvider) -> None:
+        self.backend = backend
+        self.name = model.name
+        self.path = Path(model.path).expanduser()
+        self.options: OrtOptions = parse_ort_options(
+            model.options, model=model.name, default_provider=provider
+        )
+        if not self.path.is_dir():
+            raise ConfigError(f"model {model.name!r}: {self.path} is not a directory")
+        self._requested_len = model.max_model_len
+        self._info = self._read_info(self.path)
+        params = {"top_p"}
+        if self.options.paged_attention:
+            params.add("seed")  # per-turn reseeding needs ONNX Runtime's dynamic batching
+        self.supported_params: frozenset[str] = frozenset(params)
+        self._model_dir: Path | None = None
+        self._og: Any = None
+        self._model: Any = None
+        self._engine: Any = None
+        self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._streams: dict[str, DeltaStream] = {}  # loop thread: live requests by id
+        self._dead_reason: str | None = None
+        self._started = False
+        self._stopped = False
+        self._fault: str | None = None
+
+    # --- facts -------------------------------------------------------------------------
+
+    def _read_info(self, path: Path) -> ModelInfo:
+        """Context length, EOS ids and vocabulary from ``genai_config.json`` or the HF config."""
+        genai = read_json_object(path / GENAI_CONFIG).get("model")
+        if isinstance(genai, dict):
+            native = int(genai.get("context_length") or 2048)
+            eos = token_id_tuple(genai.get("eos_token_id"))
+            vocab = int(genai.get("vocab_size") or 0)
+        else:
+            facts = HfModelFacts.read(path)
+            native, eos, vocab = (
+                facts.max_position_embeddings,
+                facts.eos_token_ids,
+                facts.vocab_size,
+            )
+        length = min(self._requested_len or native, native)
+        return ModelInfo(max_model_len=length, eos_token_ids=eos, vocab_size=vocab)
+
+    @property
+    def model_info(self) -> ModelInfo:
+        """Context length, EOS ids, vocabulary size, and the build's facts in ``extra``."""
+        info = self._info
+        return ModelInfo(
+            max_model_len=info.max_model_len,
+            eos_token_ids=info.eos_token_ids,
+            vocab_size=info.vocab_size,
+            extra={
+                "engine": "onnxruntime",
+                "provider": self.options.provider,
+                "precision": self.options.precision,
+                "max_batch_size": self.options.max_batch_size,
+                "batching": "continuous" if self.options.paged_attention else "static",
+                "kv_block_tokens": info.max_model_len,
+                "model_dir": str(self._model_dir) if self._model_dir else None,
+            },
+        )
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Build the ONNX model if needed, load it and start the step thread.
+
+        Raises:
+            ConfigError: onnxruntime-genai is not installed, or the CUDA execution provider
+                was asked for where it cannot run (the reason says why).
+            EngineError: building or loading the model failed.
+        """
+        if self._started:
+            return
+        self._loop = asyncio.get_running_loop()
+        try:
+            import onnxruntime_genai as og
+        except ImportError:
+            raise ConfigError(
+                f"models.{self.name}.options.engine: 'onnxruntime' needs the onnxruntime-genai "
+                "package (pip install 'servehall[onnxruntime]'; onnxruntime-genai-cuda for GPUs)"
+            ) from None
+        self._og = og
+        if self.options.provider == "cuda":
+            status = cuda_provider_status()
+            if not status.available:
+                raise ConfigError(
+                    f"models.{self.name}.options.provider: the CUDA execution provider cannot "
+                    f"run here: {status.reason}"
+                )
+        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        try:
+            self._model_dir = await asyncio.to_thread(resolve_onnx_dir, self.path, self.options)
+            self._info = self._read_info(self._model_dir)
+            # ONNX Runtime GenAI binds an Engine to the thread that creates it: the step
+            # thread loads the model and reports back through ``ready``.
+            self._thread = threading.Thread(
+                target=self._run, args=(ready,), name=f"servehall-ort-{self.name}", daemon=True
+            )
+            self._thread.start()
+            await asyncio.wrap_future(ready)
+        except (ConfigError, EngineError):
+            raise
+        except Exception as exc:
+            raise EngineError(
+                f"onnxruntime: loading model {self.name!r} from {self.path} failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        self._started = True
+
+    def _load(self) -> None:
+        """Step thread: load the model and create the engine (this thread owns it)."""
+        og = self._og
+        config = og.Config(str(self._model_dir))
+        config.clear_providers()
+        if self.options.provider == "cuda":
+            config.append_provider("cuda")
+            config.set_provider_option("cuda", "device_id", str(self.options.device_index))
+        config.overlay(json.dumps({"search": {"num_beams": 1, "top_k": 0}}))
+        self._model = og.Model(config)
+        self._engine = og.Engine(self._model)
+
+    async def health(self) -> EngineHealth:
+        """OK while started, not shut down, and the step thread is alive."""
+        if self._dead_reason is not None:
+            return EngineHealth(False, self._dead_reason)
+        if self._stopped:
+            return EngineHealth(False, "engine is shut down")
+        if not self._started:
+            return EngineHealth(False, "engine not started")
+        if self._thread is None or not self._thread.is_alive():
+            return EngineHealth(False, "step thread is not running")
+        return EngineHealth(True)
+
+    def stats(self) -> EngineStats:
+        """Requests and KV-cache slots (one block = one sequence slot; see module doc)."""
+        slots = self.options.max_batch_size
+        live = len(self._streams)
+        running = min(live, slots)
+        return EngineStats(
+            running=running,
+            waiting=live - running,
+            kv_cache_blocks_used=running,
+            kv_cache_blocks_total=slots,
+        )
+
+    async def shutdown(self) -> None:
+        """Abort every request, stop the step thread, release the model. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        for rid in list(self._streams):
+            self._abort_now(rid)
+        self._commands.put(("stop", None))
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+
+    # --- requests ----------------------------------------------------------------------
+
+    def add_request(
+        self, request_id: str, prompt_token_ids: Sequence[int], params: SamplingParams
+    ) -> DeltaStream:
+        """Queue a request; it joins the engine at the next step (see ``Engine``)."""
+        if request_id in self._streams:
+            raise ValueError(f"request id {request_id!r} is already live")
+        if not self._started or self._stopped:
+            raise EngineError("onnxruntime engine is not running")
+        stream = DeltaStream(request_id, self._abort_now)
+        if self._dead_reason is not None:
+            stream.push(TokenDelta((), "error", error="engine is not healthy"))
+            return stream
+        if not prompt_token_ids:
+            stream.push(TokenDelta((), "error", error="empty prompt"))
+            return stream
+        self._streams[request_id] = stream
+        self._commands.put(("add", (stream, list(prompt_token_ids), params)))
+        return stream
+
+    async def abort(self, request_id: str) -> None:
+        """Abort a queued or running request; its KV slot is freed at the next step."""
+        self._abort_now(request_id)
+
+    def _abort_now(self, request_id: str) -> None:
+        stream = self._streams.pop(request_id, None)
+        if stream is None:
+            return
+        stream.push(TokenDelta((), "abort"))
+        self._commands.put(("abort", stream))
+
+    def _inject_fault(self, reason: str = "injected fault") -> None:
+        """Test hook: make the next step fail as a device fault would."""
+        self._fault = reason
+        self._commands.put(("wake", None))
+
+    # --- step thread -------------------------------------------------------------------
+
+    def _turn_options(self, request: Any, p: SamplingParams) -> Any:
+        og = self._og
+        opts = og.TurnOptions(request)
+        opts.set_max_generated_tokens(p.max_tokens)
+        if p.ignore_eos:
+            opts.set_min_generated_tokens(p.max_tokens)
+        opts.set_top_k(0)
+        if p.temperature <= 0:
+            opts.set_do_sample(False)
+        else:
+            opts.set_do_sample(True)
+            opts.set_temperature(p.temperature)
+            opts.set_top_p(p.top_p)
+            if p.seed is not None and "seed" in self.supported_params:
+                opts.set_seed(p.seed % 2**63)
+        return opts
+
+    def _run(self, ready: concurrent.futures.Future[None]) -> None:
+        import numpy as np
+
+        try:
+            self._load()
+            buffer = self._engine.create_event_buffer(EVENT_BUFFER_CAPACITY)
+        except BaseException as exc:
+            ready.set_exception(exc)
+            return
+        ready.set_result(None)
+        live: dict[int, _Live] = {}  # id(og.Request) -> state
+        try:
+            while True:
+                failed = self._drain(live, np, block=not live)
+                if failed is None:
+                    break
+                if self._fault is not None:
+                    raise RuntimeError(self._fault)
+                batch = failed
+                if self._engine.has_pending_requests():
+                    batch.extend(self._step(live, buffer))
+                if batch:
+                    self._post(batch)
+        except Exception as exc:
+            reason = f"ONNX Runtime step failed: {type(exc).__name__}: {exc}"
+            log.error("model %s: %s", self.name, reason)
+            self._dead_reason = reason
+            self._post_fail_all()
+        finally:
+            for entry in live.values():
+                with contextlib.suppress(Exception):
+                    entry.request.close()
+            live.clear()
+            self._engine = None  # released on the owner thread
+            self._model = None
+
+    def _drain(
+        self, live: dict[int, _Live], np: Any, *, block: bool
+    ) -> list[tuple[DeltaStream, TokenDelta]] | None:
+        """Apply queued commands; returns deltas of requests refused at admission, or
+        None on stop."""
+        refused: list[tuple[DeltaStream, TokenDelta]] = []
+        timeout = IDLE_WAIT_S if block else None
+        while True:
+            try:
+                kind, arg = (
+                    self._commands.get(timeout=timeout) if timeout else self._commands.get_nowait()
+                )
+            except queue.Empty:
+                return refused
+            timeout = None
+            if kind == "stop":
+                return None
+            if kind == "add":
+                stream, prompt, params = arg
+                if stream.done:
+                    continue  # aborted before it reached the engine
+                request = self._engine.create_request()
+                try:
+                    turn = request.begin_turn(
+                        np.asarray(prompt, dtype=np.int32), self._turn_options(request, params)
+                    )
+                except RuntimeError as exc:  # e.g. the prompt does not fit the context
+                    request.close()
+                    refused.append((stream, TokenDelta((), "error", error=str(exc))))
+                    continue
+                stop_ids = frozenset(params.stop_token_ids)
+                live[id(request)] = _Live(stream, request, turn, stop_ids)
+            elif kind == "abort":
+                for entry in live.values():
+                    if entry.stream is arg and not entry.ended:
+                        self._end(entry)
+
+    def _step(self, live: dict[int, _Live], buffer: Any) -> list[tuple[DeltaStream, TokenDelta]]:
+        """One ``Engine.run``: each request's new tokens of this step as one delta.
+
+        A request whose turn ended (finished, failed, or a stop token matched here) gets
+        its terminal delta, carrying the step's tokens; the ``og.Request`` is closed once
+        ONNX Runtime reports the turn over (after a cancel too), which frees its slot.
+        """
+        flags = self._og.EngineEventFlags
+        terminal: dict[int, TokenDelta] = {}
+        over: list[int] = []
+        for ev in self._engine.run(buffer):
+            key = id(ev.request)
+            entry = live.get(key)
+            if entry is None:
+                continue
+            bits = ev.flags
+            if bits & flags.TOKEN and ev.token is not None and not entry.ended:
+                token = int(ev.token)
+                if token in entry.stop_ids:
+                    terminal[key] = TokenDelta(tuple(entry.tokens), "stop")
+                    self._end(entry)
+                else:
+                    entry.tokens.append(token)
+            if bits & flags.FAILED:
+                code = ev.error_code.name
+                if code in ENGINE_FAILURES:
+                    raise RuntimeError(f"engine failure {code}")
+                if not entry.ended:
+                    error = f"ONNX Runtime refused the request ({code})"
+                    terminal[key] = TokenDelta(tuple(entry.tokens), "error", error=error)
+                    entry.ended = True
+                over.append(key)
+            elif bits & flags.TURN_FINISHED:
+                if not entry.ended:
+                    reason = _FINISH.get(ev.finish_reason.name, "stop")
+                    terminal[key] = TokenDelta(tuple(entry.tokens), reason)  # type: ignore[arg-type]
+                    entry.ended = True
+                over.append(key)
+        batch: list[tuple[DeltaStream, TokenDelta]] = []
+        for key, entry in live.items():
+            delta = terminal.get(key)
+            if delta is not None:
+                batch.append((entry.stream, delta))
+            elif entry.tokens and not entry.ended:
+                batch.append((entry.stream, TokenDelta(tuple(entry.tokens))))
+            entry.tokens = []
+        for key in over:
+            entry = live.pop(key)
+            with contextlib.suppress(Exception):
+                entry.request.close()
+        return batch
+
+    @staticmethod
+    def _end(entry: _Live) -> None:
+        """Stop a turn early (abort, stop token); its slot frees when ONNX Runtime says so."""
+        entry.ended = True
+        with contextlib.suppress(RuntimeError):
+            entry.request.cancel_turn(entry.turn)
+
+    def _post(self, batch: list[tuple[DeltaStream, TokenDelta]]) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(self._deliver, batch)
+
+    def _deliver(self, batch: list[tuple[DeltaStream, TokenDelta]]) -> None:
+        """Loop thread: push deltas; forget requests that ended."""
+        for stream, delta in batch:
+            stream.push(delta)
+            if delta.finish_reason is not None and self._streams.get(stream.request_id) is stream:
+                del self._streams[stream.request_id]
+
+    def _post_fail_all(self) -> None:
+        """After a fatal step error: end every live stream with ``error`` (loop thread)."""
+
+        def fail() -> None:
+            for rid, stream in list(self._streams.items()):
+                stream.push(TokenDelta((), "error", error="engine step failed"))
+                del self._streams[rid]
+
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(fail)
