@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from servehall.config.settings import Settings
 from servehall.plugins import PluginHost
+from servehall.replica import replica_name
 
 if TYPE_CHECKING:
     from servehall.engine import Engine
@@ -42,6 +43,8 @@ class Host:
         records: the record bus (``emit(RequestRecord)``, ``audit(AuditEvent)``); None
             until the records layer starts.
         state: free space for plugins, keyed by plugin name.
+        replica: this replica's name (``[server] replica`` or ``<hostname>-<pid>``),
+            stored in every request-log row.
     """
 
     settings: Settings
@@ -50,3 +53,9 @@ class Host:
     input_filters: list[InputFilter] = field(default_factory=list)
     records: Any = None
     state: dict[str, Any] = field(default_factory=dict)
+    replica: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.replica:
+            server = getattr(self.settings, "server", None)
+            self.replica = replica_name(getattr(server, "replica", None))

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from starlette.types import Send
 
-from servehall.api.run import InferenceRun, usage
+from servehall.api.run import InferenceRun, record_before_last_byte, usage
 from servehall.serving.choice import ChoiceStream
 
 log = logging.getLogger("servehall.api")
@@ -98,6 +98,7 @@ async def send_completion(
         }
     body["usage"] = usage(run)
     data = dumps(body).encode("utf-8")
+    await record_before_last_byte(run)
     run.response_started = True
     await send(
         {

@@ -46,6 +46,25 @@ def fill_record(run: InferenceRun) -> None:
     run.ctx.verdicts = [*run.input_verdicts, *(v for c in run.choices for v in c.verdicts)]
 
 
+async def record_before_last_byte(run: InferenceRun) -> None:
+    """With a sink that confirms writes (``[[sinks]] options.commit_wait_s``): finish the
+    request's record (status 200) now and wait until it is written, so that the client
+    receives the response's last bytes only once its request-log row is stored — a
+    replica killed afterwards loses no record of a request its client saw complete.
+    Without such a sink: nothing (the record is emitted after the response, as usual)."""
+    bus = run.api.host.records
+    if bus is None or not getattr(bus, "commit_wait", False):
+        return
+    fill_record(run)
+    run.ctx.finish(
+        200,
+        finish_reason=run.choices[0].finish_reason if run.choices else None,
+        prompt_text=run.prompt_text,
+        completion_text=completion_text(run),
+    )
+    await bus.wait_written(run.ctx.record)
+
+
 def completion_text(run: InferenceRun) -> str | None:
     """The first choice's text so far (what the record stores), or None before admission."""
     return run.choices[0].text if run.choices else None

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from starlette.types import Send
 
 from servehall.api.response import dumps, response_headers
-from servehall.api.run import InferenceRun, usage
+from servehall.api.run import InferenceRun, record_before_last_byte, usage
 from servehall.errors import ServehallError
 from servehall.serving.choice import ChoiceEvent, ChoiceStream
 
@@ -168,4 +168,5 @@ async def send_stream(
                 "more_body": True,
             }
         )
+    await record_before_last_byte(run)
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})

@@ -24,7 +24,8 @@ class ServerSettings(_Section):
     """``[server]``: listening sockets, TLS, limits and auth allow-list.
 
     ``bind`` entries are ``host:port``; each serves HTTP/1.1, h2c (prior knowledge and
-    upgrade) and, with ``certfile``/``keyfile``, TLS with ALPN ``h2``.
+    upgrade) and, with ``certfile``/``keyfile``, TLS with ALPN ``h2``. ``replica`` names
+    this replica in ``request_log.replica`` (default ``<hostname>-<pid>``).
     """
 
     bind: list[str] = Field(default_factory=lambda: ["127.0.0.1:8000"])
@@ -40,6 +41,7 @@ class ServerSettings(_Section):
     default_max_tokens: int = Field(default=256, ge=1)
     max_n: int = Field(default=8, ge=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    replica: str | None = Field(default=None, max_length=128)
 
     @field_validator("bind")
     @classmethod

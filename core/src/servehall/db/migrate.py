@@ -67,10 +67,35 @@ def _current_heads(conn: Connection) -> set[str]:
     return set(MigrationContext.configure(conn).get_current_heads())
 
 
+class SchemaTooNewError(ConfigError):
+    """The database is at a revision this servehall does not know: another replica (or
+    ``servehall db upgrade``) of a newer release migrated it. ``database_revisions``
+    holds the unknown revision(s), ``known_heads`` this release's head(s)."""
+
+    def __init__(self, database: set[str], code: set[str]) -> None:
+        self.database_revisions = database
+        self.known_heads = code
+        super().__init__(
+            "database schema is newer than this servehall: the database is at revision "
+            + ", ".join(sorted(database))
+            + ", this release knows up to "
+            + ", ".join(sorted(code))
+            + "; run the newer servehall release on this replica (a replica never "
+            "downgrades a shared database)"
+        )
+
+
 def _missing_heads(conn: Connection) -> set[str]:
-    """Heads of the tree that the database has not reached."""
+    """Heads of the tree that the database has not reached.
+
+    Raises:
+        SchemaTooNewError: the database has a revision the tree does not contain.
+    """
     script = ScriptDirectory.from_config(alembic_config())
     current = _current_heads(conn)
+    unknown = {rev for rev in current if rev not in _known_revisions(script)}
+    if unknown:
+        raise SchemaTooNewError(unknown, set(script.get_heads()))
     applied: set[str] = set()
     for rev in current:
         for r in script.iterate_revisions(rev, "base"):
@@ -78,7 +103,19 @@ def _missing_heads(conn: Connection) -> set[str]:
     return {h for h in script.get_heads() if h not in applied}
 
 
+def _known_revisions(script: ScriptDirectory) -> set[str]:
+    return {r.revision for r in script.walk_revisions()}
+
+
+#: ``pg_advisory_xact_lock`` key held while migrating, so replicas started together with
+#: ``auto_migrate`` run the migrations one after the other (the second finds nothing to do).
+MIGRATION_LOCK_KEY = 0x5E5E_0001
+
+
 def _upgrade(conn: Connection, cfg: Config) -> None:
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
+    _missing_heads(conn)  # refuses a database newer than this release (SchemaTooNewError)
     cfg.attributes["connection"] = conn
     command.upgrade(cfg, "heads")
 

@@ -65,6 +65,7 @@ class RequestLog(DbBase):
     filter_verdicts: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     prompt_text: Mapped[str | None] = mapped_column(Text)
     completion_text: Mapped[str | None] = mapped_column(Text)
+    replica: Mapped[str | None] = mapped_column(String(128))
 
     __table_args__ = (
         Index(None, "received_at"),
@@ -72,6 +73,7 @@ class RequestLog(DbBase):
         Index(None, "model", "received_at"),
         Index(None, "status_code", "received_at"),
         Index(None, "principal_id", "received_at"),
+        Index(None, "replica", "received_at"),
     )
 
 

@@ -20,11 +20,14 @@ Each sink gets its own :class:`~servehall.records.runner.SinkRunner` (bounded qu
 batches, retry with backoff, spill file, replay). Runner settings come from the sink's
 ``options`` (``buffer``, ``batch_size``, ``linger_s``, ``spill``, ``spill_path``,
 ``spill_max_bytes``, ``retry_initial_s``, ``retry_max_s``, ``retry_after_s``,
-``close_timeout_s``); the other options go to the sink's factory.
+``close_timeout_s``, ``commit_wait_s``); the other options go to the sink's factory.
+With ``commit_wait_s`` on a sink, :meth:`RecordBus.wait_written` holds a response's last
+bytes until that sink has written the request's record.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -57,6 +60,21 @@ class RecordBus:
         self._required = [r for r in self.runners if r.required]
         self.store_prompts = store_prompts
         self.emitted = 0
+        self._confirming = [r for r in self.runners if r.commit_wait_s > 0]
+
+    @property
+    def commit_wait(self) -> bool:
+        """True when some sink confirms writes (``commit_wait_s`` > 0)."""
+        return bool(self._confirming)
+
+    async def wait_written(self, record: RequestRecord) -> None:
+        """Wait until every confirming sink has written ``record`` (each at most its
+        ``commit_wait_s``); call right after :meth:`emit`. Never raises."""
+        futures = [(r, r.expect(record)) for r in self._confirming]  # before any await
+        if len(futures) == 1:
+            await futures[0][0].wait(record, futures[0][1])
+        elif futures:
+            await asyncio.gather(*(r.wait(record, f) for r, f in futures))
 
     def emit(self, record: RequestRecord) -> None:
         """Queue one request-log record (prompt text dropped unless allowed)."""

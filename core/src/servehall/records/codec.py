@@ -129,6 +129,7 @@ def request_row(rec: RequestRecord) -> dict[str, Any]:
         "filter_verdicts": clean_json(rec.filter_verdicts) if rec.filter_verdicts else [],
         "prompt_text": _opt(rec.prompt_text),
         "completion_text": _opt(rec.completion_text),
+        "replica": _opt(rec.replica),
     }
 
 

@@ -59,6 +59,15 @@ QUERIES: dict[str, NamedQuery] = {
             "latency and TTFT percentiles (seconds) per UTC day and model",
         ),
         NamedQuery(
+            "requests_per_replica_day",
+            "v_requests_per_replica_day",
+            "day",
+            True,
+            "day, replica",
+            "requests, errors and tokens per UTC day and replica (several replicas may "
+            "share one database)",
+        ),
+        NamedQuery(
             "audit_events",
             "audit_event",
             "at",

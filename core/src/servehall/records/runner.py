@@ -16,6 +16,10 @@ Order-preserving overflow, oldest first:
 
 At close, whatever could not be written is saved to the spill file (in order) and
 replayed at the next start.
+
+Confirmed writes: with ``commit_wait_s`` > 0, :meth:`SinkRunner.wait_written` lets the
+request path wait (up to that many seconds) until a request's record has been written
+by this sink — batches still group many requests into one transaction (group commit).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ RUNNER_OPTIONS = (
     "retry_max_s",
     "retry_after_s",
     "close_timeout_s",
+    "commit_wait_s",
 )
 """Keys of a ``[[sinks]] options`` table consumed by the runner, not the sink factory."""
 
@@ -70,6 +75,8 @@ class SinkRunner:
         retry_initial_s / retry_max_s: backoff between failed writes (seconds).
         retry_after_s: ``Retry-After`` of the fail-closed 503 (seconds).
         close_timeout_s: how long ``close`` tries to drain before saving to the spill file.
+        commit_wait_s: how long a response may wait for its record to be written
+            (:meth:`wait_written`); 0 (default) never waits.
     """
 
     def __init__(
@@ -87,6 +94,7 @@ class SinkRunner:
         retry_max_s: float = 5.0,
         retry_after_s: int = 5,
         close_timeout_s: float = 10.0,
+        commit_wait_s: float = 0.0,
     ) -> None:
         self.sink = sink
         self.name = sink.name
@@ -102,6 +110,11 @@ class SinkRunner:
         self.retry_max_s = float(retry_max_s)
         self.retry_after_s = int(retry_after_s)
         self.close_timeout_s = float(close_timeout_s)
+        self.commit_wait_s = float(commit_wait_s)
+        if self.commit_wait_s < 0:
+            raise ValueError("commit_wait_s must be >= 0")
+        self._waiters: dict[str, asyncio.Future[None]] = {}
+        self.commit_wait_timeouts = 0
 
         self.mem: deque[Record] = deque()
         self.tail: deque[Record] = deque()
@@ -226,6 +239,49 @@ class SinkRunner:
             self._last_warn[kind] = now
             log.warning(msg)
 
+    def expect(self, record: RequestRecord) -> asyncio.Future[None] | None:
+        """A future resolved when ``record`` (already :meth:`put`) has been written; None
+        when ``commit_wait_s`` is 0. Register before yielding to the event loop."""
+        if self.commit_wait_s <= 0:
+            return None
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters[record.request_id] = fut
+        return fut
+
+    async def wait_written(self, record: RequestRecord) -> bool:
+        """Wait until ``record`` (already :meth:`put`) is written, at most
+        ``commit_wait_s``. Returns True when written, False on timeout (the record stays
+        queued: it is written later, or spilled at close) or when waiting is off."""
+        return await self.wait(record, self.expect(record))
+
+    async def wait(self, record: RequestRecord, fut: asyncio.Future[None] | None) -> bool:
+        """Await a future from :meth:`expect` (see :meth:`wait_written`)."""
+        if fut is None:
+            return False
+        try:
+            await asyncio.wait_for(fut, self.commit_wait_s)
+            return True
+        except TimeoutError:
+            self.commit_wait_timeouts += 1
+            self._warn(
+                "commit-wait",
+                f"sink {self.name!r}: a record was not written within commit_wait_s "
+                f"({self.commit_wait_s:g} s); responding anyway (it stays queued)",
+            )
+            return False
+        finally:
+            if self._waiters.get(record.request_id) is fut:
+                del self._waiters[record.request_id]
+
+    def _confirm(self, batch: list[Record]) -> None:
+        if not self._waiters:
+            return
+        for rec in batch:
+            if isinstance(rec, RequestRecord):
+                fut = self._waiters.pop(rec.request_id, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(None)
+
     # --- the consumer side -------------------------------------------------------------
 
     def _read_spill(self) -> tuple[list[Record], int]:
@@ -313,6 +369,7 @@ class SinkRunner:
             backoff = self.retry_initial_s
             self.healthy = True
             self.written += len(batch)
+            self._confirm(batch)
             if spill_pos is None:
                 for _ in range(len(batch)):
                     self.mem.popleft()

@@ -25,7 +25,8 @@ class RequestRecord:
     is on and ``store_prompts`` is not False: the request path sets ``store_prompts``
     from the principal's per-tenant policy (``principal.attributes["store_prompts"]``,
     supplied by the auth plugin); None means "follow the global setting". The record
-    bus drops the texts otherwise, before any sink sees the record.
+    bus drops the texts otherwise, before any sink sees the record. ``replica`` names
+    the servehall replica that served the request (``[server] replica``).
     """
 
     request_id: str
@@ -50,6 +51,7 @@ class RequestRecord:
     prompt_text: str | None = None
     completion_text: str | None = None
     store_prompts: bool | None = None
+    replica: str | None = None
 
 
 @dataclass(slots=True)

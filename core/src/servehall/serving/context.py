@@ -58,6 +58,7 @@ class RequestContext:
             received_at=datetime.now(UTC),
             endpoint=endpoint,
             client_addr=client_addr,
+            replica=host.replica,
         )
         self.verdicts: list[FilterVerdict] = []
         self.first_token_at: float | None = None

@@ -85,6 +85,7 @@ class _Session:
             raise _fail("API keys are disabled ([auth] api_keys = false)", 2)
         self.auth = auth
         self.actor = f"cli:{_os_user()}"
+        self.redis: Any = None  # redis.asyncio.Redis when [auth] limits_url is set
 
     async def __aenter__(self) -> _Session:
         """Open the record bus first (no audit trail, no change), then the key store."""
@@ -103,6 +104,18 @@ class _Session:
         except ConfigError as exc:
             await self._close()
             raise _fail(exc.message, 2) from None
+        if self.auth.limits_url is not None:
+            # revoke/rotate reach every replica's key cache at once (pub/sub)
+            from servehall_auth.broadcast import publish_key_change
+            from servehall_auth.redis_limiter import make_client
+
+            client = make_client(self.auth.limits_url.get_secret_value(), 2.0)
+            self.redis = client
+
+            async def publish(key_id: str) -> None:
+                await publish_key_change(client, key_id)
+
+            self.keys.on_change = publish
         return self
 
     def audit(self, action: str, target: str | None, details: dict[str, Any]) -> None:
@@ -125,6 +138,8 @@ class _Session:
         finally:
             if getattr(self, "keys", None) is not None:
                 await self.keys.engine.dispose()
+            if self.redis is not None:
+                await self.redis.aclose()
 
     async def __aexit__(self, *exc: object) -> None:
         await self._close()

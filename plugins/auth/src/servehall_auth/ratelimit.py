@@ -16,17 +16,34 @@ the bucket is full again). For each kind, the most restrictive bucket (key or te
 is reported. Every 429 adds ``Retry-After`` (whole seconds, at least 1): the time until
 the buckets have room, or — for ``tokens_exceed_limit``, a request whose estimate is
 larger than a tokens bucket and so can never fit — the full 60 s window.
+
+With a shared store (``[auth] limits_url``, :mod:`servehall_auth.redis_limiter`), a
+store that cannot be reached at admission gives ``limits_on_error = "closed"``: 503
+``rate_limiter_unavailable`` with ``Retry-After`` (the default), or ``"open"``: the
+request is admitted without limits. A settle or release that fails is logged and
+counted; nothing is retried (the bucket refills by itself within its minute). Every
+failure increments ``servehall_auth_limiter_errors_total`` and is logged as a warning
+(at most once per 5 s); the first success afterwards logs that the store is back.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from dataclasses import dataclass
 from typing import Literal
 
-from servehall import AdmissionRequest, Principal, RateLimitError
+from servehall import AdmissionRequest, Principal, RateLimitError, ServiceUnavailableError
 from servehall_auth.limiter import Bucket, LimiterStore
+from servehall_auth.metrics import LIMITER_ERRORS
+from servehall_auth.redis_limiter import LimiterUnavailableError
 from servehall_auth.settings import AuthSettings
+
+log = logging.getLogger("servehall_auth")
+
+UNAVAILABLE_CODE = "rate_limiter_unavailable"
+"""``error.code`` of the fail-closed 503 when the shared limiter store is unreachable."""
 
 Kind = Literal["requests", "tokens"]
 
@@ -51,12 +68,38 @@ class _Limit:
     kind: Kind
 
 
+class StoreHealth:
+    """Logs and counts failures of the limiter store (one warning per 5 s at most, and
+    one line when it answers again)."""
+
+    def __init__(self) -> None:
+        self.failing = False
+        self._last_warn = -1e9
+
+    def failed(self, operation: str, outcome: str, exc: LimiterUnavailableError) -> None:
+        """Count one failure of ``operation`` and log it (rate-limited)."""
+        LIMITER_ERRORS.labels(operation, outcome).inc()
+        self.failing = True
+        now = time.monotonic()
+        if now - self._last_warn >= 5.0:
+            self._last_warn = now
+            log.warning("auth: rate-limit store unreachable (%s); %s %s", exc, operation, outcome)
+
+    def ok(self) -> None:
+        """Note a successful call (logs recovery once)."""
+        if self.failing:
+            self.failing = False
+            self._last_warn = -1e9
+            log.warning("auth: rate-limit store reachable again")
+
+
 class RateLimiter:
     """Builds buckets for a principal and reserves quota in a :class:`LimiterStore`."""
 
     def __init__(self, store: LimiterStore, settings: AuthSettings) -> None:
         self.store = store
         self.settings = settings
+        self.health = StoreHealth()
 
     def limits_for(self, principal: Principal) -> list[_Limit]:
         """Buckets that apply to ``principal`` (empty when it is unlimited)."""
@@ -85,13 +128,29 @@ class RateLimiter:
         Raises:
             RateLimitError: a bucket lacks room (429 with ``Retry-After`` and
                 ``x-ratelimit-*`` headers); nothing was debited.
+            ServiceUnavailableError: the shared store is unreachable and
+                ``limits_on_error = "closed"`` (503 ``rate_limiter_unavailable`` with
+                ``Retry-After``).
         """
         limits = self.limits_for(request.principal)
         if not limits:
             return None
         tokens = float(request.token_estimate)
         charges = [(lim.bucket, 1.0 if lim.kind == "requests" else tokens) for lim in limits]
-        result = await self.store.acquire(charges)
+        try:
+            result = await self.store.acquire(charges)
+        except LimiterUnavailableError as exc:
+            if self.settings.limits_on_error == "open":
+                self.health.failed("acquire", "admitted", exc)
+                return None
+            self.health.failed("acquire", "rejected", exc)
+            raise ServiceUnavailableError(
+                "Rate limits cannot be checked right now (the shared limit store is "
+                "unreachable); retry later.",
+                code=UNAVAILABLE_CODE,
+                headers={"Retry-After": str(self.settings.limits_retry_after_s)},
+            ) from None
+        self.health.ok()
         headers = _headers(limits, result.levels)
         if not result.ok:
             if math.isinf(result.retry_after_s):
@@ -114,7 +173,7 @@ class RateLimiter:
                 f"{headers['Retry-After']} s.",
                 headers=headers,
             )
-        return TokenReservation(self.store, limits, tokens, headers)
+        return TokenReservation(self.store, limits, tokens, headers, self.health)
 
 
 def _headers(limits: list[_Limit], levels: dict[str, float]) -> dict[str, str]:
@@ -139,13 +198,25 @@ class TokenReservation:
     """
 
     def __init__(
-        self, store: LimiterStore, limits: list[_Limit], tokens: float, headers: dict[str, str]
+        self,
+        store: LimiterStore,
+        limits: list[_Limit],
+        tokens: float,
+        headers: dict[str, str],
+        health: StoreHealth | None = None,
     ) -> None:
         self._store = store
         self._limits = limits
         self.reserved_tokens = tokens
         self._headers = headers
+        self._health = health or StoreHealth()
         self._done = False
+
+    async def _credit(self, operation: str, charges: list[tuple[Bucket, float]]) -> None:
+        try:
+            await self._store.credit(charges)
+        except LimiterUnavailableError as exc:
+            self._health.failed(operation, "lost", exc)
 
     async def settle(self, prompt_tokens: int, completion_tokens: int) -> None:
         """Charge the real usage: refund ``estimate − (prompt + completion)`` tokens
@@ -155,8 +226,8 @@ class TokenReservation:
         self._done = True
         refund = self.reserved_tokens - float(prompt_tokens + completion_tokens)
         if refund:
-            await self._store.credit(
-                [(lim.bucket, refund) for lim in self._limits if lim.kind == "tokens"]
+            await self._credit(
+                "settle", [(lim.bucket, refund) for lim in self._limits if lim.kind == "tokens"]
             )
 
     async def release(self) -> None:
@@ -164,11 +235,12 @@ class TokenReservation:
         if self._done:
             return
         self._done = True
-        await self._store.credit(
+        await self._credit(
+            "release",
             [
                 (lim.bucket, 1.0 if lim.kind == "requests" else self.reserved_tokens)
                 for lim in self._limits
-            ]
+            ],
         )
 
     def headers(self) -> dict[str, str]:

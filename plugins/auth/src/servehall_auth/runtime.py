@@ -1,12 +1,16 @@
 """The auth plugin's per-process state: key store, JWT verifier, rate limiter, auditor.
 
-Built at ``servehall_startup`` (:meth:`AuthRuntime.start`) and closed at shutdown.
+Built at ``servehall_startup`` (:meth:`AuthRuntime.start`) and closed at shutdown. With
+``[auth] limits_url`` the rate-limit buckets live in Redis (shared by every replica) and
+key revocations/rotations are broadcast over the same Redis (see
+:mod:`servehall_auth.broadcast`); without it, buckets are in-process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from servehall import (
@@ -57,6 +61,7 @@ class AuthRuntime:
         self.authenticator = Authenticator(settings, keys, jwt, self.auditor)
         self.limiter = RateLimiter(limiter_store or MemoryLimiterStore(), settings)
         self._on_close: list[Callable[[], None]] = []
+        self._on_aclose: list[Callable[[], Awaitable[None]]] = []
 
     @classmethod
     async def start(cls, settings: AuthSettings, database_url: str, audit: AuditFn) -> AuthRuntime:
@@ -84,18 +89,37 @@ class AuthRuntime:
                 await keys.engine.dispose()
                 raise
         jwt = None
-        if settings.jwt is not None:
-            from servehall_auth.jwt_verify import JwtVerifier
+        closers: list[Callable[[], Awaitable[None]]] = []
+        store: LimiterStore | None = None
+        try:
+            if settings.jwt is not None:
+                from servehall_auth.jwt_verify import JwtVerifier
 
-            jwt = JwtVerifier(settings.jwt)
-        return cls(settings, keys, jwt, audit)
+                jwt = JwtVerifier(settings.jwt)
+            if settings.limits_url is not None:
+                store, more = await _shared_limits(settings, keys)
+                closers += more
+        except BaseException:
+            for fn in reversed(closers):
+                await fn()
+            if keys is not None:
+                await keys.engine.dispose()
+            raise
+        rt = cls(settings, keys, jwt, audit, store)
+        rt._on_aclose += closers
+        return rt
 
     def on_close(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` when the runtime closes (e.g. remove the log filter)."""
         self._on_close.append(fn)
 
     async def close(self) -> None:
-        """Release the database pool and run the ``on_close`` callbacks."""
+        """Stop the broadcast listener, close Redis and the database pool, and run the
+        ``on_close`` callbacks."""
+        for afn in reversed(self._on_aclose):
+            with contextlib.suppress(Exception):
+                await afn()
+        self._on_aclose.clear()
         if self.keys is not None:
             await self.keys.engine.dispose()
         for fn in reversed(self._on_close):
@@ -154,3 +178,34 @@ class AuthRuntime:
                 code="model_not_allowed",
             )
         return await self.limiter.reserve(request)
+
+
+async def _shared_limits(
+    settings: AuthSettings, keys: KeyStore | None
+) -> tuple[LimiterStore, list[Callable[[], Awaitable[None]]]]:
+    """Connect the Redis limiter store and, with API keys, the key-change broadcast.
+
+    Returns the store and the coroutines that close what was opened.
+
+    Raises:
+        ConfigError: Redis cannot be reached (one line, password masked).
+    """
+    from servehall_auth.broadcast import KeyChangeListener, publish_key_change
+    from servehall_auth.redis_limiter import RedisLimiterStore
+
+    assert settings.limits_url is not None
+    store = await RedisLimiterStore.connect(
+        settings.limits_url.get_secret_value(), settings.limits_timeout_s
+    )
+    closers: list[Callable[[], Awaitable[None]]] = [store.close]
+    if keys is not None:
+        client = store.client
+
+        async def publish(key_id: str) -> None:
+            await publish_key_change(client, key_id)
+
+        keys.on_change = publish
+        listener = KeyChangeListener(client, keys)
+        await listener.start()
+        closers.append(listener.close)
+    return store, closers

@@ -8,6 +8,8 @@ Example::
     hide_forbidden_models = false                 # 404, not 403, for models outside the list
     default_rpm = 600                             # for principals without their own limits
     default_tpm = 200000
+    limits_url = "redis://redis:6379/0"           # shared buckets + revocation broadcast
+    limits_on_error = "closed"                    # or "open" (admit unlimited) on Redis errors
 
     [auth.tenants.team-a]                         # optional per-tenant limits
     rpm = 1200
@@ -28,7 +30,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from servehall import SCOPE_INFERENCE, Secret
 
@@ -101,6 +103,16 @@ class AuthSettings(_Section):
     ``[database] url``. ``key_cache_ttl_s`` bounds how long a key looked up by one
     process stays cached (a revocation through the admin API of the same process takes
     effect at once; through the CLI or another replica within this many seconds).
+    ``limits_url`` (a secret, since it may hold a password: ``redis://[user:password@]
+    host:port/db``, ``rediss://`` for TLS, ``unix:///path.sock``) puts the rate-limit
+    buckets in Redis or Valkey, shared by every replica, and broadcasts key revocations
+    and rotations to every replica's key cache; unset, buckets live in the process.
+    ``limits_on_error`` says what happens while that Redis cannot be reached:
+    ``closed`` (default) answers 503 with ``Retry-After: limits_retry_after_s``,
+    ``open`` admits without limits; both are logged and counted
+    (``servehall_auth_limiter_errors_total``). ``limits_timeout_s`` bounds each Redis
+    call (connect and reply). A replica refuses to start while ``limits_url`` cannot be
+    reached.
     ``audit_failures_per_minute`` caps ``auth.failed`` audit events per process; the
     rest are counted and summarised in one ``auth.failed.suppressed`` event.
     """
@@ -115,7 +127,20 @@ class AuthSettings(_Section):
     tenants: dict[str, TenantSettings] = Field(default_factory=dict)
     key_cache_ttl_s: float = Field(default=2.0, ge=0, le=300)
     audit_failures_per_minute: int = Field(default=60, ge=0)
+    limits_url: Secret | None = None
+    limits_on_error: Literal["closed", "open"] = "closed"
+    limits_timeout_s: float = Field(default=0.5, gt=0, le=30)
+    limits_retry_after_s: int = Field(default=1, ge=1, le=3600)
     jwt: JwtSettings | None = None
+
+    @field_validator("limits_url")
+    @classmethod
+    def _limits_url_form(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None:
+            from servehall_auth.redis_limiter import check_limits_url
+
+            check_limits_url(v.get_secret_value())
+        return v
 
     @model_validator(mode="after")
     def _pepper_when_keys(self) -> AuthSettings:

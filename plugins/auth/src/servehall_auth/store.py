@@ -10,6 +10,7 @@ Times are timezone-aware UTC.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -197,8 +198,15 @@ class KeyStore:
         pepper: the server-side secret mixed into hashes (never stored).
         cache_ttl_s: how long :meth:`verify` may reuse a fetched row (0: never). Changes
             made through this store drop the row at once; changes made elsewhere (the
-            CLI, another replica) are seen within this many seconds.
+            CLI, another replica) are seen within this many seconds — or at once when
+            they are broadcast (:mod:`servehall_auth.broadcast`).
         cache_size: most rows cached.
+
+    Attributes:
+        on_change: awaited with the bare key id after a revocation or rotation commits
+            (the runtime sets it to the pub/sub broadcast when ``limits_url`` is set).
+        cache_enabled: False makes :meth:`verify` read the database every time (set by
+            the broadcast listener while it cannot listen).
     """
 
     def __init__(
@@ -214,6 +222,10 @@ class KeyStore:
         self._ttl = cache_ttl_s
         self._cache_size = cache_size
         self._cache: dict[str, tuple[float, _Row]] = {}
+        # bumped by every forget: a row fetched before a forget is not cached after it
+        self._generation = 0
+        self.cache_enabled = True
+        self.on_change: Callable[[str], Awaitable[object]] | None = None
 
     def __repr__(self) -> str:
         return f"KeyStore(engine={self.engine.url.render_as_string(hide_password=True)!r})"
@@ -313,7 +325,12 @@ class KeyStore:
                 .values(revoked_at=utcnow(), prev_secret_hash=None, prev_valid_until=None)
             )
         self.forget(key_id)
+        await self._changed(key_id)
         return await self.get(key_id)
+
+    async def _changed(self, key_id: str) -> None:
+        if self.on_change is not None:
+            await self.on_change(key_id)
 
     async def rotate(self, key_id: str, overlap: timedelta = timedelta(0)) -> tuple[KeyRecord, str]:
         """Give the key a new secret; the old secret keeps working for ``overlap``.
@@ -346,6 +363,7 @@ class KeyStore:
                 )
             )
         self.forget(key_id)
+        await self._changed(key_id)
         return await self.get(key_id), key
 
     async def verify(
@@ -361,16 +379,19 @@ class KeyStore:
         return check(row, key, self._pepper, now or utcnow())
 
     async def _cached_row(self, key_id: str) -> _Row | None:
-        if self._ttl <= 0:
+        if self._ttl <= 0 or not self.cache_enabled:
             return await self._get_row(key_id)
         t = time.monotonic()
         hit = self._cache.get(key_id)
         if hit is not None and t - hit[0] < self._ttl:
             return hit[1]
+        generation = self._generation
         row = await self._get_row(key_id)
         if row is None:
             self._cache.pop(key_id, None)
             return None
+        if generation != self._generation or not self.cache_enabled:
+            return row  # invalidated while we read: use it once, do not keep it
         if len(self._cache) >= self._cache_size:
             self._cache.pop(next(iter(self._cache)))
         self._cache[key_id] = (t, row)
@@ -378,7 +399,13 @@ class KeyStore:
 
     def forget(self, key_id: str) -> None:
         """Drop a cached row (after a change)."""
+        self._generation += 1
         self._cache.pop(key_id, None)
+
+    def forget_all(self) -> None:
+        """Drop every cached row."""
+        self._generation += 1
+        self._cache.clear()
 
 
 def check(row: _Row | None, key: str, pepper: str, now: datetime) -> tuple[str, KeyRecord | None]:
