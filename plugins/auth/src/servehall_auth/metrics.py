@@ -7,8 +7,9 @@ which the host's ``GET /metrics`` includes).
 (fail open: admitted without limits) or ``lost`` (a settle/release refund that could not
 be applied; the bucket refills on its own within a minute).
 ``servehall_auth_key_cache_invalidations_total{source}``: key-cache entries dropped
-because a key was revoked or rotated, ``source`` = ``local`` or ``broadcast`` (another
-process's change, received over Redis pub/sub).
+because a key was revoked or rotated, ``source`` = ``local`` (changed by this
+process) or ``broadcast`` (a change announced over Redis pub/sub, this process's own
+included).
 """
 
 from __future__ import annotations

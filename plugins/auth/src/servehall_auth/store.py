@@ -329,6 +329,9 @@ class KeyStore:
         return await self.get(key_id)
 
     async def _changed(self, key_id: str) -> None:
+        from servehall_auth.metrics import KEY_CACHE_INVALIDATIONS
+
+        KEY_CACHE_INVALIDATIONS.labels("local").inc()
         if self.on_change is not None:
             await self.on_change(key_id)
 
