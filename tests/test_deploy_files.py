@@ -1,0 +1,90 @@
+"""docs/deploy.md and deploy/ agree with each other and with the config they deploy:
+the Kubernetes example's grace period covers preStop + ``graceful_timeout_s``, its
+probes use the health routes, it has a PodDisruptionBudget and file secrets; the
+compose file runs two replicas, PostgreSQL, Redis and HAProxy with deploy/haproxy.cfg;
+deploy/servehall.toml is a valid config (``config check``) with shared limits."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from servehall.config.settings import load_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "deploy.md"
+DEPLOY = ROOT / "deploy"
+
+
+def _toml() -> dict[str, Any]:
+    return tomllib.loads((DEPLOY / "servehall.toml").read_text())
+
+
+def _k8s() -> dict[str, dict[str, Any]]:
+    blocks = re.findall(r"```yaml\n(.*?)```", DOC.read_text(), flags=re.S)
+    assert blocks, "docs/deploy.md has no yaml example"
+    docs = [d for b in blocks for d in yaml.safe_load_all(b) if d]
+    return {d["kind"]: d for d in docs}
+
+
+def test_kubernetes_example_matches_the_config() -> None:
+    k8s = _k8s()
+    assert {"Deployment", "PodDisruptionBudget", "Service", "Secret"} <= set(k8s)
+    pod = k8s["Deployment"]["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["readinessProbe"]["httpGet"]["path"] == "/health/ready"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/health/live"
+    sleep = c["lifecycle"]["preStop"]["sleep"]["seconds"]
+    graceful = _toml()["server"]["graceful_timeout_s"]
+    assert pod["terminationGracePeriodSeconds"] >= sleep + graceful
+    # secrets as files, where deploy/servehall.toml reads them
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert mounts["secrets"] == "/run/secrets"
+    secret_keys = set(k8s["Secret"]["stringData"])
+    files = set(re.findall(r'file = "/run/secrets/(\w+)"', (DEPLOY / "servehall.toml").read_text()))
+    assert files == secret_keys == {"database_url", "limits_url", "auth_pepper"}
+    pdb = k8s["PodDisruptionBudget"]["spec"]
+    assert pdb["selector"] == k8s["Deployment"]["spec"]["selector"]
+    assert pdb["minAvailable"] < k8s["Deployment"]["spec"]["replicas"]
+
+
+def test_compose_mirrors_the_tested_topology() -> None:
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    services = compose["services"]
+    assert {"postgres", "redis", "replica-a", "replica-b", "haproxy"} <= set(services)
+    assert "./haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro" in services["haproxy"]["volumes"]
+    graceful = _toml()["server"]["graceful_timeout_s"]
+    for name in ("replica-a", "replica-b"):
+        grace = services[name]["stop_grace_period"]
+        assert int(grace.rstrip("s")) >= graceful
+    cfg = (DEPLOY / "haproxy.cfg").read_text()
+    assert "option httpchk GET /health/ready" in cfg
+    assert '"${SERVEHALL_A}"' in cfg and '"${SERVEHALL_B}"' in cfg
+
+
+def test_deploy_config_is_valid_with_shared_limits(tmp_path: Path) -> None:
+    text = (DEPLOY / "servehall.toml").read_text()
+    for name, value in (
+        ("database_url", "postgresql+asyncpg://u:p@db/servehall"),
+        ("limits_url", "redis://redis:6379/0"),
+        ("auth_pepper", "x" * 32),
+    ):
+        (tmp_path / name).write_text(value)
+        text = text.replace(f"/run/secrets/{name}", str(tmp_path / name))
+    (tmp_path / "s.toml").write_text(text)
+    from servehall.bootstrap import load_deployment
+
+    settings, _ = load_deployment(tmp_path / "s.toml")
+    auth = settings.section("auth")
+    assert auth.limits_url.get_secret_value() == "redis://redis:6379/0"
+    assert auth.limits_on_error == "closed"
+    assert settings.sinks[0].options["commit_wait_s"] > 0
+    assert (
+        load_settings(tmp_path / "s.toml")
+        .database.url.get_secret_value()
+        .startswith("postgresql+asyncpg://")
+    )
