@@ -203,14 +203,17 @@ def test_key_revoked_on_a_is_refused_on_b_within_1s(topology: Topology) -> None:
         r = ca.post(f"/admin/keys/{key['id']}/revoke", headers=bearer(topology.admin_key))
         assert r.status_code == 200, r.text
         revoked_at = time.monotonic()
+        # every request B *receives* 1 s after the revocation must be refused (a slow
+        # answer on a loaded machine does not count against B; an accepted late one does)
         while True:
+            sent = time.monotonic()
             r = cb.post("/v1/chat/completions", json=chat(), headers=bearer(key["key"]))
             if r.status_code == 401:
                 break
             assert r.status_code == 200, r.text
-            assert time.monotonic() - revoked_at < 1.0, "B still accepts the revoked key"
+            assert sent - revoked_at < 1.0, "B still accepts the revoked key after 1 s"
             time.sleep(0.02)
-        assert time.monotonic() - revoked_at < 1.0
+        assert "revoked" in r.json()["error"]["message"]
 
 
 # --- 3. one audit chain, many writers --------------------------------------------------
