@@ -141,10 +141,12 @@ def topology(
         (work / "a.toml").write_text(dump_toml(cfg_a))
         p = run_cli(work / "a.toml", "db", "upgrade", env=ENV, cwd=work)
         assert p.returncode == 0, p.stderr
-        # both replicas load the model at once (2 cores: lean settings above)
+        # both replicas load the model at once (2 shared cores: lean settings above, and
+        # a generous start-up allowance for a loaded CI machine)
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            fa = pool.submit(servehall_server, cfg_a, name="replica-a", env=ENV)
-            fb = pool.submit(servehall_server, cfg_b, name="replica-b", env=ENV)
+            kw = {"env": ENV, "ready_timeout": 600.0}
+            fa = pool.submit(servehall_server, cfg_a, name="replica-a", **kw)
+            fb = pool.submit(servehall_server, cfg_b, name="replica-b", **kw)
             a, b = fa.result(), fb.result()
         topo = Topology(a, b, redis, db_url, work)
         topo.admin_key = topo.create_key("--scopes", "inference,admin")["key"]
