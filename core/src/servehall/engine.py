@@ -59,12 +59,16 @@ class TokenDelta:
     ``token_ids`` may hold one or more ids (an engine may coalesce steps). The last delta
     of a stream has ``finish_reason`` set (its ``token_ids`` may be empty); no delta
     follows it. ``error`` carries a short, user-safe message when ``finish_reason`` is
-    ``"error"``.
+    ``"error"``; ``code`` may say whose fault it is: ``"invalid_request"`` (the engine
+    refused this request's input: the host answers 400) or ``"engine_unavailable"`` (the
+    engine went away, e.g. its worker process died: 503 + ``Retry-After``); None is an
+    engine failure (500).
     """
 
     token_ids: tuple[int, ...]
     finish_reason: EngineFinishReason | None = None
     error: str | None = None
+    code: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,13 +45,18 @@ class DeltaStream:
 
     Engines may subclass it to keep per-request state next to the stream (declare
     ``__slots__`` for the extra attributes).
+
+    A consumer that prefers callbacks to iteration (the engine worker process, which
+    batches every request's deltas of a step into one message) calls :meth:`listen`:
+    deltas then go to its callback as they are pushed, with no queue and no task.
     """
 
-    __slots__ = ("_on_close", "_queue", "done", "ended", "request_id")
+    __slots__ = ("_listener", "_on_close", "_queue", "done", "ended", "request_id")
 
     def __init__(self, request_id: str, on_close: Callable[[str], None]) -> None:
         self._on_close = on_close
         self._queue: asyncio.Queue[TokenDelta] = asyncio.Queue()
+        self._listener: Callable[[str, TokenDelta], None] | None = None
         self.request_id = request_id
         self.done = False
         self.ended = False
@@ -62,7 +67,18 @@ class DeltaStream:
             return
         if delta.finish_reason is not None:
             self.done = True
+        if self._listener is not None:
+            self._listener(self.request_id, delta)
+            return
         self._queue.put_nowait(delta)
+
+    def listen(self, listener: Callable[[str, TokenDelta], None]) -> None:
+        """Deliver deltas as ``listener(request_id, delta)`` calls instead of queueing
+        them: the deltas queued so far first, then each at :meth:`push`. The stream must
+        not be iterated afterwards. Loop thread only."""
+        while not self._queue.empty():
+            listener(self.request_id, self._queue.get_nowait())
+        self._listener = listener
 
     def __aiter__(self) -> Self:
         return self

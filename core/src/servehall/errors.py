@@ -16,7 +16,8 @@ envelope ``{"error": {"message", "type", "param", "code"}}`` with one HTTP statu
     ├── RateLimitError                   429 rate_limit_error (+ Retry-After, x-ratelimit-*)
     ├── ServiceUnavailableError          503 server_error (+ Retry-After)
     │   ├── QueueFullError               code=queue_full
-    │   └── QueueTimeoutError            code=queue_timeout
+    │   ├── QueueTimeoutError            code=queue_timeout
+    │   └── EngineUnavailableError       code=engine_unavailable (worker died/restarting)
     ├── EngineError                      500 engine failure (message is user-safe)
     ├── ConfigError                      startup: a config file or section is invalid
     └── PluginError                      startup: a plugin cannot be loaded or served
@@ -132,6 +133,13 @@ class QueueFullError(ServiceUnavailableError):
 
 class QueueTimeoutError(ServiceUnavailableError):
     default_code = "queue_timeout"
+
+
+class EngineUnavailableError(ServiceUnavailableError):
+    """The model's engine is not running (its worker died, is restarting, or is in a
+    crash loop). Carries ``Retry-After``."""
+
+    default_code = "engine_unavailable"
 
 
 class EngineError(ServehallError):

@@ -1,9 +1,12 @@
 """Prometheus metrics of the request path (``GET /metrics``).
 
 Names follow Prometheus conventions (base units, ``_total`` counters). Labels are only
-``model``, ``endpoint``, ``status`` (and ``reason`` for aborts): never a key, a principal
+``model``, ``endpoint``, ``status`` (and ``reason`` for aborts and engine restarts): never a key, a principal
 id or a tenant, so no secret or identity can reach a metric label. Engine gauges
-(running, waiting, KV-cache usage) are read from ``Engine.stats()`` at scrape time.
+(running, waiting, KV-cache usage) are read from ``Engine.stats()`` at scrape time;
+for models whose engine runs in a worker process (``isolation = "process"``),
+``servehall_engine_up{model}`` and ``servehall_engine_restarts_total{model,reason}``
+come from its supervisor.
 
 Each :class:`Metrics` owns its own ``CollectorRegistry`` so several apps can live in one
 process (tests) without clashing.
@@ -15,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -48,8 +51,23 @@ class _EngineCollector(Collector):
         kv_used = GaugeMetricFamily(
             "servehall_kv_cache_blocks_used", "KV-cache blocks in use", labels=["model"]
         )
+        up = GaugeMetricFamily(
+            "servehall_engine_up",
+            "1 while the model's engine worker process runs and serves, else 0",
+            labels=["model"],
+        )
+        restarts = CounterMetricFamily(
+            "servehall_engine_restarts",
+            "Engine worker restarts, by the reason the worker was lost",
+            labels=["model", "reason"],
+        )
         host = self._host_ref()
         for name, served in (host.models if host else {}).items():
+            counts = getattr(served.engine, "restart_counts", None)
+            if counts is not None:  # an engine in a supervised worker process
+                up.add_metric([name], 1.0 if served.engine.worker_up else 0.0)  # type: ignore[attr-defined]
+                for reason, n in sorted(counts.items()):
+                    restarts.add_metric([name, reason], n)
             try:
                 s = served.engine.stats()
             except Exception:  # a scrape must never fail because of one engine
@@ -59,7 +77,7 @@ class _EngineCollector(Collector):
             total = s.kv_cache_blocks_total
             kv.add_metric([name], (s.kv_cache_blocks_used / total) if total else 0.0)
             kv_used.add_metric([name], s.kv_cache_blocks_used)
-        return [running, waiting, kv, kv_used]
+        return [running, waiting, kv, kv_used, up, restarts]
 
 
 class Metrics:

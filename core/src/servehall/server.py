@@ -34,18 +34,21 @@ import contextlib
 import logging
 import math
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from servehall.config.models import ModelConfig
 from servehall.config.settings import Settings
+from servehall.engine import Engine
 from servehall.errors import ConfigError, EngineError
 from servehall.host import Host, ServedModel
 from servehall.listeners import bind_sockets, check_binds, hypercorn_fd_binds
 from servehall.logs import configure_logging
 from servehall.model_dir import check_model_dir
 from servehall.plugins import PluginHost
+from servehall.worker.client import ProcessEngine
+from servehall.worker.gate import EngineGate
 
 log = logging.getLogger("servehall.server")
 
@@ -108,15 +111,24 @@ async def build_host(settings: Settings, plugins: PluginHost) -> Host:
                 raise ConfigError(
                     f"models.{mc.name}: cannot load the tokenizer from {mc.path}: {exc}"
                 ) from None
-            log.info("model %s: backend %s, loading %s", mc.name, spec.name, mc.path)
-            engine = spec.factory(mc)
+            log.info(
+                "model %s: backend %s (%s isolation), loading %s",
+                mc.name,
+                spec.name,
+                mc.isolation,
+                mc.path,
+            )
+            engine = make_engine(host, mc, spec.name, spec.factory, tokenizer)
             await engine.start()
             limits = [engine.model_info.max_model_len, mc.max_model_len or math.inf]
+            scheduler = policy.factory(settings.scheduler)
+            if isinstance(engine, ProcessEngine):
+                scheduler = EngineGate(scheduler, engine, mc.name, settings.scheduler)
             host.models[mc.name] = ServedModel(
                 name=mc.name,
                 backend=spec.name,
                 engine=engine,
-                scheduler=policy.factory(settings.scheduler),
+                scheduler=scheduler,
                 tokenizer=tokenizer,
                 max_model_len=int(min(limits)),
             )
@@ -125,6 +137,42 @@ async def build_host(settings: Settings, plugins: PluginHost) -> Host:
         await shutdown_host(host)
         raise
     return host
+
+
+def make_engine(
+    host: Host,
+    mc: ModelConfig,
+    backend: str,
+    factory: Callable[[ModelConfig], Engine],
+    tokenizer: Any,
+) -> Engine:
+    """The unstarted engine of ``mc``: ``factory(mc)`` for ``isolation = "thread"``, else
+    a :class:`~servehall.worker.ProcessEngine` whose worker runs the backend ``backend``
+    (restarts and crash loops become audit events ``engine.restart`` /
+    ``engine.crash_loop``)."""
+    if mc.isolation == "thread":
+        return factory(mc)
+
+    def on_event(action: str, details: dict[str, Any]) -> None:
+        from servehall.records.types import AuditEvent
+
+        if host.records is not None:
+            host.records.audit(
+                AuditEvent(action=f"engine.{action}", target=mc.name, details=details)
+            )
+
+    try:
+        probe = tokenizer.encode_plain("ready", add_special_tokens=True) or None
+    except Exception:
+        probe = None
+    return ProcessEngine(
+        mc,
+        backend,
+        host.settings.plugins.enabled,
+        log_level=host.settings.server.log_level,
+        probe_prompt=probe,
+        on_event=on_event,
+    )
 
 
 async def shutdown_host(host: Host) -> None:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from servehall.config.secrets import Secret
+from servehall.config.worker import WorkerSettings
 
 
 class _Section(BaseModel):
@@ -59,6 +60,9 @@ class ModelConfig(_Section):
     ``backend`` is a backend name or ``"auto"``; ``options`` are backend-specific
     (e.g. ``inference_precision`` for ``openvino_cpu``, ``dtype`` for torch backends).
     ``max_model_len`` caps the context (tokens); None uses the model's own.
+    ``isolation``: ``"process"`` (default) runs the engine in a supervised worker process
+    (crash isolation, restart; :mod:`servehall.worker`), ``"thread"`` on a thread of the
+    API process (debugging). ``worker`` tunes the supervision (:class:`WorkerSettings`).
     """
 
     name: str = Field(min_length=1)
@@ -66,6 +70,8 @@ class ModelConfig(_Section):
     backend: str = "auto"
     max_model_len: int | None = Field(default=None, ge=16)
     options: dict[str, Any] = Field(default_factory=dict)
+    isolation: Literal["process", "thread"] = "process"
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
 
     @field_validator("path")
     @classmethod

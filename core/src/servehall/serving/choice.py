@@ -13,13 +13,29 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from servehall.engine import Engine, SamplingParams
-from servehall.errors import EngineError
+from servehall.engine import Engine, SamplingParams, TokenDelta
+from servehall.errors import (
+    EngineError,
+    EngineUnavailableError,
+    InvalidRequestError,
+    ServehallError,
+)
 from servehall.filters import FilterVerdict, OutputStreamFilter
 from servehall.text.detokenize import IncrementalDetokenizer
 from servehall.text.stops import StopMatcher
 
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
+
+
+def engine_failure(delta: TokenDelta) -> ServehallError:
+    """The client-facing error of an ``error`` delta, by its ``code``: ``invalid_request``
+    → 400, ``engine_unavailable`` → 503 + ``Retry-After: 1``, else 500 ``engine_error``."""
+    message = delta.error or "The engine failed this request."
+    if delta.code == "invalid_request":
+        return InvalidRequestError(message)
+    if delta.code == "engine_unavailable":
+        return EngineUnavailableError(message, headers={"Retry-After": "1"})
+    return EngineError(message)
 
 
 @dataclass(slots=True)
@@ -83,7 +99,7 @@ class ChoiceStream:
                 if delta.finish_reason is not None:
                     engine_done = True
                     if delta.finish_reason == "error":
-                        raise EngineError(delta.error or "The engine failed this request.")
+                        raise engine_failure(delta)
                     text += self.detok.finish()
                 if self.stops is not None:
                     text, stopped = self.stops.feed(text)

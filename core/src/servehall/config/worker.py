@@ -1,0 +1,52 @@
+"""``[[models]] worker``: supervision of a model's engine worker process.
+
+Used when ``[[models]] isolation = "process"`` (the default): the engine runs in a
+worker process of its own (:mod:`servehall.worker`) that the API process supervises.
+Times are seconds.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class WorkerSettings(BaseModel):
+    """How the API process watches and restarts one model's worker.
+
+    Attributes:
+        heartbeat_interval_s: how often the worker reports (heartbeat with its stats).
+        heartbeat_timeout_s: a worker silent for this long is declared dead.
+        step_timeout_s: with requests in flight, no step output for this long means the
+            engine step is stalled (a long prefill on a CPU can take seconds: keep it
+            well above the slowest step).
+        start_timeout_s: longest wait for a worker to load its model and report ready.
+        stop_timeout_s: on shutdown, how long a worker may take to stop before SIGKILL.
+        restart_backoff_s: delay before the first restart; doubles per consecutive
+            failure up to ``restart_backoff_max_s``.
+        restart_backoff_max_s: the longest delay between restarts.
+        crash_loop_restarts: this many restarts within ``crash_loop_window_s`` is a crash
+            loop: the model stays not ready (with the last exit reason) until the host
+            restarts. 0 never restarts a worker.
+        crash_loop_window_s: the window of ``crash_loop_restarts``; a worker that stayed
+            up this long also resets the backoff to ``restart_backoff_s``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    heartbeat_interval_s: float = Field(default=0.1, gt=0, le=10)
+    heartbeat_timeout_s: float = Field(default=1.0, gt=0)
+    step_timeout_s: float = Field(default=30.0, gt=0)
+    start_timeout_s: float = Field(default=600.0, gt=0)
+    stop_timeout_s: float = Field(default=10.0, ge=0)
+    restart_backoff_s: float = Field(default=1.0, gt=0)
+    restart_backoff_max_s: float = Field(default=60.0, gt=0)
+    crash_loop_restarts: int = Field(default=5, ge=0)
+    crash_loop_window_s: float = Field(default=300.0, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> WorkerSettings:
+        if self.heartbeat_timeout_s <= self.heartbeat_interval_s:
+            raise ValueError("heartbeat_timeout_s must be larger than heartbeat_interval_s")
+        if self.restart_backoff_max_s < self.restart_backoff_s:
+            raise ValueError("restart_backoff_max_s must be >= restart_backoff_s")
+        return self

@@ -1,0 +1,13 @@
+"""Engine worker processes: one supervised child process per model (``isolation =
+"process"``), reached through :class:`ProcessEngine`, an ordinary ``Engine``.
+
+* :mod:`servehall.worker.client` — :class:`ProcessEngine` and its supervision;
+* :mod:`servehall.worker.main` — the child's side (engine built by the backend factory);
+* :mod:`servehall.worker.messages` — the msgspec messages over ZeroMQ;
+* :mod:`servehall.worker.exits` — exit reasons (signal names, OOM kills, stderr tails);
+* :mod:`servehall.worker.gate` — requests wait for a restarting engine in the queue.
+"""
+
+from servehall.worker.client import ProcessEngine
+
+__all__ = ["ProcessEngine"]

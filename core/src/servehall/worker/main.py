@@ -1,0 +1,329 @@
+"""The engine worker process: one model's engine, driven over ZeroMQ (child side).
+
+:func:`worker_main` is the target of the ``spawn``-started process. It:
+
+1. points its stdout/stderr at the pipe the API process reads (so C-level messages of
+   the device runtime are captured too: the supervisor keeps their last lines for the
+   exit reason), arranges to die with its parent (``prctl(PR_SET_PDEATHSIG, SIGKILL)`` on
+   Linux, plus a parent-pid check with every heartbeat) and ignores SIGINT (a terminal's
+   Ctrl-C reaches the whole process group; the API process decides when workers stop);
+2. loads the enabled plugins, builds the engine with the backend's factory (any backend:
+   ``openvino_cpu``, ``cpu``, ``cuda``, ``rocm``, ``ascend``…), starts it and reports
+   :class:`~servehall.worker.messages.WorkerReady` (or
+   :class:`~servehall.worker.messages.StartFailed` and exits with status 3);
+3. serves commands: every delta its engine pushes during one event-loop turn (an engine
+   posts one step's deltas in one callback) goes out as one
+   :class:`~servehall.worker.messages.StepOutput`; a heartbeat with ``stats()`` and
+   ``health()`` goes out every ``heartbeat_interval_s``.
+
+Input the worker refuses (token ids outside the vocabulary, an engine's ``ValueError``
+or ``EngineError`` from ``add_request``) ends that request with ``code =
+"invalid_request"`` (a 400 for that request only); nothing a request carries reaches the
+engine unchecked.
+
+Test fault hook (honoured only when the environment variable
+``SERVEHALL_TEST_WORKER_FAULT`` is set, which only the test-suite does):
+``KIND[@GEN[+]]`` applies ``KIND`` to the worker of generation ``GEN`` (1 = the first
+worker of a model; ``+`` = that one and every later one; default ``@1``). Kinds:
+``hang_step`` — after the first step output the engine's step never returns as far as
+the host can see (no more step output; heartbeats go on); ``exit_after_ready`` — the
+worker exits with status 7 right after reporting ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from servehall.config.models import ModelConfig
+from servehall.engine import Engine, TokenDelta
+
+log = logging.getLogger("servehall.worker")
+
+FAULT_ENV = "SERVEHALL_TEST_WORKER_FAULT"
+PR_SET_PDEATHSIG = 1
+EXIT_START_FAILED = 3
+EXIT_FAULT = 7
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """What a worker needs to build its engine (pickled to the spawned process).
+
+    Attributes:
+        model: the ``[[models]]`` entry.
+        backend: the resolved backend name (never ``"auto"``).
+        plugins: entry-point names to enable (``[plugins] enabled``).
+        commands_addr, reports_addr: ZeroMQ endpoints bound by the API process.
+        parent_pid: the API process's pid (the worker exits when it changes).
+        generation: 1 for a model's first worker, +1 per restart.
+        heartbeat_interval_s: seconds between heartbeats.
+        log_level: ``[server] log_level``.
+    """
+
+    model: ModelConfig
+    backend: str
+    plugins: tuple[str, ...]
+    commands_addr: str
+    reports_addr: str
+    parent_pid: int
+    generation: int
+    heartbeat_interval_s: float
+    log_level: str = "info"
+
+
+def parse_fault(value: str | None, generation: int) -> str | None:
+    """The fault ``KIND`` that applies to ``generation`` under ``value`` (see module doc)."""
+    if not value:
+        return None
+    kind, _, gen = value.partition("@")
+    gen = gen or "1"
+    later = gen.endswith("+")
+    first = int(gen.rstrip("+"))
+    applies = generation >= first if later else generation == first
+    return kind if applies else None
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL this process when its parent dies; exit now if it already did."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def worker_main(spec: WorkerSpec, output: Connection) -> None:
+    """Entry point of the worker process (see the module docstring)."""
+    fd = output.fileno()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    output.close()
+    die_with_parent(spec.parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(
+        format=f"%(asctime)s %(levelname)s worker[{spec.model.name}] %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+    logging.getLogger().setLevel(spec.log_level.upper())
+    code = asyncio.run(_Worker(spec).run())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+class _Worker:
+    def __init__(self, spec: WorkerSpec) -> None:
+        import zmq
+        import zmq.asyncio
+
+        self.spec = spec
+        self.ctx = zmq.asyncio.Context()
+        self.commands = self.ctx.socket(zmq.PULL)
+        self.commands.setsockopt(zmq.LINGER, 0)
+        self.commands.connect(spec.commands_addr)
+        self.sync_ctx = zmq.Context()
+        self.reports = self.sync_ctx.socket(zmq.PUSH)
+        self.reports.setsockopt(zmq.SNDHWM, 0)
+        self.reports.setsockopt(zmq.LINGER, 2000)
+        self.reports.connect(spec.reports_addr)
+        self.engine: Engine | None = None
+        self.vocab_size = 0
+        self.pending: list[Any] = []
+        self.flush_scheduled = False
+        self.fault = parse_fault(os.environ.get(FAULT_ENV), spec.generation)
+        self.hung = False
+        self.steps_sent = 0
+        self.pumps: set[asyncio.Task[None]] = set()
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def send(self, message: Any) -> None:
+        from servehall.worker.messages import report_encoder
+
+        self.reports.send(report_encoder.encode(message), copy=False)
+
+    async def run(self) -> int:
+        from servehall.worker.messages import StartFailed, WorkerReady
+
+        self.loop = asyncio.get_running_loop()
+        try:
+            engine = await self._build()
+        except BaseException as exc:
+            log.error("engine start failed: %s: %s", type(exc).__name__, exc)
+            self.send(StartFailed(type(exc).__name__, str(exc) or type(exc).__name__))
+            self._close()
+            return EXIT_START_FAILED
+        self.engine = engine
+        info = engine.model_info
+        self.vocab_size = info.vocab_size
+        self.send(
+            WorkerReady(
+                pid=os.getpid(),
+                backend=engine.backend,
+                supported_params=sorted(engine.supported_params),
+                max_model_len=info.max_model_len,
+                eos_token_ids=list(info.eos_token_ids),
+                vocab_size=info.vocab_size,
+                extra=_plain(info.extra),
+            )
+        )
+        if self.fault == "exit_after_ready":
+            log.error("test fault: exiting after ready")
+            self._close()
+            return EXIT_FAULT
+        heartbeat = asyncio.ensure_future(self._heartbeats())
+        try:
+            await self._serve()
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(BaseException):
+                await engine.shutdown()
+            self._flush()
+            self._close()
+        return 0
+
+    async def _build(self) -> Engine:
+        from servehall.plugins import PluginHost
+
+        plugins = PluginHost(list(self.spec.plugins))
+        plugins.check_enabled()
+        backend = plugins.backends().get(self.spec.backend)
+        engine = backend.factory(self.spec.model)
+        await engine.start()
+        return engine
+
+    def _close(self) -> None:
+        self.commands.close(linger=0)
+        self.reports.close()
+        self.ctx.term()
+        self.sync_ctx.term()
+
+    async def _serve(self) -> None:
+        from servehall.worker.messages import (
+            AbortRequest,
+            AddRequest,
+            StopWorker,
+            commands_decoder,
+        )
+
+        assert self.engine is not None
+        engine = self.engine
+        while True:
+            data = await self.commands.recv(copy=False)
+            for cmd in commands_decoder.decode(data.buffer):
+                if isinstance(cmd, AddRequest):
+                    self._add(cmd)
+                elif isinstance(cmd, AbortRequest):
+                    await engine.abort(cmd.request_id)
+                elif isinstance(cmd, StopWorker):
+                    return
+
+    def _add(self, cmd: Any) -> None:
+        from servehall.engine_support import DeltaStream
+        from servehall.errors import ServehallError
+
+        assert self.engine is not None
+        rid = cmd.request_id
+        vocab = self.vocab_size
+        if not cmd.prompt or (vocab and any(t < 0 or t >= vocab for t in cmd.prompt)):
+            self.on_delta(
+                rid,
+                TokenDelta(
+                    (),
+                    "error",
+                    error=f"the prompt must be 1 or more token ids in [0, {vocab})",
+                    code="invalid_request",
+                ),
+            )
+            return
+        try:
+            stream = self.engine.add_request(rid, cmd.prompt, cmd.params)
+        except (ValueError, ServehallError) as exc:
+            msg = getattr(exc, "message", None) or str(exc)
+            self.on_delta(rid, TokenDelta((), "error", error=msg, code="invalid_request"))
+            return
+        if isinstance(stream, DeltaStream):
+            stream.listen(self.on_delta)
+        else:
+            task = asyncio.ensure_future(self._pump(rid, stream))
+            self.pumps.add(task)
+            task.add_done_callback(self.pumps.discard)
+
+    async def _pump(self, rid: str, stream: Any) -> None:
+        async for delta in stream:
+            self.on_delta(rid, delta)
+
+    def on_delta(self, rid: str, delta: TokenDelta) -> None:
+        """Collect a delta; the turn's deltas leave as one StepOutput (loop thread)."""
+        if self.hung:
+            return
+        self.pending.append(
+            (rid, list(delta.token_ids), delta.finish_reason, delta.error, delta.code)
+        )
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            assert self.loop is not None
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        from servehall.worker.messages import StepOutput
+
+        self.flush_scheduled = False
+        if not self.pending:
+            return
+        batch, self.pending = self.pending, []
+        self.send(StepOutput(batch))
+        self.steps_sent += 1
+        if self.fault == "hang_step" and not self.hung:
+            log.error("test fault: the engine step hangs from now on")
+            self.hung = True
+
+    async def _heartbeats(self) -> None:
+        from servehall.worker.messages import Heartbeat
+
+        assert self.engine is not None
+        engine = self.engine
+        while True:
+            if os.getppid() != self.spec.parent_pid:
+                log.error("the API process is gone; exiting")
+                os._exit(1)
+            try:
+                health = await engine.health()
+                ok, reason = health.ok, health.reason
+            except Exception as exc:
+                ok, reason = False, f"health check raised {type(exc).__name__}: {exc}"
+            try:
+                s = engine.stats()
+                self.send(
+                    Heartbeat(
+                        s.running,
+                        s.waiting,
+                        s.kv_cache_blocks_used,
+                        s.kv_cache_blocks_total,
+                        s.device_memory_used_bytes,
+                        s.device_memory_total_bytes,
+                        ok,
+                        reason,
+                    )
+                )
+            except Exception as exc:
+                self.send(Heartbeat(0, 0, 0, 0, None, None, False, f"stats raised {exc}"))
+            await asyncio.sleep(self.spec.heartbeat_interval_s)
+
+
+def _plain(extra: dict[str, Any]) -> dict[str, Any]:
+    """``ModelInfo.extra`` with values MessagePack can carry (others as ``str``)."""
+    out: dict[str, Any] = {}
+    for k, v in extra.items():
+        out[str(k)] = v if v is None or isinstance(v, bool | int | float | str) else str(v)
+    return out

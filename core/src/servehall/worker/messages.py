@@ -1,0 +1,95 @@
+"""Messages between the API process and an engine worker (msgspec/MessagePack over ZeroMQ).
+
+Two PUSH/PULL sockets per worker (vLLM's engine-core split): the API process binds both;
+the worker connects.
+
+* to the worker, one message = a list of commands (:class:`AddRequest`,
+  :class:`AbortRequest`, :class:`StopWorker`) gathered during one event-loop turn;
+* from the worker: :class:`WorkerReady` or :class:`StartFailed` once, then
+  :class:`StepOutput` (one per engine step: every request's new token ids) and
+  :class:`Heartbeat` (every ``heartbeat_interval_s``, with the engine's stats).
+
+Token ids in, token ids out: no text crosses the boundary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from servehall.engine import SamplingParams
+
+
+class AddRequest(msgspec.Struct, tag="add", array_like=True):
+    """Start ``request_id`` on ``prompt`` (token ids) with ``params``."""
+
+    request_id: str
+    prompt: list[int]
+    params: SamplingParams
+
+
+class AbortRequest(msgspec.Struct, tag="abort", array_like=True):
+    """Abort ``request_id`` (unknown ids are ignored)."""
+
+    request_id: str
+
+
+class StopWorker(msgspec.Struct, tag="stop", array_like=True):
+    """Abort everything, shut the engine down and exit with status 0."""
+
+
+Command = AddRequest | AbortRequest | StopWorker
+
+DeltaTuple = tuple[str, list[int], str | None, str | None, str | None]
+"""One request's part of a step: ``(request_id, token_ids, finish_reason, error, code)``
+(the fields of :class:`~servehall.engine.TokenDelta`)."""
+
+
+class StepOutput(msgspec.Struct, tag="step", array_like=True):
+    """The deltas of one engine step (every request that got tokens or finished)."""
+
+    deltas: list[DeltaTuple]
+
+
+class Heartbeat(msgspec.Struct, tag="hb", array_like=True):
+    """Liveness plus ``Engine.stats()`` and ``Engine.health()`` of the worker's engine."""
+
+    running: int
+    waiting: int
+    kv_cache_blocks_used: int
+    kv_cache_blocks_total: int
+    device_memory_used_bytes: int | None
+    device_memory_total_bytes: int | None
+    healthy: bool
+    reason: str
+
+
+class WorkerReady(msgspec.Struct, tag="ready", array_like=True):
+    """The engine started: the facts the API process needs about it."""
+
+    pid: int
+    backend: str
+    supported_params: list[str]
+    max_model_len: int
+    eos_token_ids: list[int]
+    vocab_size: int
+    extra: dict[str, Any]
+
+
+class StartFailed(msgspec.Struct, tag="failed", array_like=True):
+    """The engine could not be built or started; the worker exits after sending it.
+
+    ``error_type`` is the exception's class name (``ConfigError`` is a configuration
+    problem, anything else an engine failure)."""
+
+    error_type: str
+    message: str
+
+
+Report = StepOutput | Heartbeat | WorkerReady | StartFailed
+
+command_encoder = msgspec.msgpack.Encoder()
+commands_decoder = msgspec.msgpack.Decoder(list[Command])
+report_encoder = msgspec.msgpack.Encoder()
+report_decoder = msgspec.msgpack.Decoder(Report)
