@@ -24,6 +24,12 @@ class TestOpenVINOCpuConformance(BackendConformance):
         return lambda: plugin.factory(model)
 
     @pytest.fixture
+    def conformance_worker_model(
+        self, ov_model: Callable[..., ModelConfig]
+    ) -> tuple[tuple[str, ...], ModelConfig]:
+        return ("openvino_cpu",), ov_model()
+
+    @pytest.fixture
     def conformance_backend_spec(self) -> BackendSpec:
         return plugin.SPEC
 

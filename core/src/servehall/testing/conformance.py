@@ -30,6 +30,14 @@ each other's greedy output; an aborted (or ``aclose``-d) request's stream ends w
 raises; health reports a dead engine. Prompts are token ids (no tokenizer needed) drawn
 from ``[3, vocab_size)``.
 
+Every test runs twice (fixture ``conformance_isolation``): ``thread`` drives the engine of
+``conformance_engine_factory`` in this process; ``process`` runs the same backend in an
+engine worker process (:class:`~servehall.worker.ProcessEngine`, restarts off), built
+from the fixture ``conformance_worker_model`` — ``(plugins, ModelConfig)``, the enabled
+plugin names and the ``[[models]]`` entry whose ``backend`` the worker builds — and made
+to die by SIGKILL of the worker in the dead-engine test. Without that fixture the
+``process`` runs are skipped.
+
 A torch device backend whose engines run the tiny random Llama (``servehall_tiny_llama``)
 needs no fixture at all: subclass :class:`TinyLlamaConformance` and set ``backend``,
 ``plugins`` and ``model_options``.
@@ -56,6 +64,9 @@ from servehall.config.models import ModelConfig
 from servehall.engine import Engine, EngineStats, SamplingParams, TokenDelta
 from servehall.errors import EngineError
 from servehall.plugins import PluginHost
+
+WorkerModel = tuple[tuple[str, ...], ModelConfig]
+"""``(plugins, model)`` for process-mode runs (fixture ``conformance_worker_model``)."""
 
 EngineFactory = Callable[[], Engine]
 """Builds an unstarted engine (fixture ``conformance_engine_factory``)."""
@@ -115,6 +126,51 @@ class BackendConformance:
     timeout_s: float = 120.0
     kv_release_timeout_s: float = 10.0
 
+    # --- fixtures ----------------------------------------------------------------------
+
+    @pytest.fixture(params=["thread", "process"])
+    def conformance_isolation(self, request: pytest.FixtureRequest) -> str:
+        """``thread``: the engine in this process; ``process``: in a worker process."""
+        return str(request.param)
+
+    @pytest.fixture
+    def conformance_worker_model(self) -> WorkerModel | None:
+        """``(plugins, ModelConfig)`` for the ``process`` runs; None skips them."""
+        return None
+
+    @pytest.fixture
+    def engine_factory(
+        self,
+        conformance_isolation: str,
+        conformance_engine_factory: EngineFactory,
+        conformance_worker_model: WorkerModel | None,
+    ) -> EngineFactory:
+        """Unstarted engines in the isolation mode under test."""
+        if conformance_isolation == "thread":
+            return conformance_engine_factory
+        if conformance_worker_model is None:
+            pytest.skip("no conformance_worker_model fixture: process mode not run")
+        from servehall.config.worker import WorkerSettings
+        from servehall.worker import ProcessEngine
+
+        plugins, model = conformance_worker_model
+        settings = WorkerSettings(crash_loop_restarts=0, step_timeout_s=self.timeout_s)
+        return lambda: ProcessEngine(model, model.backend, plugins, settings=settings)
+
+    @pytest.fixture
+    def crash_fn(self, conformance_isolation: str, conformance_crash: CrashFn | None) -> CrashFn | None:
+        """How the dead-engine test kills an engine: SIGKILL of the worker in process mode."""
+        if conformance_isolation == "thread":
+            return conformance_crash
+
+        def kill_worker(engine: Any) -> None:
+            import os
+            import signal
+
+            os.kill(engine.worker_pid, signal.SIGKILL)
+
+        return kill_worker
+
     # --- helpers -----------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
@@ -163,10 +219,8 @@ class BackendConformance:
         assert isinstance(result.available, bool)
         assert isinstance(result.reason, str) and result.reason.strip()
 
-    async def test_starts_and_stops_cleanly(
-        self, conformance_engine_factory: EngineFactory
-    ) -> None:
-        engine = conformance_engine_factory()
+    async def test_starts_and_stops_cleanly(self, engine_factory: EngineFactory) -> None:
+        engine = engine_factory()
         await asyncio.wait_for(engine.start(), self.timeout_s)
         health = await engine.health()
         assert health.ok, health.reason
@@ -179,8 +233,8 @@ class BackendConformance:
         assert not health.ok and health.reason
         await asyncio.wait_for(engine.shutdown(), self.timeout_s)  # idempotent
 
-    async def test_streams_deltas_in_order(self, conformance_engine_factory: EngineFactory) -> None:
-        async with self.running(conformance_engine_factory) as engine:
+    async def test_streams_deltas_in_order(self, engine_factory: EngineFactory) -> None:
+        async with self.running(engine_factory) as engine:
             prompt = self.prompts(engine)[0]
             deltas = await self.run_one(engine, "order-1", prompt, greedy(self.max_tokens))
             assert deltas[-1].finish_reason == "length"
@@ -196,9 +250,9 @@ class BackendConformance:
             assert len(tokens_of(normal)) <= self.max_tokens
 
     async def test_duplicate_request_id_rejected(
-        self, conformance_engine_factory: EngineFactory
+        self, engine_factory: EngineFactory
     ) -> None:
-        async with self.running(conformance_engine_factory) as engine:
+        async with self.running(engine_factory) as engine:
             prompt = self.prompts(engine)[0]
             stream = engine.add_request("dup", prompt, greedy(self.long_tokens))
             with pytest.raises(ValueError):
@@ -207,8 +261,8 @@ class BackendConformance:
             deltas = await collect(stream, self.timeout_s)
             assert deltas[-1].finish_reason == "abort"
 
-    async def test_greedy_is_deterministic(self, conformance_engine_factory: EngineFactory) -> None:
-        async with self.running(conformance_engine_factory) as engine:
+    async def test_greedy_is_deterministic(self, engine_factory: EngineFactory) -> None:
+        async with self.running(engine_factory) as engine:
             prompts = self.prompts(engine)
             first = [
                 tokens_of(await self.run_one(engine, f"g1-{i}", p, greedy(self.max_tokens)))
@@ -228,9 +282,9 @@ class BackendConformance:
             assert [tokens_of(d) for d in together] == first, "batching changed greedy output"
 
     async def test_mid_batch_join_keeps_outputs(
-        self, conformance_engine_factory: EngineFactory
+        self, engine_factory: EngineFactory
     ) -> None:
-        async with self.running(conformance_engine_factory) as engine:
+        async with self.running(engine_factory) as engine:
             a, b = self.prompts(engine)[1], self.prompts(engine)[3]
             n = min(self.long_tokens, 48)
             alone_a = tokens_of(await self.run_one(engine, "alone-a", a, greedy(n)))
@@ -252,9 +306,9 @@ class BackendConformance:
             assert tokens_of(joined_b) == alone_b
 
     async def test_abort_ends_stream_and_frees_kv(
-        self, conformance_engine_factory: EngineFactory
+        self, engine_factory: EngineFactory
     ) -> None:
-        async with self.running(conformance_engine_factory) as engine:
+        async with self.running(engine_factory) as engine:
             prompt = self.prompts(engine)[3]
             stream = engine.add_request("ab-1", prompt, greedy(self.long_tokens))
             async with asyncio.timeout(self.timeout_s):
@@ -279,8 +333,8 @@ class BackendConformance:
             again = await self.run_one(engine, "ab-3", prompt, greedy(3))
             assert len(tokens_of(again)) == 3
 
-    async def test_stats_are_sane(self, conformance_engine_factory: EngineFactory) -> None:
-        async with self.running(conformance_engine_factory) as engine:
+    async def test_stats_are_sane(self, engine_factory: EngineFactory) -> None:
+        async with self.running(engine_factory) as engine:
             idle = engine.stats()
             check_stats(idle)
             assert idle.running == 0 and idle.waiting == 0 and idle.kv_cache_blocks_used == 0
@@ -305,19 +359,19 @@ class BackendConformance:
 
     async def test_health_reports_dead_engine(
         self,
-        conformance_engine_factory: EngineFactory,
-        conformance_crash: CrashFn | None,
+        engine_factory: EngineFactory,
+        crash_fn: CrashFn | None,
     ) -> None:
-        engine = conformance_engine_factory()
+        engine = engine_factory()
         await asyncio.wait_for(engine.start(), self.timeout_s)
         try:
             assert (await engine.health()).ok
-            if conformance_crash is None:
+            if crash_fn is None:
                 await engine.shutdown()
             else:
                 prompt = self.prompts(engine)[0]
                 stream = engine.add_request("dead-1", prompt, greedy(self.long_tokens))
-                result: Any = conformance_crash(engine)
+                result: Any = crash_fn(engine)
                 if inspect.isawaitable(result):
                     await result
                 deltas = await collect(stream, self.timeout_s)
@@ -380,6 +434,18 @@ class TinyLlamaConformance(BackendConformance):
         )
         spec = self.backend_spec(self.backend)
         return lambda: spec.factory(model)
+
+    @pytest.fixture
+    def conformance_worker_model(self, servehall_tiny_llama: Path) -> WorkerModel:
+        """The same model and backend, for the ``process`` runs."""
+        model = ModelConfig(
+            name="tiny",
+            path=servehall_tiny_llama,
+            backend=self.backend,
+            max_model_len=self.max_model_len,
+            options=dict(self.model_options),
+        )
+        return tuple(self.plugins), model
 
     @pytest.fixture
     def conformance_backend_spec(self) -> BackendSpec:

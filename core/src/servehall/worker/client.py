@@ -148,6 +148,7 @@ class ProcessEngine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._up = asyncio.Event()
         self._hb: Heartbeat | None = None
+        self._counters = (0, 0, 0)
         self._last_hb = 0.0
         self._last_progress = 0.0
         self._up_since = 0.0
@@ -342,11 +343,11 @@ class ProcessEngine:
             return EngineStats(0, live, 0, 1)
         if self._state != "up":
             return EngineStats(0, 0, 0, max(hb.kv_cache_blocks_total, 1))
-        running = min(hb.running, live)
+        running = min(self._counters[0], live)
         return EngineStats(
             running=running,
             waiting=max(live - running, 0),
-            kv_cache_blocks_used=hb.kv_cache_blocks_used,
+            kv_cache_blocks_used=self._counters[2],
             kv_cache_blocks_total=max(hb.kv_cache_blocks_total, 1),
             device_memory_used_bytes=hb.device_memory_used_bytes,
             device_memory_total_bytes=hb.device_memory_total_bytes,
@@ -463,6 +464,7 @@ class ProcessEngine:
             return
         if isinstance(msg, StepOutput):
             self._last_progress = time.monotonic()
+            self._counters = msg.counters
             streams = self._streams
             for rid, tokens, finish, error, code in msg.deltas:
                 stream = streams.get(rid)
@@ -473,6 +475,7 @@ class ProcessEngine:
                 stream.push(TokenDelta(tuple(tokens), finish, error, code))  # type: ignore[arg-type]
         elif isinstance(msg, Heartbeat):
             self._hb = msg
+            self._counters = (msg.running, msg.waiting, msg.kv_cache_blocks_used)
             self._last_hb = time.monotonic()
             if gen.info is not None and gen.ready is not None and not gen.ready.done():
                 gen.ready.set_result(None)

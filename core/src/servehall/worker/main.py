@@ -282,7 +282,13 @@ class _Worker:
         if not self.pending:
             return
         batch, self.pending = self.pending, []
-        self.send(StepOutput(batch))
+        assert self.engine is not None
+        try:
+            st = self.engine.stats()
+            counters = (st.running, st.waiting, st.kv_cache_blocks_used)
+        except Exception:
+            counters = (0, 0, 0)
+        self.send(StepOutput(batch, counters))
         self.steps_sent += 1
         if self.fault == "hang_step" and not self.hung:
             log.error("test fault: the engine step hangs from now on")

@@ -47,9 +47,12 @@ DeltaTuple = tuple[str, list[int], str | None, str | None, str | None]
 
 
 class StepOutput(msgspec.Struct, tag="step", array_like=True):
-    """The deltas of one engine step (every request that got tokens or finished)."""
+    """The deltas of one engine step (every request that got tokens or finished), and
+    the engine's counters right after it: ``(running, waiting, kv_cache_blocks_used)``
+    (so ``stats()`` on the API side never lags a delta)."""
 
     deltas: list[DeltaTuple]
+    counters: tuple[int, int, int]
 
 
 class Heartbeat(msgspec.Struct, tag="hb", array_like=True):
