@@ -158,7 +158,9 @@ class BackendConformance:
         return lambda: ProcessEngine(model, model.backend, plugins, settings=settings)
 
     @pytest.fixture
-    def crash_fn(self, conformance_isolation: str, conformance_crash: CrashFn | None) -> CrashFn | None:
+    def crash_fn(
+        self, conformance_isolation: str, conformance_crash: CrashFn | None
+    ) -> CrashFn | None:
         """How the dead-engine test kills an engine: SIGKILL of the worker in process mode."""
         if conformance_isolation == "thread":
             return conformance_crash
@@ -249,9 +251,7 @@ class BackendConformance:
             assert normal[-1].finish_reason in ("stop", "length")
             assert len(tokens_of(normal)) <= self.max_tokens
 
-    async def test_duplicate_request_id_rejected(
-        self, engine_factory: EngineFactory
-    ) -> None:
+    async def test_duplicate_request_id_rejected(self, engine_factory: EngineFactory) -> None:
         async with self.running(engine_factory) as engine:
             prompt = self.prompts(engine)[0]
             stream = engine.add_request("dup", prompt, greedy(self.long_tokens))
@@ -281,9 +281,7 @@ class BackendConformance:
             )
             assert [tokens_of(d) for d in together] == first, "batching changed greedy output"
 
-    async def test_mid_batch_join_keeps_outputs(
-        self, engine_factory: EngineFactory
-    ) -> None:
+    async def test_mid_batch_join_keeps_outputs(self, engine_factory: EngineFactory) -> None:
         async with self.running(engine_factory) as engine:
             a, b = self.prompts(engine)[1], self.prompts(engine)[3]
             n = min(self.long_tokens, 48)
@@ -305,9 +303,7 @@ class BackendConformance:
             )
             assert tokens_of(joined_b) == alone_b
 
-    async def test_abort_ends_stream_and_frees_kv(
-        self, engine_factory: EngineFactory
-    ) -> None:
+    async def test_abort_ends_stream_and_frees_kv(self, engine_factory: EngineFactory) -> None:
         async with self.running(engine_factory) as engine:
             prompt = self.prompts(engine)[3]
             stream = engine.add_request("ab-1", prompt, greedy(self.long_tokens))

@@ -274,9 +274,7 @@ class ProcessEngine:
         self._submit(stream, prompt_token_ids, params)
         return stream
 
-    def _submit(
-        self, stream: DeltaStream, prompt: Sequence[int], params: SamplingParams
-    ) -> None:
+    def _submit(self, stream: DeltaStream, prompt: Sequence[int], params: SamplingParams) -> None:
         if not self._streams:
             self._last_progress = time.monotonic()  # the stall clock starts now
         self._streams[stream.request_id] = stream
@@ -598,9 +596,7 @@ class ProcessEngine:
                 continue
             silent = now - self._last_hb
             if silent > s.heartbeat_timeout_s:
-                self._lost(
-                    "heartbeat_timeout", f"worker missed heartbeats for {silent:.1f} s"
-                )
+                self._lost("heartbeat_timeout", f"worker missed heartbeats for {silent:.1f} s")
             elif self._streams and now - self._last_progress > s.step_timeout_s:
                 self._lost(
                     "step_stalled",

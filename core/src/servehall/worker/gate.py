@@ -83,8 +83,7 @@ class EngineGate:
             self._gated -= 1
         if not up:
             raise EngineUnavailableError(
-                f"The engine of model '{self.model}' is unavailable: "
-                f"{self.engine.state_reason}",
+                f"The engine of model '{self.model}' is unavailable: {self.engine.state_reason}",
                 headers={"Retry-After": str(self.settings.retry_after_s)},
             )
         slot = await self.inner.acquire(ticket)
