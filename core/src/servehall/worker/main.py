@@ -5,8 +5,9 @@
 1. points its stdout/stderr at the pipe the API process reads (so C-level messages of
    the device runtime are captured too: the supervisor keeps their last lines for the
    exit reason), arranges to die with its parent (``prctl(PR_SET_PDEATHSIG, SIGKILL)`` on
-   Linux, plus a parent-pid check with every heartbeat) and ignores SIGINT (a terminal's
-   Ctrl-C reaches the whole process group; the API process decides when workers stop);
+   Linux, plus a parent-pid check with every heartbeat) and ignores SIGINT and SIGTERM
+   (a terminal's Ctrl-C reaches the whole process group, systemd signals the whole
+   cgroup: the API process drains first, then stops its workers);
 2. loads the enabled plugins, builds the engine with the backend's factory (any backend:
    ``openvino_cpu``, ``cpu``, ``cuda``, ``rocm``, ``ascend``…), starts it and reports
    :class:`~servehall.worker.messages.WorkerReady` (or
@@ -109,7 +110,9 @@ def worker_main(spec: WorkerSpec, output: Connection) -> None:
     os.dup2(fd, 2)
     output.close()
     die_with_parent(spec.parent_pid)
+    # the host decides when workers stop (after draining); they die with it (above)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(
         format=f"%(asctime)s %(levelname)s worker[{spec.model.name}] %(name)s: %(message)s",
         stream=sys.stderr,

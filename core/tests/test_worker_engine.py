@@ -1,0 +1,179 @@
+"""The engine worker process pieces: ProcessEngine on the torch ``cpu`` backend (tiny
+random Llama), the admission gate, exit reasons, the fault-hook parser, config."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import pydantic
+import pytest
+
+from servehall.config.models import ModelConfig, SchedulerSettings
+from servehall.config.worker import WorkerSettings
+from servehall.engine import SamplingParams, TokenDelta
+from servehall.errors import (
+    EngineError,
+    EngineUnavailableError,
+    InvalidRequestError,
+    QueueTimeoutError,
+)
+from servehall.schedulers.fcfs import FcfsScheduler
+from servehall.scheduling import Ticket
+from servehall.serving.choice import engine_failure
+from servehall.worker import ProcessEngine
+from servehall.worker.exits import describe_exit, signal_name, with_stderr
+from servehall.worker.gate import EngineGate
+from servehall.worker.main import parse_fault
+
+GREEDY = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+
+
+async def collect(stream: object) -> list[TokenDelta]:
+    return [d async for d in stream]  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def tiny_model(servehall_tiny_llama: Path) -> ModelConfig:
+    return ModelConfig(
+        name="tiny",
+        path=servehall_tiny_llama,
+        backend="cpu",
+        max_model_len=256,
+        options={"kv_cache_blocks": 64, "block_size": 16},
+    )
+
+
+async def test_worker_refuses_bad_input_and_keeps_serving(tiny_model: ModelConfig) -> None:
+    events: list[tuple[str, dict[str, object]]] = []
+    engine = ProcessEngine(
+        tiny_model,
+        "cpu",
+        (),
+        settings=WorkerSettings(restart_backoff_s=0.1),
+        on_event=lambda a, d: events.append((a, d)),
+    )
+    await engine.start()
+    try:
+        vocab = engine.model_info.vocab_size
+        assert vocab > 0 and engine.supported_params
+        bad = await collect(engine.add_request("bad", [3, vocab + 5], GREEDY))
+        assert bad[-1].finish_reason == "error" and bad[-1].code == "invalid_request"
+        assert isinstance(engine_failure(bad[-1]), InvalidRequestError)
+        good = await collect(engine.add_request("good", [3, 4, 5], GREEDY))
+        assert good[-1].finish_reason == "length"
+        assert sum(len(d.token_ids) for d in good) == 4
+        assert (await engine.health()).ok
+        # the worker dies: in-flight work ends with engine_unavailable, then it comes back
+        long = engine.add_request("long", [3, 4, 5], SamplingParams(max_tokens=200, temperature=0))
+        await anext(long)
+        pid = engine.worker_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        rest = await collect(long)
+        assert rest[-1].finish_reason == "error" and rest[-1].code == "engine_unavailable"
+        assert isinstance(engine_failure(rest[-1]), EngineUnavailableError)
+        health = await engine.health()
+        assert not health.ok and "SIGKILL" in health.reason
+        assert await engine.wait_up(120)
+        assert engine.worker_pid != pid
+        again = await collect(engine.add_request("again", [3, 4, 5], GREEDY))
+        assert [t for d in again for t in d.token_ids] == [t for d in good for t in d.token_ids]
+        assert engine.restart_counts["crashed"] == 1
+        assert [a for a, _ in events] == ["restart"]
+        assert events[0][1]["kind"] == "crashed" and events[0][1]["model"] == "tiny"
+    finally:
+        await engine.shutdown()
+    assert not (await engine.health()).ok
+    assert engine.worker_pid is None or engine._gen.proc.exitcode is not None  # type: ignore[union-attr]
+
+
+async def test_start_failure_is_a_config_error_without_restart(tmp_path: Path) -> None:
+    model = ModelConfig(name="m", path=tmp_path, backend="cpu", options={"no_such_option": 1})
+    engine = ProcessEngine(model, "cpu", ())
+    from servehall.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="model m") as info:
+        await engine.start()
+    assert "no_such_option" in str(info.value)
+    assert engine._generations == 1
+
+
+class FakeRestartable:
+    def __init__(self, up: bool, comes_back: bool) -> None:
+        self.worker_up = up
+        self.state_reason = "worker killed by SIGKILL"
+        self.comes_back = comes_back
+        self.waits = 0
+
+    async def wait_up(self, timeout: float) -> bool:
+        self.waits += 1
+        if self.comes_back:
+            await asyncio.sleep(0.01)
+            self.worker_up = True
+        return self.worker_up
+
+
+async def test_gate_waits_for_a_restarting_engine_then_503() -> None:
+    settings = SchedulerSettings(queue_timeout_s=0.5, retry_after_s=3)
+    ticket = Ticket(request_id="r", model="m")
+    up = EngineGate(FcfsScheduler(settings), FakeRestartable(True, True), "m", settings)
+    slot = await up.acquire(ticket)
+    assert up.running == 1
+    slot.release()
+    coming = FakeRestartable(False, True)
+    gate = EngineGate(FcfsScheduler(settings), coming, "m", settings)
+    slot = await gate.acquire(ticket)
+    assert coming.waits == 1 and slot.queue_time_s > 0
+    slot.release()
+    gone = EngineGate(FcfsScheduler(settings), FakeRestartable(False, False), "m", settings)
+    with pytest.raises(EngineUnavailableError) as info:
+        await gone.acquire(ticket)
+    assert info.value.status == 503 and info.value.code == "engine_unavailable"
+    assert info.value.headers["Retry-After"] == "3"
+    assert "SIGKILL" in info.value.message
+    assert not isinstance(info.value, QueueTimeoutError)
+
+
+def test_engine_failure_codes() -> None:
+    assert type(engine_failure(TokenDelta((), "error", "x"))) is EngineError
+    e = engine_failure(TokenDelta((), "error", "gone", "engine_unavailable"))
+    assert e.status == 503 and e.headers["Retry-After"] == "1"
+    assert engine_failure(TokenDelta((), "error", "bad", "invalid_request")).status == 400
+
+
+def test_exit_reasons() -> None:
+    assert describe_exit(3) == "exited with status 3"
+    assert describe_exit(-11) == "killed by SIGSEGV"
+    assert describe_exit(-9, oom_before=0, oom_after=1) == (
+        "killed by the kernel's OOM killer (SIGKILL)"
+    )
+    assert describe_exit(-9, oom_before=1, oom_after=1) == "killed by SIGKILL"
+    assert describe_exit(None) == "still running"
+    assert signal_name(77) == "signal 77"
+    assert with_stderr("x", ["a", "", "b"], keep=1) == "x; last stderr: b"
+    assert with_stderr("x", []) == "x"
+
+
+def test_fault_hook_parser() -> None:
+    assert parse_fault(None, 1) is None
+    assert parse_fault("hang_step", 1) == "hang_step"
+    assert parse_fault("hang_step", 2) is None
+    assert parse_fault("exit_after_ready@2+", 1) is None
+    assert parse_fault("exit_after_ready@2+", 3) == "exit_after_ready"
+    assert parse_fault("x@2", 2) == "x" and parse_fault("x@2", 3) is None
+
+
+def test_isolation_config(tmp_path: Path) -> None:
+    m = ModelConfig(name="m", path=tmp_path)
+    assert m.isolation == "process" and m.worker.restart_backoff_s == 1.0
+    assert m.worker.restart_backoff_max_s == 60.0
+    assert ModelConfig(name="m", path=tmp_path, isolation="thread").isolation == "thread"
+    with pytest.raises(pydantic.ValidationError):
+        ModelConfig(name="m", path=tmp_path, isolation="container")  # type: ignore[arg-type]
+    with pytest.raises(pydantic.ValidationError):
+        WorkerSettings(restart_backoff_s=10, restart_backoff_max_s=5)
+    with pytest.raises(pydantic.ValidationError):
+        WorkerSettings(unknown=1)  # type: ignore[call-arg]
