@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +29,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import demo_config, run_cli
+from tests.conftest import _serve_cmd as serve_cmd
+from tests.conftest import demo_config
 
 STREAM = {
     "model": "demo",
@@ -259,16 +261,19 @@ def test_bad_model_files_fail_once_with_a_clear_error(demo_model_dir: Path, tmp_
 
     path = tmp_path / "bad.toml"
     path.write_text(dump_toml(cfg))
-    started = time.monotonic()
-    out = run_cli(path, "serve", "--bind", "127.0.0.1:0")
-    took = time.monotonic() - started
-    assert out.returncode != 0
-    text = out.stdout + out.stderr
-    assert "model demo" in text and "failed to start" in text, text[-2000:]
+    # (the OpenVINO backend converts the model in a subprocess first: slow on a busy CPU)
+    out = subprocess.run(
+        [*serve_cmd(), "serve", "--config", str(path), "--bind", "127.0.0.1:0"],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env={k: v for k, v in os.environ.items() if k != "SERVEHALL_CONFIG"},
+    )
+    assert out.returncode == 2, out.stderr[-3000:]
+    text = out.stderr
+    assert "error: model demo: the engine worker failed to start: " in text, text[-3000:]
+    assert "SafetensorError" in text.split("error: model demo")[-1]  # the cause, kept
     assert text.count("worker 1 started") == 1 and "worker 2" not in text, text[-2000:]
-    last = out.stderr.strip().splitlines()[-1]
-    assert "model demo: the engine worker failed to start" in last, last
-    assert took < 120
 
 
 def test_crash_loop_leaves_model_not_ready(

@@ -479,9 +479,8 @@ class ProcessEngine:
                 gen.ready.set_result(None)
         elif isinstance(msg, WorkerReady):
             gen.info = msg
-        elif isinstance(msg, StartFailed):
-            if gen.ready is not None and not gen.ready.done():
-                gen.ready.set_exception(StartError(msg.error_type, msg.message))
+        elif isinstance(msg, StartFailed) and gen.ready is not None and not gen.ready.done():
+            gen.ready.set_exception(StartError(msg.error_type, msg.message))
 
     def _read_output(self, gen: _Generation) -> None:
         """Forward the worker's stdout/stderr to ours; keep its last lines."""

@@ -21,8 +21,11 @@ from servehall.scheduling import Scheduler, Slot, Ticket
 class Restartable(Protocol):
     """What the gate needs of an engine (``ProcessEngine`` has it)."""
 
-    worker_up: bool
-    state_reason: str
+    @property
+    def worker_up(self) -> bool: ...
+
+    @property
+    def state_reason(self) -> str: ...
 
     async def wait_up(self, timeout: float) -> bool: ...
 
