@@ -4,9 +4,9 @@ Names follow Prometheus conventions (base units, ``_total`` counters). Labels ar
 ``model``, ``endpoint``, ``status`` (and ``reason`` for aborts and engine restarts):
 never a key, a principal id or a tenant, so no secret or identity can reach a metric
 label. Engine gauges (running, waiting, KV-cache usage) are read from
-``Engine.stats()`` at scrape time; for models whose engine runs in a worker process (``isolation = "process"``),
-``servehall_engine_up{model}`` and ``servehall_engine_restarts_total{model,reason}``
-come from its supervisor.
+``Engine.stats()`` at scrape time; for models whose engine runs in a worker process
+(``isolation = "process"``), ``servehall_engine_up{model}`` and
+``servehall_engine_restarts_total{model,reason}`` come from its supervisor.
 
 Each :class:`Metrics` owns its own ``CollectorRegistry`` so several apps can live in one
 process (tests) without clashing.
