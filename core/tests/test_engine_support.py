@@ -109,3 +109,37 @@ def test_canonical_dtype() -> None:
     assert canonical_dtype("fp32") == canonical_dtype("float") == "float32"
     assert canonical_dtype("half") == "float16"
     assert canonical_dtype("int4") is None and canonical_dtype(16) is None
+
+
+async def test_delta_stream_coalesces_the_backlog() -> None:
+    from servehall.engine import TokenDelta
+    from servehall.engine_support import DeltaStream
+
+    s = DeltaStream("r", lambda rid: None)
+    s.push(TokenDelta((1,)))
+    s.push(TokenDelta((2, 3)))
+    s.push(TokenDelta((4,), "length"))
+    first = await anext(s)
+    merged = s.coalesce(first)
+    assert merged == TokenDelta((1, 2, 3, 4), "length")
+    assert s.ended
+    with pytest.raises(StopAsyncIteration):
+        await anext(s)
+    t = DeltaStream("t", lambda rid: None)
+    t.push(TokenDelta((5,)))
+    one = await anext(t)
+    assert t.coalesce(one) is one  # nothing queued: unchanged
+    assert not t.ended
+
+
+async def test_delta_stream_listener_gets_backlog_then_pushes() -> None:
+    from servehall.engine import TokenDelta
+    from servehall.engine_support import DeltaStream
+
+    got: list[tuple[str, TokenDelta]] = []
+    s = DeltaStream("r", lambda rid: None)
+    s.push(TokenDelta((1,)))
+    s.listen(lambda rid, d: got.append((rid, d)))
+    s.push(TokenDelta((2,), "stop"))
+    s.push(TokenDelta((3,)))  # after the terminal delta: dropped
+    assert got == [("r", TokenDelta((1,))), ("r", TokenDelta((2,), "stop"))]

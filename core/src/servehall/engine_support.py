@@ -91,6 +91,22 @@ class DeltaStream:
             self.ended = True
         return delta
 
+    def coalesce(self, first: TokenDelta) -> TokenDelta:
+        """``first`` (just taken from this stream) merged with every delta already queued
+        behind it: their token ids concatenated, the last one's finish fields. A consumer
+        that fell behind (a slow SSE reader) thus handles the backlog as one delta — one
+        detokenizer call, one event — instead of one per step. Loop thread only."""
+        if first.finish_reason is not None or self._queue.empty():
+            return first
+        tokens = list(first.token_ids)
+        last = first
+        while last.finish_reason is None and not self._queue.empty():
+            last = self._queue.get_nowait()
+            tokens.extend(last.token_ids)
+        if last.finish_reason is not None:
+            self.ended = True
+        return TokenDelta(tuple(tokens), last.finish_reason, last.error, last.code)
+
     async def aclose(self) -> None:
         """Stop iterating; calls ``on_close(request_id)`` when the request has not finished."""
         if not self.done:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servehall.engine import Engine, SamplingParams, TokenDelta
+from servehall.engine_support import DeltaStream
 from servehall.errors import (
     EngineError,
     EngineUnavailableError,
@@ -87,9 +88,12 @@ class ChoiceStream:
     async def events(self) -> AsyncGenerator[ChoiceEvent, None]:
         """Run the engine request and yield text deltas; aborts it if cut short."""
         stream: Any = self.engine.add_request(self.request_id, self.prompt_ids, self.params)
+        coalesce = stream.coalesce if isinstance(stream, DeltaStream) else None
         engine_done = False
         try:
             async for delta in stream:
+                if coalesce is not None:  # take the backlog of a slow consumer at once
+                    delta = coalesce(delta)
                 if delta.token_ids:
                     if self.first_token_at is None:
                         self.first_token_at = time.monotonic()
