@@ -67,7 +67,9 @@ async def raw_engine(model: Path, streams: int, tokens: int, rounds: int) -> dic
     from servehall import ModelConfig, SamplingParams
     from servehall_openvino_cpu import plugin
 
-    mc = ModelConfig(name="demo", path=model, backend="openvino_cpu", options={"inference_precision": "f32"})
+    mc = ModelConfig(
+        name="demo", path=model, backend="openvino_cpu", options={"inference_precision": "f32"}
+    )
     engine = plugin.factory(mc)
     await engine.start()
     from servehall.text import load_tokenizer
@@ -112,7 +114,9 @@ async def stream_load(client: httpx.AsyncClient, streams: int, tokens: int) -> i
     return sum(await asyncio.gather(*(one() for _ in range(streams))))
 
 
-async def platform(base_url: str, pid: int, streams: int, tokens: int, rounds: int) -> dict[str, Any]:
+async def platform(
+    base_url: str, pid: int, streams: int, tokens: int, rounds: int
+) -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=base_url, http1=False, http2=True, timeout=300) as c:
         await stream_load(c, streams, tokens)  # warm-up
         kids = children(pid)
