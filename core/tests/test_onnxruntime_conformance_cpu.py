@@ -38,5 +38,18 @@ class TestOnnxRuntimeCpuConformance(TinyLlamaConformance):
         return lambda: spec.factory(model)
 
     @pytest.fixture
+    def conformance_worker_model(
+        self, servehall_tiny_llama: Path, ort_cache_dir: Path
+    ) -> tuple[tuple[str, ...], ModelConfig]:
+        model = ModelConfig(
+            name="tiny",
+            path=servehall_tiny_llama,
+            backend=self.backend,
+            max_model_len=self.max_model_len,
+            options={**self.model_options, "cache_dir": str(ort_cache_dir)},
+        )
+        return tuple(self.plugins), model
+
+    @pytest.fixture
     def conformance_crash(self) -> Any:
         return lambda engine: engine._inject_fault("simulated device fault")
