@@ -318,3 +318,28 @@ def test_thread_isolation_still_serves(
             )
             assert r.status_code == 200, r.text
             assert metric(c.get("/metrics").text, "servehall_engine_up", model="demo") is None
+
+
+def test_sigterm_drains_then_stops_workers(
+    servehall_server: Callable[..., Any], demo_model_dir: Path
+) -> None:
+    srv = servehall_server(demo_config(demo_model_dir), name="worker-term")
+    workers = worker_pids(srv.process.pid)
+    assert len(workers) == 1
+
+    async def stream_then_term() -> list[str]:
+        async with httpx.AsyncClient(base_url=srv.base_url, timeout=120) as c:
+            started: list[int] = []
+            body = {**STREAM, "max_tokens": 300}
+            task = asyncio.ensure_future(read_stream(c, started, body))
+            while not started:
+                await asyncio.sleep(0.01)
+            srv.process.send_signal(signal.SIGTERM)
+            return await task
+
+    events = asyncio.run(stream_then_term())
+    # the stream in flight was drained to its end, not cut by the worker stopping
+    assert events[-1] == "[DONE]" and '"error"' not in "".join(events)
+    assert json.loads(events[-2])["choices"][0]["finish_reason"] in ("length", "stop")
+    assert srv.process.wait(60) == 0
+    wait_until(lambda: not any(alive(p) for p in workers), 10, 0.1)
