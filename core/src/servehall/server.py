@@ -98,6 +98,7 @@ async def build_host(settings: Settings, plugins: PluginHost) -> Host:
     host = Host(settings=settings, plugins=plugins)
     backends = plugins.backends()
     policy = plugins.schedulers().get(settings.scheduler.policy)
+    await ensure_plugin_schema(settings, plugins)
     host.records = await open_record_bus(settings, plugins)
     try:
         for mc in settings.models:
@@ -132,7 +133,7 @@ async def build_host(settings: Settings, plugins: PluginHost) -> Host:
                 tokenizer=tokenizer,
                 max_model_len=int(min(limits)),
             )
-        host.input_filters = plugins.input_filters(settings)
+        host.input_filters = plugins.input_filters(host)
     except BaseException:
         await shutdown_host(host)
         raise
@@ -173,6 +174,32 @@ def make_engine(
         probe_prompt=probe,
         on_event=on_event,
     )
+
+
+async def ensure_plugin_schema(settings: Settings, plugins: PluginHost) -> None:
+    """When an enabled plugin owns tables, check (or, with ``[database] auto_migrate``,
+    apply) the core's revisions and every enabled plugin's branch before anything starts.
+
+    Raises:
+        ConfigError: the database is not migrated (names ``servehall db upgrade``).
+        PluginError: an enabled plugin's migration branch is missing (names the plugin).
+    """
+    branches = plugins.migrations()
+    if not branches:
+        return
+    from servehall.db.engine import create_db_engine
+    from servehall.db.migrate import ensure_schema
+
+    engine = create_db_engine(settings)
+    try:
+        await ensure_schema(
+            engine,
+            auto_migrate=settings.database.auto_migrate,
+            branches=branches,
+            known=plugins.other_migrations(),
+        )
+    finally:
+        await engine.dispose()
 
 
 async def shutdown_host(host: Host) -> None:

@@ -36,7 +36,7 @@ def create_app(
         Route("/openapi.json", routes.openapi, methods=["GET"]),
     ]
     registry = RouteRegistry()
-    host.plugins.routes(registry)
+    host.plugins.routes(host, registry)
     app = Starlette(routes=[*core, *registry.routes], middleware=[Middleware(AuthMiddleware)])
     app.state.api = ApiState(host=host, metrics=metrics, readiness=readiness)
     install_handlers(app)

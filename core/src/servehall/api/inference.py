@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
+from servehall.access import check_model_access
 from servehall.api.body import check_media_type, drain_body, parse_json_object, read_body
 from servehall.api.errors import error_response, from_validation_error
 from servehall.api.models import ChatCompletionRequest, CompletionRequest
@@ -43,9 +44,7 @@ from servehall.api.state import ApiState
 from servehall.errors import (
     ContentFilterError,
     InvalidRequestError,
-    NotFoundError,
     PayloadTooLargeError,
-    PermissionDeniedError,
     ServehallError,
 )
 from servehall.filters import PromptParts
@@ -166,22 +165,8 @@ class InferenceEndpoint:
         ctx.record.stream = req.stream
         name = req.model
         served = host.models.get(name)
-        allowed = run.principal.may_use(name)
-        # A model outside the caller's list is a 404 like an unknown one, unless the auth
-        # plugin says the deployment does not hide models (then 403).
-        hide = bool(run.principal.attributes.get("hide_forbidden_models", True))
-        if served is None or (not allowed and hide):
-            raise NotFoundError(
-                "The requested model does not exist or you do not have access to it.",
-                param="model",
-                code="model_not_found",
-            )
-        if not allowed:
-            raise PermissionDeniedError(
-                f"This credential may not use the model `{name}`.",
-                param="model",
-                code="model_not_allowed",
-            )
+        check_model_access(run.principal, name, served=served is not None)
+        assert served is not None
         ctx.record.model = served.name
         ctx.record.backend = served.backend
         n = req.n or 1
@@ -250,7 +235,7 @@ class InferenceEndpoint:
             n=n,
             stream=req.stream,
         )
-        reservations: list[Reservation] = await host.plugins.authorize(admission)
+        reservations: list[Reservation] = await host.plugins.authorize(host, admission)
         slot: Slot | None = None
         try:
             if host.records is not None:
@@ -261,7 +246,7 @@ class InferenceEndpoint:
                     model=name,
                     tenant=run.principal.tenant,
                     principal_id=run.principal.id,
-                    priority=int(run.principal.attributes.get("priority", 0) or 0),
+                    priority=run.principal.policy.priority,
                     cost_tokens=admission.token_estimate,
                 )
             )
@@ -286,7 +271,7 @@ class InferenceEndpoint:
                     params=p,
                     detok=tok.new_detokenizer(),
                     stops=StopMatcher(stops) if stops else None,
-                    filters=host.plugins.output_filters(admission, run.principal)
+                    filters=host.plugins.output_filters(host, admission)
                     if host.plugins.has_output_filters
                     else [],
                 )

@@ -24,17 +24,18 @@ db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_he
 audit_app = typer.Typer(help="Audit trail and request-log queries.", no_args_is_help=True)
 
 
-def _with_engine(config: Path | None, fn: Callable[[Any], Awaitable[T]]) -> T:
-    """Load the deployment, open its database, run ``fn(engine)``; exit 2 on errors."""
+def _with_engine(config: Path | None, fn: Callable[[Any, Any], Awaitable[T]]) -> T:
+    """Load the deployment, open its database, run ``fn(engine, plugins)``; exit 2 on
+    errors (one line)."""
     from servehall.bootstrap import load_deployment
     from servehall.db.engine import create_db_engine
     from servehall.errors import ServehallError
 
     async def go() -> T:
-        settings, _ = load_deployment(config)
+        settings, plugins = load_deployment(config)
         engine = create_db_engine(settings)
         try:
-            return await fn(engine)
+            return await fn(engine, plugins)
         finally:
             await engine.dispose()
 
@@ -50,30 +51,46 @@ def _with_engine(config: Path | None, fn: Callable[[Any], Awaitable[T]]) -> T:
 
 @db_app.command("upgrade")
 def db_upgrade(config: ConfigOpt = None) -> None:
-    """Migrate the database to the newest schema (``alembic upgrade heads``)."""
+    """Migrate the database to the newest schema: the core's revisions and the branch of
+    every enabled plugin (a disabled plugin's tables are left as they are)."""
     from servehall.db.engine import safe_url
     from servehall.db.migrate import pending_heads, upgrade_database
 
-    async def go(engine: Any) -> set[str]:
-        await upgrade_database(engine)
-        return await pending_heads(engine)
+    async def go(engine: Any, plugins: Any) -> tuple[set[str], list[str]]:
+        branches, known = plugins.migrations(), plugins.other_migrations()
+        await upgrade_database(engine, branches, known)
+        return await pending_heads(engine, branches, known), [b.label for b in branches]
 
-    missing = _with_engine(config, go)
-    if missing:  # pragma: no cover - upgrade heads leaves nothing missing
+    missing, labels = _with_engine(config, go)
+    if missing:  # pragma: no cover - upgrading to every target leaves nothing missing
         typer.echo(f"error: still missing {', '.join(sorted(missing))}", err=True)
         raise typer.Exit(1)
     from servehall.bootstrap import load_deployment
 
     settings, _ = load_deployment(config)
-    typer.echo(f"{safe_url(settings.database.url.get_secret_value())}: schema is up to date")
+    applied = ", ".join(["servehall", *labels])
+    typer.echo(
+        f"{safe_url(settings.database.url.get_secret_value())}: schema is up to date ({applied})"
+    )
 
 
 @db_app.command("status")
 def db_status(config: ConfigOpt = None) -> None:
-    """Say whether the database is migrated; exit 1 when it is not."""
-    from servehall.db.migrate import pending_heads
+    """Show each migration branch (core and plugins) and whether it is applied; exit 1 when
+    the core or an enabled plugin's branch is not."""
+    from servehall.db.migrate import branch_status
 
-    missing = _with_engine(config, pending_heads)
+    async def go(engine: Any, plugins: Any) -> list[tuple[str, list[str], bool, bool]]:
+        return await branch_status(engine, plugins.migrations(), plugins.other_migrations())
+
+    rows = _with_engine(config, go)
+    missing: list[str] = []
+    for label, heads, applied, enabled in rows:
+        state = "applied" if applied else "not applied"
+        role = "core" if label == "servehall" else ("enabled" if enabled else "disabled")
+        typer.echo(f"{label}: {', '.join(heads)} — {state} ({role})")
+        if enabled and not applied:
+            missing.extend(heads)
     if missing:
         typer.echo(
             f"not migrated (missing: {', '.join(sorted(missing))}); run `servehall db upgrade`"
@@ -87,7 +104,10 @@ def audit_verify(config: ConfigOpt = None) -> None:
     """Walk the audit_event hash chain; exit 1 naming the first bad row."""
     from servehall.records.chain import verify_chain
 
-    result = _with_engine(config, verify_chain)
+    async def go(engine: Any, plugins: Any) -> Any:
+        return await verify_chain(engine)
+
+    result = _with_engine(config, go)
     if not result.ok:
         where = f"audit_event id {result.bad_id}" if result.bad_id is not None else "audit_event"
         typer.echo(f"FAILED: {where}: {result.reason} ({result.checked} row(s) verified)")
@@ -148,7 +168,7 @@ def audit_query(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
 
-    async def go(engine: Any) -> tuple[list[str], list[dict[str, Any]]]:
+    async def go(engine: Any, plugins: Any) -> tuple[list[str], list[dict[str, Any]]]:
         return await run_query(engine, name, when, limit)
 
     cols, rows = _with_engine(config, go)

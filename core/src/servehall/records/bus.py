@@ -51,8 +51,10 @@ class RecordBus:
     Args:
         runners: one started :class:`SinkRunner` per configured sink (may be empty: the
             bus then keeps nothing, e.g. ``sinks = []`` in tests).
-        store_prompts: ``[database] store_prompts``; when False prompt and completion
-            text are removed from every record before any sink sees it.
+        store_prompts: ``[database] store_prompts``: whether prompt and completion text
+            are kept for records whose own ``store_prompts`` (the principal's
+            ``policy.store_prompts``) is None; otherwise the record's choice wins. Text
+            that is not kept is removed before any sink sees the record.
     """
 
     def __init__(self, runners: list[SinkRunner] | None = None, *, store_prompts: bool = False):
@@ -78,9 +80,8 @@ class RecordBus:
 
     def emit(self, record: RequestRecord) -> None:
         """Queue one request-log record (prompt text dropped unless allowed)."""
-        if (record.prompt_text is not None or record.completion_text is not None) and (
-            not self.store_prompts or record.store_prompts is False
-        ):
+        keep = self.store_prompts if record.store_prompts is None else record.store_prompts
+        if (record.prompt_text is not None or record.completion_text is not None) and not keep:
             record.prompt_text = None
             record.completion_text = None
         self.emitted += 1

@@ -17,7 +17,7 @@ from typing import Any
 import jwt
 from jwt.algorithms import get_default_algorithms
 
-from servehall import SCOPE_INFERENCE, AuthenticationError, ConfigError, Principal
+from servehall import SCOPE_INFERENCE, AuthenticationError, ConfigError, Limits, Policy, Principal
 from servehall_auth.settings import JwtSettings
 
 _FAMILY = {
@@ -215,9 +215,10 @@ class JwtVerifier:
         return Principal(
             id=f"jwt:{sub}",
             tenant=tenant,
-            scopes=scopes,
-            models=models,
             kind="jwt",
-            limits=limits,
-            attributes={"issuer": claims.get("iss")},
+            policy=Policy(
+                scopes=scopes,
+                models=models,
+                limits=Limits(rpm=limits.get("rpm"), tpm=limits.get("tpm")),
+            ),
         )

@@ -48,8 +48,10 @@ class _Section(BaseModel):
 class TenantSettings(_Section):
     """``[auth.tenants.<name>]``: limits shared by all of a tenant's principals
     (requests and tokens per minute; None means unlimited) and the tenant's prompt
-    storage policy (``store_prompts``: None follows ``[database] store_prompts``; passed
-    to the records layer as ``principal.attributes["store_prompts"]``)."""
+    storage policy (``store_prompts``: True keeps prompt and completion text in
+    ``request_log`` for the tenant's requests even when ``[database] store_prompts`` is
+    off, False never keeps them, None follows ``[database] store_prompts``; it reaches
+    the records layer as ``principal.policy.store_prompts``)."""
 
     rpm: int | None = Field(default=None, ge=1)
     tpm: int | None = Field(default=None, ge=1)

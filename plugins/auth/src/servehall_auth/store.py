@@ -1,7 +1,8 @@
 """The ``api_key`` table and the async key store (SQLAlchemy 2, SQLite and PostgreSQL).
 
-The table is created by the Alembic revision ``auth_0001_api_key`` (branch ``auth``);
-:data:`api_key` mirrors it for queries. Only hashes are stored (see
+The table is created by the Alembic revision ``auth_0001_api_key`` (branch ``auth``,
+shipped in ``servehall_auth/migrations/versions``); :data:`api_key` mirrors it for
+queries, and a test checks the two agree (autogenerate finds no difference). Only hashes are stored (see
 :mod:`servehall_auth.keys`): ``secret_hash`` for the current secret and, during a
 rotation's overlap window, ``prev_secret_hash`` valid until ``prev_valid_until``.
 Times are timezone-aware UTC.
@@ -18,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from servehall import ConfigError, Principal, UTCDateTime, create_db_engine
+from servehall import ConfigError, Limits, Policy, Principal, UTCDateTime, create_db_engine
 from servehall_auth.keys import (
     format_key,
     hash_key,
@@ -33,7 +34,7 @@ metadata = sa.MetaData()
 api_key = sa.Table(
     "api_key",
     metadata,
-    sa.Column("key_id", sa.String(16), primary_key=True),
+    sa.Column("key_id", sa.String(16), nullable=False),
     sa.Column("secret_hash", sa.String(64), nullable=False),
     sa.Column("prev_secret_hash", sa.String(64), nullable=True),
     sa.Column("prev_valid_until", UTCDateTime, nullable=True),
@@ -48,8 +49,15 @@ api_key = sa.Table(
     sa.Column("expires_at", UTCDateTime, nullable=True),
     sa.Column("revoked_at", UTCDateTime, nullable=True),
     sa.Column("rotated_at", UTCDateTime, nullable=True),
+    sa.PrimaryKeyConstraint("key_id", name="pk_api_key"),
+    sa.Index("ix_api_key_tenant", "tenant"),
 )
 """Mirror of the migrated ``api_key`` table."""
+
+
+def auth_metadata() -> sa.MetaData:
+    """The ``MetaData`` of the auth plugin's tables (for the migration check)."""
+    return metadata
 
 
 def utcnow() -> datetime:
@@ -108,20 +116,18 @@ class KeyRecord:
         return "active"
 
     def principal(self) -> Principal:
-        """The principal this key authenticates as."""
-        limits: dict[str, int] = {}
-        if self.rpm:
-            limits["rpm"] = self.rpm
-        if self.tpm:
-            limits["tpm"] = self.tpm
+        """The principal this key authenticates as (its tenant's policy is added by
+        :meth:`AuthRuntime.authenticate`)."""
         return Principal(
             id=self.public_id,
             tenant=self.tenant,
-            scopes=frozenset(self.scopes),
-            models=frozenset(self.models) if self.models is not None else None,
             kind="api_key",
-            limits=limits,
-            attributes={"key_name": self.name} if self.name else {},
+            name=self.name,
+            policy=Policy(
+                scopes=frozenset(self.scopes),
+                models=frozenset(self.models) if self.models is not None else None,
+                limits=Limits(rpm=self.rpm or None, tpm=self.tpm or None),
+            ),
         )
 
     def as_dict(self, now: datetime | None = None) -> dict[str, Any]:

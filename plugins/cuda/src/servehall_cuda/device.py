@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from servehall import ConfigError
-from servehall.engines.torch import CudaApiDevice, TorchOptions
+from servehall.devices import CudaApiDevice, TorchOptions
 
 MIN_CAPABILITY: dict[str, tuple[int, int]] = {
     "bfloat16": (8, 0),

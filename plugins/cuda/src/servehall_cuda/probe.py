@@ -9,8 +9,13 @@ from __future__ import annotations
 import os
 
 from servehall import ProbeResult
-from servehall.engines.onnxruntime import cuda_provider_status
-from servehall.engines.torch import DriverCount, TorchBuild, driver_device_count, torch_build
+from servehall.devices import (
+    DriverCount,
+    TorchBuild,
+    cuda_provider_status,
+    driver_device_count,
+    torch_build,
+)
 
 
 def probe_cuda(

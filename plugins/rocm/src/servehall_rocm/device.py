@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from servehall.engines.torch import CudaApiDevice
+from servehall.devices import CudaApiDevice
 
 
 class RocmDevice(CudaApiDevice):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from servehall import BackendRegistry, BackendSpec, hookimpl
-from servehall.engines.torch import torch_engine_factory
+from servehall.devices import torch_engine_factory
 from servehall_rocm.device import RocmDevice
 from servehall_rocm.probe import probe_rocm
 
