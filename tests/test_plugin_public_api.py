@@ -62,8 +62,14 @@ def _violations(package: Path) -> list[str]:
 
 def test_there_are_plugins_to_check() -> None:
     names = {p.name for p in PACKAGES}
-    assert {"servehall_auth", "servehall_cuda", "servehall_rocm", "servehall_ascend_stub",
-            "servehall_webhook_sink", "servehall_safety_filter"} <= names
+    assert {
+        "servehall_auth",
+        "servehall_cuda",
+        "servehall_rocm",
+        "servehall_ascend_stub",
+        "servehall_webhook_sink",
+        "servehall_safety_filter",
+    } <= names
 
 
 @pytest.mark.parametrize("package", PACKAGES, ids=[p.name for p in PACKAGES])

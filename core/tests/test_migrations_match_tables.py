@@ -72,10 +72,15 @@ async def test_only_enabled_branches_apply_and_disabling_drops_nothing(tmp_path:
         tables = {r[0] for r in await run_sql(url, "SELECT name FROM sqlite_master")}
         assert {"api_key", "webhook_delivery", "request_log"} <= tables
         assert await pending_heads(engine, example, known=auth) == set()
-        rows = {label: (applied, enabled) for label, _, applied, enabled in
-                await branch_status(engine, example, known=auth)}
-        assert rows == {"servehall": (True, True), "webhook_sink": (True, True),
-                        "auth": (True, False)}
+        rows = {
+            label: (applied, enabled)
+            for label, _, applied, enabled in await branch_status(engine, example, known=auth)
+        }
+        assert rows == {
+            "servehall": (True, True),
+            "webhook_sink": (True, True),
+            "auth": (True, False),
+        }
         # a revision whose plugin is not installed at all: a clear refusal, not a crash
         with pytest.raises(ConfigError, match="auth_0001_api_key.*not.*installed|no installed"):
             await pending_heads(engine, example)
