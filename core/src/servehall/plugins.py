@@ -174,7 +174,7 @@ class PluginHost:
                 info.hook_api = check_hook_api(name, getattr(module, "SERVEHALL_HOOK_API", None))
             except Exception as exc:  # a broken plugin must not crash the host
                 info.error = exc.message if isinstance(exc, PluginError) else _one_line(exc)
-                log.warning("plugin %s failed to load: %s", name, info.error)
+                log.info("plugin %s failed to load: %s", name, info.error)
                 continue
             info.hooks = _hooks_of(module)
             if info.enabled:
@@ -195,7 +195,7 @@ class PluginHost:
             lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
             detail = lines[0] + (f" — {lines[-1]}" if len(lines) > 1 else "")
             info.error = f"plugin {info.name!r}: {detail}"
-            log.warning("plugin %s refused: %s", info.name, info.error)
+            log.info("plugin %s refused: %s", info.name, info.error)
             return
         info.loaded = True
         module = getattr(obj, "__name__", None) or type(obj).__module__
@@ -219,7 +219,7 @@ class PluginHost:
                         f"plugin {impl.plugin_name!r} implements unknown hook {hook_name!r} "
                         f"(hook API {HOOK_API_VERSION}: {known})"
                     )
-                    log.warning("%s", info.error)
+                    log.info("%s", info.error)
                 if info is not None:
                     info.loaded = False
                 self.pm.unregister(name=impl.plugin_name)

@@ -17,7 +17,7 @@ from servehall_ascend_stub.device import NpuDevice, SimulatedNpuDevice
 from servehall_ascend_stub.guard import protect_torch_import
 from servehall_ascend_stub.probe import probe_ascend_cached
 
-SERVEHALL_HOOK_API = (1, 2)
+SERVEHALL_HOOK_API = "2"
 
 ASCEND_AUTO_PRIORITY = 200
 
