@@ -16,4 +16,4 @@ test: dev lint
 	.venv/bin/python -m pytest -q
 
 lint:
-	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy core/src plugins/*/src
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy core/src plugins/*/src examples/*/src

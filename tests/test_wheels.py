@@ -28,7 +28,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -47,8 +47,8 @@ pytestmark = pytest.mark.slow
 
 
 class _Hook(BaseHTTPRequestHandler):
-    received: list[dict[str, Any]] = []
-    fail_next = 1
+    received: ClassVar[list[dict[str, Any]]] = []
+    fail_next: ClassVar[int] = 1
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("content-length", "0")))
@@ -194,18 +194,17 @@ def test_p01_installed_wheels_serve_with_auth_and_example_plugin(
         text, work / "srv", env=env, extra_args=["--demo"], name="wheels",
         command=[str(installed / "servehall")],
     )  # fmt: skip
-    with server:
-        with httpx.Client(base_url=server.base_url, timeout=60) as c:
-            denied = c.post("/v1/chat/completions", json={"model": "demo", "messages": []})
-            assert denied.status_code == 401
-            r = c.post(
-                "/v1/chat/completions",
-                headers={"authorization": f"Bearer {secret}"},
-                json={"model": "demo", "max_tokens": 4,
-                      "messages": [{"role": "user", "content": "hello"}]},
-            )  # fmt: skip
-            assert r.status_code == 200, r.text
-            request_id = r.json()["id"]
+    with server, httpx.Client(base_url=server.base_url, timeout=60) as c:
+        denied = c.post("/v1/chat/completions", json={"model": "demo", "messages": []})
+        assert denied.status_code == 401
+        r = c.post(
+            "/v1/chat/completions",
+            headers={"authorization": f"Bearer {secret}"},
+            json={"model": "demo", "max_tokens": 4,
+                  "messages": [{"role": "user", "content": "hello"}]},
+        )  # fmt: skip
+        assert r.status_code == 200, r.text
+        request_id = r.json()["id"]
     # SIGTERM flushed the record sinks
     db = sqlite3.connect(work / "servehall.db")
     rows = db.execute(

@@ -45,4 +45,3 @@ def check_model_access(principal: Principal, model: str, *, served: bool) -> Non
             param="model",
             code="model_not_allowed",
         )
-

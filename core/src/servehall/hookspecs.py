@@ -107,7 +107,9 @@ def servehall_input_filters(host: Host) -> list[InputFilter] | None:
 
 
 @hookspec
-def servehall_output_filters(host: Host, admission: AdmissionRequest) -> list[OutputStreamFilter] | None:
+def servehall_output_filters(
+    host: Host, admission: AdmissionRequest
+) -> list[OutputStreamFilter] | None:
     """Return fresh per-request stream filters for one choice's output
     (``admission.principal`` is the caller).
 

@@ -1,7 +1,8 @@
 """The running host: settings, plugins, engines, schedulers and the record bus.
 
 One :class:`Host` lives per ``servehall serve`` process; the Starlette app reaches it as
-``request.app.state.host``. Plugins receive it as ``host`` in every hook that needs state (hook API 2.0).
+``request.app.state.host``. Plugins receive it as ``host`` in every hook that needs
+state (hook API 2.0).
 """
 
 from __future__ import annotations

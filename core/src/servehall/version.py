@@ -49,7 +49,7 @@ def check_hook_api(plugin: str, declared: object) -> str | None:
     except (TypeError, ValueError):
         raise PluginError(
             f"plugin {plugin!r}: SERVEHALL_HOOK_API = {declared!r} is not a major version "
-            f"such as \"{HOOK_API_MAJOR}\" or ({HOOK_API_MAJOR}, {HOOK_API_MAJOR + 1})"
+            f'such as "{HOOK_API_MAJOR}" or ({HOOK_API_MAJOR}, {HOOK_API_MAJOR + 1})'
         ) from None
     if not lo <= HOOK_API_MAJOR < hi:
         raise PluginError(

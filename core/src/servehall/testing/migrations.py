@@ -54,8 +54,8 @@ async def schema_diff(url: str, branches: Sequence[MigrationBranch] = ()) -> lis
                 opts={
                     "compare_type": True,
                     "target_metadata": metadatas,
-                    "include_name": lambda name, type_, parent: not (
-                        type_ == "table" and name == "alembic_version"
+                    "include_name": lambda name, type_, parent: (
+                        not (type_ == "table" and name == "alembic_version")
                     ),
                 },
             )

@@ -63,7 +63,9 @@ def webhook_sink(options: dict[str, Any], settings: Settings) -> Sink:
     section = settings.section(SECTION)
     if section is None:
         raise ConfigError("the webhook sink needs a [webhook_sink] section with a url")
-    cfg = section if isinstance(section, WebhookSettings) else WebhookSettings.model_validate(section)
+    cfg = (
+        section if isinstance(section, WebhookSettings) else WebhookSettings.model_validate(section)
+    )
     return WebhookSink(cfg, settings.database.url.get_secret_value())
 
 

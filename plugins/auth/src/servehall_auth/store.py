@@ -2,9 +2,10 @@
 
 The table is created by the Alembic revision ``auth_0001_api_key`` (branch ``auth``,
 shipped in ``servehall_auth/migrations/versions``); :data:`api_key` mirrors it for
-queries, and a test checks the two agree (autogenerate finds no difference). Only hashes are stored (see
-:mod:`servehall_auth.keys`): ``secret_hash`` for the current secret and, during a
-rotation's overlap window, ``prev_secret_hash`` valid until ``prev_valid_until``.
+queries, and a test checks the two agree (autogenerate finds no difference). Only
+hashes are stored (see :mod:`servehall_auth.keys`): ``secret_hash`` for the current
+secret and, during a rotation's overlap window, ``prev_secret_hash`` valid until
+``prev_valid_until``.
 Times are timezone-aware UTC.
 """
 
