@@ -84,9 +84,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv with every member installed from its wheel; returns its bin dir."""
     root = tmp_path_factory.mktemp("wheels")
     wheelhouse = root / "wheelhouse"
+    # build from clean copies: setuptools writes build/ and *.egg-info next to the sources
+    skip = shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__", "tests")
+    sources = [root / "src" / m.name for m in MEMBERS]
+    for member, copy in zip(MEMBERS, sources, strict=True):
+        shutil.copytree(member, copy, ignore=skip)
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(wheelhouse), *map(str, MEMBERS)],
+         "-w", str(wheelhouse), *map(str, sources)],
         capture_output=True, text=True, cwd=root, timeout=600,
     )  # fmt: skip
     assert build.returncode == 0, build.stderr[-3000:]

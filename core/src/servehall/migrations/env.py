@@ -10,7 +10,7 @@ How the connection is chosen, first match wins:
    inside ``AsyncConnection.run_sync``);
 2. ``-x url=...`` or ``sqlalchemy.url`` in the Alembic config;
 3. the servehall config: ``[database] url`` of ``$SERVEHALL_CONFIG``, overridden by
-   ``SERVEHALL_DATABASE__URL`` (so ``alembic -c alembic.ini upgrade heads`` works).
+   ``SERVEHALL_DATABASE__URL``.
 
 Online runs use an async engine (aiosqlite/asyncpg). Plugins add tables as their own
 branches rooted at ``0001_base`` (see :class:`servehall.MigrationBranch`).

@@ -1,7 +1,7 @@
 """Probe for backend ``cuda``: a CUDA (not ROCm) build of torch and a visible NVIDIA GPU.
 
 Import-light: reads ``torch/version.py`` and asks the driver (``libcuda``) for the device
-count; torch is not imported (see :mod:`servehall.engines.torch.probe`).
+count; torch is not imported (see :func:`servehall.devices.torch_build`).
 """
 
 from __future__ import annotations
