@@ -27,7 +27,7 @@ def probe_cuda(
 
     The torch engine needs a CUDA build of torch and a visible GPU
     (:func:`probe_torch_cuda`); the ONNX Runtime engine needs a CUDA build of ONNX Runtime
-    GenAI and a visible GPU (:func:`servehall.engines.onnxruntime.cuda_provider_status`).
+    GenAI and a visible GPU (:func:`servehall.devices.cuda_provider_status`).
     The reason names both. ``build``/``devices``/``ort_versions`` default to the real
     machine; tests pass fakes.
     """
