@@ -1,7 +1,17 @@
-"""The OpenAPI 3.1 document at ``/openapi.json``, generated from the pydantic models."""
+"""The OpenAPI 3.1 document at ``/openapi.json``, generated from the pydantic models
+that validate requests, so that what the document allows the server accepts.
+
+The document describes one server: :func:`openapi_document` takes what the request
+models cannot know statically — ``[server] max_n`` (the route's bound on ``n``), the
+optional sampling fields the served engines honour (the others are refused with 400, so
+they are left out of the request schemas), and whether an authentication plugin is on
+(then a bearer ``securityScheme`` covers every path outside ``auth_allow_paths``).
+"""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel
@@ -55,8 +65,35 @@ def _inference(
     }
 
 
-def openapi_document() -> dict[str, Any]:
-    """The document (stable for a given servehall version)."""
+def _restrict_requests(defs: dict[str, Any], max_n: int | None, unsupported: Iterable[str]) -> None:
+    drop = set(unsupported)
+    for name in ("ChatCompletionRequest", "CompletionRequest"):
+        props = defs.get(name, {}).get("properties", {})
+        for field in drop:
+            props.pop(field, None)
+        if max_n is not None and "n" in props:
+            for branch in props["n"].get("anyOf", [props["n"]]):
+                if branch.get("type") == "integer":
+                    branch["maximum"] = min(int(branch.get("maximum", max_n)), max_n)
+
+
+def openapi_document(
+    *,
+    max_n: int | None = None,
+    unsupported: Iterable[str] = (),
+    bearer_auth: bool = False,
+    public_paths: Iterable[str] = (),
+) -> dict[str, Any]:
+    """The document for one server (stable for a given version and configuration).
+
+    Args:
+        max_n: ``[server] max_n``; the schema's maximum of ``n`` (None: the model's 128).
+        unsupported: optional sampling fields (``top_k``, ``min_p`` …) that some served
+            engine refuses; they are left out of the request schemas.
+        bearer_auth: an authentication plugin is enabled: declare ``Authorization:
+            Bearer`` as the security scheme of every path not in ``public_paths``.
+        public_paths: ``[server] auth_allow_paths`` (no credential needed).
+    """
     models: list[type[BaseModel]] = [
         m.ChatCompletionRequest,
         m.ChatCompletion,
@@ -70,13 +107,16 @@ def openapi_document() -> dict[str, Any]:
         [(x, "validation" if x.__name__.endswith("Request") else "serialization") for x in models],
         ref_template="#/components/schemas/{model}",
     )
+    defs = copy.deepcopy(defs)
+    schemas: dict[str, Any] = defs.get("$defs", {})
+    _restrict_requests(schemas, max_n, unsupported)
     health = {
         "get": {
             "summary": "",
             "responses": {"200": {"description": "OK"}, "503": {"description": "Not ready"}},
         }
     }
-    return {
+    doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
             "title": "servehall",
@@ -116,5 +156,25 @@ def openapi_document() -> dict[str, Any]:
                 }
             },
         },
-        "components": {"schemas": defs.get("$defs", {})},
+        "components": {"schemas": schemas},
     }
+    doc["paths"]["/openapi.json"] = {
+        "get": {
+            "summary": "This document",
+            "responses": {"200": {"description": "OpenAPI 3.1 document"}},
+        }
+    }
+    if bearer_auth:
+        public = set(public_paths)
+        doc["components"]["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer", "description": "API key or JWT"}
+        }
+        unauthorized = {"description": _ERRORS["401"], "content": _json(m.ErrorResponse)}
+        for path, item in doc["paths"].items():
+            for op in item.values():
+                if path in public:
+                    op["security"] = []
+                else:
+                    op["security"] = [{"bearer": []}]
+                    op["responses"].setdefault("401", unauthorized)
+    return doc
