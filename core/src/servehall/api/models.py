@@ -11,7 +11,9 @@ Validation policy (step 1 of the request path):
   ``assistant``; any other role fails validation;
 * ``content`` is required for every role but ``assistant`` (one model per role, chosen
   by ``role``, so the OpenAPI document states the same rule);
-* ``top_k`` ≥ -1 (-1 and 0 = off), ``min_p`` ∈ [0, 1], ``repetition_penalty`` ∈ (0, 10]
+* integers may be written as integral floats (``10.0``): JSON Schema's ``integer`` allows
+  them, so the validator does too;
+* ``top_k`` ≥ -1 (-1 and 0 = off), ``min_p`` ∈ [0, 1], ``repetition_penalty`` ∈ [0.01, 10]
   (vLLM/TGI extensions; honoured or refused per engine, see
   :mod:`servehall.serving.params`);
 * unknown fields are ignored, except known OpenAI fields servehall does not implement
@@ -24,20 +26,35 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 StrictText = Annotated[str, Field(strict=True)]
 Temperature = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0.0, le=2.0)]
 TopP = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0.0, le=1.0)]
 Penalty = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-2.0, le=2.0)]
-MaxTokens = Annotated[int, Field(strict=True, ge=1)]
-Seed = Annotated[int, Field(strict=True, ge=-(2**63), le=2**64 - 1)]
-N = Annotated[int, Field(strict=True, ge=1, le=128)]
+
+
+def _integral(value: Any) -> Any:
+    """JSON Schema's ``integer`` includes ``2.0``: an integral float becomes an int; other
+    floats, strings and booleans are left for the strict integer check to refuse."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _Int(**bounds: int) -> Any:
+    """A strict integer (``"10"``, ``true``, ``1.5`` refused; ``10.0`` accepted as 10)."""
+    return Annotated[int, Field(strict=True, **bounds), BeforeValidator(_integral)]
+
+
+MaxTokens = _Int(ge=1)
+Seed = _Int(ge=-(2**63), le=2**64 - 1)
+N = _Int(ge=1, le=128)
 #: Non-OpenAI sampling extensions (vLLM/TGI names): ``top_k`` -1 or 0 = off;
 #: ``min_p`` 0 = off; ``repetition_penalty`` 1 = off.
-TopK = Annotated[int, Field(strict=True, ge=-1, le=2**31 - 1)]
+TopK = _Int(ge=-1, le=2**31 - 1)
 MinP = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0.0, le=1.0)]
-RepetitionPenalty = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0.0, le=10.0)]
+RepetitionPenalty = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0.01, le=10.0)]
 
 #: Known OpenAI request fields servehall does not implement. Such a field is "set" when it
 #: is present with a value other than null — a falsy value is still a value

@@ -79,6 +79,8 @@ async def openapi(request: Request) -> Response:
             unsupported=sorted(unsupported),
             bearer_auth=host.plugins.has_authenticators,
             public_paths=host.settings.server.auth_allow_paths,
+            models=sorted(host.models),
+            max_model_len=max((m.max_model_len for m in host.models.values()), default=None),
         )
         request.app.state.openapi = doc
     return JSONResponse(doc)

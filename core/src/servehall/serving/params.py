@@ -34,6 +34,15 @@ OPTIONAL_SAMPLING_FIELDS: dict[str, tuple[Any, ...]] = {
 }
 
 
+GREEDY_TOP_P = 1e-6
+"""A nucleus this small holds only the most likely token (its probability is at least
+1/vocabulary), so ``top_p`` below it — 0 included, which OpenAI accepts — is greedy
+decoding. Engines compute in float32, where ``5e-324`` would be 0 and refused."""
+GREEDY_TEMPERATURE = 1e-5
+"""Below this, softmax(logits / T) is argmax for any logits a model produces; engines
+would see 0 (float32 underflow) and refuse to sample. Treated as greedy decoding."""
+
+
 def set_fields(req: BaseModel) -> dict[str, Any]:
     """The fields of ``req`` the client sent with a non-null value (by presence)."""
     return {
@@ -110,7 +119,7 @@ def sampling_params(
     top_k = 0 if fields.top_k is None else max(int(fields.top_k), 0)
     min_p = 0.0 if fields.min_p is None else float(fields.min_p)
     rep = 1.0 if fields.repetition_penalty is None else float(fields.repetition_penalty)
-    if top_p == 0.0:  # OpenAI accepts 0: only the most likely token survives
+    if top_p < GREEDY_TOP_P or temperature < GREEDY_TEMPERATURE:
         temperature, top_p = 0.0, 1.0
     seed = fields.seed
     return [
