@@ -84,23 +84,16 @@ config_app = typer.Typer(help="Validate and show configuration.", no_args_is_hel
 
 @config_app.command("check")
 def config_check(file: Annotated[Path, typer.Argument(help="Config file to validate.")]) -> None:
-    """Validate FILE (core and plugin sections) without starting; exit 1 on errors."""
-    from servehall.bootstrap import load_deployment
-    from servehall.errors import ConfigError, PluginError
+    """Validate FILE without starting: core types, plugin names and sections, and every
+    policy/sink/backend name. Prints every problem in one run; exit 1 on errors."""
+    from servehall.config.check import check_config
 
-    try:
-        load_deployment(file)
-    except ConfigError as exc:
-        if exc.errors:
-            for key, msg in exc.errors:
-                typer.echo(f"{file}: {key}: {msg}", err=True)
-        else:
-            message = exc.message.removeprefix(f"{file}: ")
-            typer.echo(f"{file}: {message}", err=True)
-        raise typer.Exit(1) from None
-    except PluginError as exc:
-        typer.echo(f"{file}: plugins.enabled: {exc.message}", err=True)
-        raise typer.Exit(1) from None
+    errors = check_config(file)
+    for key, msg in errors:
+        typer.echo(f"{file}: {key}: {msg}", err=True)
+    if errors:
+        typer.echo(f"{file}: {len(errors)} error(s)", err=True)
+        raise typer.Exit(1)
     typer.echo(f"{file}: OK")
 
 
