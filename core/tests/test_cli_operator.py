@@ -160,3 +160,35 @@ def test_config_check_reports_every_error_in_one_run(here: Path) -> None:
     assert expected <= keys, err
     assert "no_such_plugin" in err and "error(s)" in err.splitlines()[-1]
     assert "Traceback" not in out + err
+
+
+@pytest.mark.parametrize("columns", ["80", "200"])
+def test_plugins_keeps_names_whole_and_says_what_demo_enables(
+    here: Path, monkeypatch: pytest.MonkeyPatch, columns: str
+) -> None:
+    monkeypatch.setenv("COLUMNS", columns)
+    code, out, err = cli("plugins", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    from servehall.plugins import installed_entry_points
+
+    expected_demo = ["openvino_cpu"] if "openvino_cpu" in installed_entry_points() else []
+    assert data["demo_enables"] == expected_demo
+    code, out, err = cli("plugins")
+    assert code == 0, err
+    assert max(len(line) for line in out.splitlines()) <= int(columns)
+    words = set(out.replace("│", " ").replace(",", " ").split())
+    for p in data["plugins"]:
+        assert p["name"] in words, (p["name"], out)
+        assert (p["distribution"] or "(core)") in words, (p["distribution"], out)
+    for b in data["backends"]:
+        assert b["name"] in words and (b["plugin"] or "") in words | {""}, (b, out)
+    if expected_demo:
+        assert "`servehall serve --demo` also enables openvino_cpu" in " ".join(out.split())
+
+
+def test_demo_model_help_says_trained() -> None:
+    res = CliRunner().invoke(build_cli([]), ["demo-model", "--help"])
+    text = " ".join(res.stdout.split())
+    assert res.exit_code == 0 and "random" not in text
+    assert "trained" in text and "nonsense" in text
