@@ -42,17 +42,14 @@ def _integral(value: Any) -> Any:
     return value
 
 
-def _Int(**bounds: int) -> Any:
-    """A strict integer (``"10"``, ``true``, ``1.5`` refused; ``10.0`` accepted as 10)."""
-    return Annotated[int, Field(strict=True, **bounds), BeforeValidator(_integral)]
-
-
-MaxTokens = _Int(ge=1)
-Seed = _Int(ge=-(2**63), le=2**64 - 1)
-N = _Int(ge=1, le=128)
+#: A strict integer (``"10"``, ``true``, ``1.5`` refused; ``10.0`` accepted as 10).
+_INTEGRAL = BeforeValidator(_integral)
+MaxTokens = Annotated[int, Field(strict=True, ge=1), _INTEGRAL]
+Seed = Annotated[int, Field(strict=True, ge=-(2**63), le=2**64 - 1), _INTEGRAL]
+N = Annotated[int, Field(strict=True, ge=1, le=128), _INTEGRAL]
 #: Non-OpenAI sampling extensions (vLLM/TGI names): ``top_k`` -1 or 0 = off;
 #: ``min_p`` 0 = off; ``repetition_penalty`` 1 = off.
-TopK = _Int(ge=-1, le=2**31 - 1)
+TopK = Annotated[int, Field(strict=True, ge=-1, le=2**31 - 1), _INTEGRAL]
 MinP = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0.0, le=1.0)]
 RepetitionPenalty = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0.01, le=10.0)]
 

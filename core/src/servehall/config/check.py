@@ -54,7 +54,7 @@ def _core_settings(data: dict[str, Any], errs: list[tuple[str, str]]) -> Setting
     data = {k: (list(v) if isinstance(v, list) else v) for k, v in data.items()}
     seen: set[tuple[str, str]] = set()
     for _ in range(_MAX_ROUNDS):
-        cleaned = {
+        cleaned: dict[str, Any] = {
             k: [x for x in v if x is not None] if isinstance(v, list) else v
             for k, v in data.items()
         }

@@ -30,7 +30,7 @@ def plugins_command(
     from servehall.server import demo_enables
 
     settings, host = load_deployment(config, load_all=True)
-    data = {
+    data: dict[str, Any] = {
         "plugins": host.describe(),
         "backends": _all_backends(host),
         "demo_enables": demo_enables(settings),
