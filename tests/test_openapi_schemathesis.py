@@ -44,7 +44,9 @@ def _st() -> str:
     return found
 
 
-def run_schemathesis(base_url: str, *headers: str) -> subprocess.CompletedProcess[str]:
+def run_schemathesis(
+    base_url: str, workdir: Path, *headers: str
+) -> subprocess.CompletedProcess[str]:
     """``st run BASE/openapi.json --checks all`` (seeded, bounded) with the hooks module."""
     env = {
         **os.environ,
@@ -71,7 +73,8 @@ def run_schemathesis(base_url: str, *headers: str) -> subprocess.CompletedProces
     ]
     for h in headers:
         args += ["-H", h]
-    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    # schemathesis keeps a .schemathesis/ folder in its working directory
+    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=600, cwd=workdir)
 
 
 def assert_clean(proc: subprocess.CompletedProcess[str]) -> None:
@@ -86,8 +89,8 @@ def plain(servehall_server: Any, demo_model_dir: Path) -> Iterator[ServerHandle]
         yield srv
 
 
-def test_schemathesis_finds_nothing_without_auth(plain: ServerHandle) -> None:
-    assert_clean(run_schemathesis(plain.base_url))
+def test_schemathesis_finds_nothing_without_auth(plain: ServerHandle, tmp_path: Path) -> None:
+    assert_clean(run_schemathesis(plain.base_url, tmp_path))
     assert "Traceback" not in plain.log_text()
 
 
@@ -119,7 +122,7 @@ def test_schemathesis_finds_nothing_with_auth(
         assert spec["paths"]["/v1/models"]["get"]["security"] == [{"bearer": []}]
         assert spec["paths"]["/health/live"]["get"]["security"] == []
         assert httpx.get(srv.base_url + "/openapi.json").status_code == 401
-        assert_clean(run_schemathesis(srv.base_url, f"Authorization: Bearer {key}"))
+        assert_clean(run_schemathesis(srv.base_url, tmp_path, f"Authorization: Bearer {key}"))
 
 
 # --- the document states the validator's rules -------------------------------------------
