@@ -1,5 +1,5 @@
 # The two commands of the README: `make demo` and `make test`.
-.PHONY: install dev demo test lint
+.PHONY: install dev demo test lint services-stop
 
 install:
 	scripts/install.sh
@@ -13,7 +13,12 @@ demo: install
 
 test: dev lint
 	.ci/services.sh
+	@echo "PostgreSQL for the tests runs on 127.0.0.1:$${SERVEHALL_PG_PORT:-55432} and stays up after the tests (the next make test reuses it); stop it with: make services-stop"
 	.venv/bin/python -m pytest -q
+
+# Stop what `make test` started (PostgreSQL); data is kept for the next run.
+services-stop:
+	.ci/services-stop.sh
 
 lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy core/src plugins/*/src examples/*/src

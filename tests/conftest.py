@@ -5,8 +5,9 @@ Fixtures
 
 ``demo_model_dir`` (session)
     A :class:`pathlib.Path` to the demo model, built once per test session with
-    ``servehall.demo.build_demo_model`` under pytest's session temp dir (or reused from
-    ``$SERVEHALL_TEST_DEMO_DIR`` when that variable names a directory).
+    ``servehall.demo.build_demo_model`` in the session's ``$SERVEHALL_CACHE_DIR`` (a
+    temporary directory set by the root ``conftest.py``; never ``~/.cache``), or reused
+    from ``$SERVEHALL_TEST_DEMO_DIR`` when that variable names a directory.
 
 ``servehall_server`` (session; a factory)
     ``servehall_server(config, *, env=None, ready_timeout=180.0, name="server",
@@ -281,14 +282,16 @@ def start_server(
 
 
 @pytest.fixture(scope="session")
-def demo_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def demo_model_dir() -> Path:
     """The demo model, built once per session (``$SERVEHALL_TEST_DEMO_DIR`` reuses one)."""
     preset = os.environ.get("SERVEHALL_TEST_DEMO_DIR")
-    from servehall.demo import build_demo_model
+    from servehall.demo import build_demo_model, default_demo_dir
 
     if preset:
         return Path(build_demo_model(Path(preset)))
-    return Path(build_demo_model(tmp_path_factory.mktemp("demo-model") / "demo"))
+    # the session's cache dir (the root conftest.py): one build shared with the plugin
+    # tests and with `serve --demo` subprocesses
+    return Path(build_demo_model(default_demo_dir()))
 
 
 @pytest.fixture(scope="session")

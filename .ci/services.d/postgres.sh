@@ -4,6 +4,7 @@
 # Tests read SERVEHALL_TEST_PG_URL (default
 # postgresql+asyncpg://servehall:servehall@127.0.0.1:55432/servehall_test).
 # Idempotent: installs only when missing, initdb only once, starts only when stopped.
+# `postgres.sh stop` stops the server (the data directory stays); supports: stop
 set -euo pipefail
 
 PORT="${SERVEHALL_PG_PORT:-55432}"
@@ -19,6 +20,11 @@ find_bin() {
   if command -v initdb >/dev/null 2>&1; then dirname "$(command -v initdb)"; return 0; fi
   return 1
 }
+
+if [ "${1:-}" = "stop" ] && ! find_bin >/dev/null; then
+  echo "postgres.sh: PostgreSQL is not installed; nothing to stop"
+  exit 0
+fi
 
 if ! BIN=$(find_bin); then
   if [ "$(id -u)" -ne 0 ]; then
@@ -40,6 +46,17 @@ if [ "$(id -u)" -eq 0 ]; then
 else
   RUNAS=$(id -un)
   as_pg() { "$@"; }
+fi
+
+if [ "${1:-}" = "stop" ]; then
+  cd /  # the server user may not be able to read the caller's working directory
+  if [ -s "$DATA/PG_VERSION" ] && as_pg "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
+    as_pg "$BIN/pg_ctl" -D "$DATA" -w -t 60 -m fast stop >/dev/null
+    echo "postgres.sh: stopped PostgreSQL on 127.0.0.1:$PORT (data kept in $DATA)"
+  else
+    echo "postgres.sh: PostgreSQL on 127.0.0.1:$PORT is not running"
+  fi
+  exit 0
 fi
 
 mkdir -p "$ROOT" "$SOCK"

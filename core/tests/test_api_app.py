@@ -309,17 +309,36 @@ async def test_unsupported_parameters_are_named(tok_dir: Path) -> None:
             ("frequency_penalty", 1),
             ("top_p", 0.5),
             ("logprobs", True),
+            ("logprobs", 0),  # falsy, but a request for log-probabilities
+            ("top_logprobs", 0),
             ("tools", [{"type": "function"}]),
+            ("top_k", 5),
+            ("min_p", 0.1),
+            ("repetition_penalty", 1.2),
         ]:
             r = await c.post("/v1/chat/completions", json=chat(**{field: value}))
-            assert r.status_code == 400 and r.json()["error"]["param"] == field
+            assert r.status_code == 400 and r.json()["error"]["param"] == field, (field, r.text)
             assert r.json()["error"]["code"] == "unsupported_parameter"
-        # neutral values and a seed under greedy decoding are fine
+        r = await c.post(
+            "/v1/completions", json={"model": "m", "prompt": "x", "logprobs": 0, "max_tokens": 1}
+        )
+        assert r.status_code == 400 and r.json()["error"]["param"] == "logprobs"
+        # neutral values, null, and a seed under greedy decoding are fine
         r = await c.post(
             "/v1/chat/completions",
-            json=chat(presence_penalty=0, seed=3, temperature=0, max_tokens=1),
+            json=chat(
+                presence_penalty=0,
+                seed=3,
+                temperature=0,
+                max_tokens=1,
+                top_k=-1,
+                min_p=0,
+                repetition_penalty=1.0,
+                logprobs=False,
+                tools=None,
+            ),
         )
-        assert r.status_code == 200
+        assert r.status_code == 200, r.text
 
 
 async def test_one_record_per_request(tok_dir: Path) -> None:

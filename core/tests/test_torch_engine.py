@@ -170,6 +170,39 @@ async def test_tiny_top_p_equals_greedy(engine: TorchEngine) -> None:
     assert nucleus == greedy
 
 
+async def test_top_k_1_and_min_p_1_equal_greedy(engine: TorchEngine) -> None:
+    greedy, _ = await _run(engine, "g", SamplingParams(10, temperature=0, ignore_eos=True))
+
+    def hot(seed: int, **kw: Any) -> SamplingParams:
+        return SamplingParams(10, temperature=2.0, seed=seed, ignore_eos=True, **kw)
+
+    top1, _ = await _run(engine, "k", hot(1, top_k=1))
+    minp, _ = await _run(engine, "p", hot(2, min_p=1.0))
+    free = {tuple((await _run(engine, f"f{i}", hot(i)))[0]) for i in range(3)}
+    assert top1 == greedy and minp == greedy
+    assert free != {tuple(greedy)}  # without the filters, temperature 2 does sample
+
+
+async def test_repetition_penalty_changes_greedy_output(engine: TorchEngine) -> None:
+    greedy, _ = await _run(engine, "g", SamplingParams(24, temperature=0, ignore_eos=True))
+    rep, _ = await _run(
+        engine, "r", SamplingParams(24, temperature=0, ignore_eos=True, repetition_penalty=5.0)
+    )
+    assert rep != greedy
+
+
+def test_sampler_repetition_penalty_covers_prompt_and_output() -> None:
+    from servehall.engines.torch.sampling import _RequestSampling
+
+    scores = torch.tensor([[4.0, 3.0, -1.0, 1.0]])
+    params = SamplingParams(4, temperature=0, repetition_penalty=2.0)
+    # token 0 is in the prompt: 4.0 / 2 = 2.0 < 3.0 → token 1 would win, but it was
+    # generated: 3.0 / 2 = 1.5 → token 0 (2.0) wins; token 2 (negative) is multiplied
+    state = _RequestSampling(params, prompt_ids=(0,))
+    PerRequestSampler._apply(state, [1], scores, row=0)
+    assert int(torch.argmax(scores[0])) == 0
+
+
 def test_sampler_applies_openai_penalties_to_one_row() -> None:
     from servehall.engines.torch.sampling import _RequestSampling
 

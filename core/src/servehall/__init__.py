@@ -57,12 +57,27 @@ from servehall.usage import AdmissionRequest, Reservation
 from servehall.version import HOOK_API_VERSION, __version__
 
 if TYPE_CHECKING:  # imported lazily below (SQLAlchemy is heavy): see __getattr__
-    from servehall.db import DbBase, UTCDateTime, create_db_engine
+    from servehall.db import (
+        DbBase,
+        UTCDateTime,
+        create_db_engine,
+        describe_database,
+        require_existing_database,
+    )
 
 PUBLIC_MODULES: tuple[str, ...] = ("servehall", "servehall.devices", "servehall.testing")
 """Modules a plugin may import from (each one's ``__all__`` is its public API)."""
 
-_LAZY = {name: "servehall.db" for name in ("DbBase", "UTCDateTime", "create_db_engine")}
+_LAZY = {
+    name: "servehall.db"
+    for name in (
+        "DbBase",
+        "UTCDateTime",
+        "create_db_engine",
+        "describe_database",
+        "require_existing_database",
+    )
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -137,12 +152,14 @@ __all__ = [
     "build_atomically",
     "canonical_dtype",
     "create_db_engine",
+    "describe_database",
     "hookimpl",
     "installed_versions",
     "load_deployment",
     "load_settings",
     "open_record_bus",
     "parse_model_options",
+    "require_existing_database",
     "run_converter",
     "servehall_cache_dir",
     "source_digest",

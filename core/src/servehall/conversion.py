@@ -65,7 +65,9 @@ def run_converter(
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    console = Console(stderr=True, quiet=quiet)
+    console = Console(stderr=True)
+    # the spinner only on a terminal: a log file gets the callers' timestamped log lines
+    console.quiet = quiet or not console.is_terminal
     with (
         open(log_path, "wb") as log,
         Progress(

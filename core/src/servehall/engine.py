@@ -38,6 +38,13 @@ class SamplingParams:
         seed: per-request RNG seed, or None for a non-deterministic one.
         presence_penalty, frequency_penalty: OpenAI-style penalties in [-2, 2]; an engine
             that cannot apply them lists neither in :attr:`Engine.supported_params`.
+        top_k: keep only the k most likely tokens before sampling; 0 = off.
+        min_p: drop tokens whose probability is below ``min_p`` times the most likely
+            token's (Nguyen et al., "min-p sampling", 2024); 0 = off.
+        repetition_penalty: CTRL-style penalty (Keskar et al., 2019) over every token of
+            the prompt and the output so far: positive logits are divided by it,
+            negative ones multiplied; 1 = off, > 1 discourages repeats. Applies to
+            greedy decoding too.
         stop_token_ids: extra token ids that end the request with ``stop`` (besides EOS).
         ignore_eos: keep generating past EOS (benchmarks only).
     """
@@ -50,6 +57,9 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +134,10 @@ class Engine(Protocol):
     #: Backend name that built this engine (``"openvino_cpu"``, ``"cpu"``, ...).
     backend: str
     #: Optional sampling fields this engine honours, a subset of
-    #: ``{"seed", "top_p", "presence_penalty", "frequency_penalty"}``. The host answers
-    #: 400 naming the parameter when a request sets an unsupported one to a non-default.
+    #: :data:`servehall.serving.params.OPTIONAL_SAMPLING_FIELDS` (``seed``, ``top_p``,
+    #: ``presence_penalty``, ``frequency_penalty``, ``top_k``, ``min_p``,
+    #: ``repetition_penalty``). The host answers 400 ``unsupported_parameter`` naming the
+    #: parameter when a request sets an unsupported one to anything but its neutral value.
     supported_params: frozenset[str]
 
     @property

@@ -22,6 +22,7 @@ def configure_logging(level: str) -> None:
     loggers of :data:`NOISY_LOGGERS` at INFO. Raises ValueError for an unknown level."""
     logging.basicConfig(format=LOG_FORMAT)  # adds a handler only when none exists
     logging.getLogger().setLevel(level.upper())
+    logging.captureWarnings(True)  # library warnings get a timestamp like every line
     for name in NOISY_LOGGERS:
         logger = logging.getLogger(name)
         if logger.getEffectiveLevel() < logging.INFO:

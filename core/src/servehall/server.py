@@ -58,14 +58,19 @@ DEMO_BACKEND_PLUGINS: tuple[str, ...] = ("openvino_cpu",)
 serves the demo model through OpenVINO on the CPU (else the core's torch ``cpu``)."""
 
 
-def _demo_plugins(settings: Settings, plugins: PluginHost) -> PluginHost:
-    from servehall.config.settings import validate_plugin_sections
+def demo_enables(settings: Settings) -> list[str]:
+    """The plugins ``serve --demo`` would enable on top of ``[plugins] enabled``
+    (those of :data:`DEMO_BACKEND_PLUGINS` that are installed and not enabled yet)."""
     from servehall.plugins import installed_entry_points
 
     installed = installed_entry_points()
-    extra = [
-        p for p in DEMO_BACKEND_PLUGINS if p in installed and p not in settings.plugins.enabled
-    ]
+    return [p for p in DEMO_BACKEND_PLUGINS if p in installed and p not in settings.plugins.enabled]
+
+
+def _demo_plugins(settings: Settings, plugins: PluginHost) -> PluginHost:
+    from servehall.config.settings import validate_plugin_sections
+
+    extra = demo_enables(settings)
     if not extra:
         return plugins
     settings.plugins.enabled = [*settings.plugins.enabled, *extra]
@@ -311,10 +316,13 @@ def serve(
     from servehall.bootstrap import load_deployment
 
     settings, plugins = load_deployment(config)
+    extra = demo_enables(settings) if demo else []
     if demo:
         plugins = _demo_plugins(settings, plugins)
     plugins.check_enabled()
     configure_logging(settings.server.log_level)
+    if extra:
+        log.info("--demo: plugin(s) %s enabled for this run", ", ".join(extra))
     if bind:
         for b in bind:
             host, sep, port = b.rpartition(":")

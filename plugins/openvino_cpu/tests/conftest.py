@@ -14,12 +14,14 @@ from servehall.demo import build_demo_model
 
 
 @pytest.fixture(scope="session")
-def ov_demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def ov_demo_dir() -> Path:
     """The demo model (Hugging Face dir); ``$SERVEHALL_TEST_DEMO_DIR`` reuses a build."""
     reuse = os.environ.get("SERVEHALL_TEST_DEMO_DIR")
     if reuse:
         return build_demo_model(Path(reuse))
-    return build_demo_model(tmp_path_factory.mktemp("ov-demo") / "demo-model")
+    from servehall.demo import default_demo_dir
+
+    return build_demo_model(default_demo_dir())  # the session's cache (root conftest.py)
 
 
 @pytest.fixture(scope="session")

@@ -53,11 +53,12 @@ def test_rejects_a_directory_that_is_no_model(tmp_path: Path) -> None:
 
 
 def test_concurrent_starts_convert_once(servehall_tiny_llama: Path, tmp_path: Path) -> None:
-    """Two processes ask for the same model at once: one converts (and shows progress),
+    """Two processes ask for the same model at once: one converts (and logs it),
     the other waits on the lock and reuses the result; no temporary directory remains."""
     cache = tmp_path / "cache"
     code = (
-        "import sys; from pathlib import Path; "
+        "import logging, sys; from pathlib import Path; "
+        "logging.basicConfig(level=logging.INFO); "
         "from servehall_openvino_cpu.convert import resolve_ir_dir; "
         "print(resolve_ir_dir(Path(sys.argv[1]), cache_dir=Path(sys.argv[2])))"
     )

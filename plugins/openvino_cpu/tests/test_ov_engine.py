@@ -135,7 +135,47 @@ async def test_penalties_change_output(engine: OpenVINOEngine, prompts: list[lis
     penalised = tokens(await collect(engine.add_request("p1", prompts[2], penal)))
     assert penalised != plain
     assert len(set(penalised)) > len(set(plain))
-    assert engine.supported_params == {"seed", "top_p", "presence_penalty", "frequency_penalty"}
+    assert engine.supported_params == {
+        "seed",
+        "top_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "top_k",
+        "repetition_penalty",
+    }
+
+
+async def test_top_k_and_repetition_penalty_are_honoured(
+    engine: OpenVINOEngine, prompts: list[list[int]]
+) -> None:
+    greedy = SamplingParams(max_tokens=N, temperature=0, ignore_eos=True)
+    plain = tokens(await collect(engine.add_request("g", prompts[2], greedy)))
+    rep = SamplingParams(max_tokens=N, temperature=0, ignore_eos=True, repetition_penalty=5.0)
+    assert tokens(await collect(engine.add_request("r", prompts[2], rep))) != plain
+    top1 = [
+        tokens(
+            await collect(
+                engine.add_request(
+                    f"k{seed}",
+                    prompts[2],
+                    SamplingParams(
+                        max_tokens=N, temperature=2.0, seed=seed, top_k=1, ignore_eos=True
+                    ),
+                )
+            )
+        )
+        for seed in (1, 2)
+    ]
+    assert top1 == [plain, plain]  # k = 1 leaves only the argmax, whatever the seed
+
+
+def test_min_p_is_refused_not_ignored() -> None:
+    # OpenVINO GenAI's GenerationConfig has a min_p field, but its continuous-batching
+    # sampler does not apply it (min_p = 0.99 at temperature 2 samples exactly as 0):
+    # the host must answer 400 unsupported_parameter instead of ignoring it.
+    from servehall_openvino_cpu.engine import SUPPORTED_PARAMS
+
+    assert "min_p" not in SUPPORTED_PARAMS
 
 
 async def test_prompt_larger_than_kv_pool_fails_cleanly(

@@ -7,6 +7,7 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Route
 
 from servehall.api import routes
+from servehall.api.access_log import AccessLogMiddleware
 from servehall.api.auth import AuthMiddleware
 from servehall.api.errors import install_handlers
 from servehall.api.inference import InferenceEndpoint
@@ -37,7 +38,10 @@ def create_app(
     ]
     registry = RouteRegistry()
     host.plugins.routes(host, registry)
-    app = Starlette(routes=[*core, *registry.routes], middleware=[Middleware(AuthMiddleware)])
+    middleware = [Middleware(AuthMiddleware)]
+    if host.settings.server.access_log:
+        middleware.insert(0, Middleware(AccessLogMiddleware))  # outermost: 401s too
+    app = Starlette(routes=[*core, *registry.routes], middleware=middleware)
     app.state.api = ApiState(host=host, metrics=metrics, readiness=readiness)
     install_handlers(app)
     return app

@@ -9,38 +9,76 @@ Validation policy (step 1 of the request path):
   strings of at most 256 characters (``[]`` and ``null`` mean no stop list);
 * message roles are ``system``, ``developer`` (treated as ``system``), ``user`` and
   ``assistant``; any other role fails validation;
+* ``content`` is required for every role but ``assistant`` (one model per role, chosen
+  by ``role``, so the OpenAPI document states the same rule);
+* integers may be written as integral floats (``10.0``): JSON Schema's ``integer`` allows
+  them, so the validator does too;
+* ``top_k`` ≥ -1 (-1 and 0 = off), ``min_p`` ∈ [0, 1], ``repetition_penalty`` ∈ [0.01, 10]
+  (vLLM/TGI extensions; honoured or refused per engine, see
+  :mod:`servehall.serving.params`);
 * unknown fields are ignored, except known OpenAI fields servehall does not implement
-  (``logprobs``, ``tools`` …), which get 400 ``unsupported_parameter`` when set.
+  (``logprobs``, ``tools`` …), which get 400 ``unsupported_parameter`` when present
+  with anything but null or a value that asks for nothing (``logprobs: 0`` on
+  completions is a request for log-probabilities, so it is refused).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 StrictText = Annotated[str, Field(strict=True)]
 Temperature = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0.0, le=2.0)]
 TopP = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0.0, le=1.0)]
 Penalty = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-2.0, le=2.0)]
-MaxTokens = Annotated[int, Field(strict=True, ge=1)]
-Seed = Annotated[int, Field(strict=True, ge=-(2**63), le=2**64 - 1)]
-N = Annotated[int, Field(strict=True, ge=1, le=128)]
 
-#: Known OpenAI request fields servehall does not implement: 400 when set to a value other
-#: than these "off" values.
+
+def _integral(value: Any) -> Any:
+    """JSON Schema's ``integer`` includes ``2.0``: an integral float becomes an int; other
+    floats, strings and booleans are left for the strict integer check to refuse."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+#: A strict integer (``"10"``, ``true``, ``1.5`` refused; ``10.0`` accepted as 10).
+_INTEGRAL = BeforeValidator(_integral)
+MaxTokens = Annotated[int, Field(strict=True, ge=1), _INTEGRAL]
+Seed = Annotated[int, Field(strict=True, ge=-(2**63), le=2**64 - 1), _INTEGRAL]
+N = Annotated[int, Field(strict=True, ge=1, le=128), _INTEGRAL]
+#: Non-OpenAI sampling extensions (vLLM/TGI names): ``top_k`` -1 or 0 = off;
+#: ``min_p`` 0 = off; ``repetition_penalty`` 1 = off.
+TopK = Annotated[int, Field(strict=True, ge=-1, le=2**31 - 1), _INTEGRAL]
+MinP = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0.0, le=1.0)]
+RepetitionPenalty = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0.01, le=10.0)]
+
+#: Known OpenAI request fields servehall does not implement. Such a field is "set" when it
+#: is present with a value other than null — a falsy value is still a value
+#: (``logprobs: 0`` on completions asks for the sampled token's log-probability) — and a
+#: set field is refused with 400 ``unsupported_parameter``, unless its value is one of the
+#: listed values, which ask for nothing (compared with their JSON type: ``0`` is not
+#: ``false``).
 UNSUPPORTED_FIELDS: dict[str, tuple[Any, ...]] = {
-    "logprobs": (None, False, 0),
-    "top_logprobs": (None, 0),
-    "logit_bias": (None, {}),
-    "tools": (None, []),
-    "tool_choice": (None, "none"),
-    "functions": (None, []),
-    "function_call": (None, "none"),
-    "best_of": (None, 1),
-    "suffix": (None, ""),
-    "response_format": (None, {"type": "text"}),
+    "logprobs": (False,),  # chat's boolean off; completions' integer 0 still asks
+    "top_logprobs": (),
+    "logit_bias": ({},),
+    "tools": ([],),
+    "tool_choice": ("none",),
+    "functions": ([],),
+    "function_call": ("none",),
+    "best_of": (1,),
+    "suffix": ("",),
+    "response_format": ({"type": "text"},),
 }
+
+
+def asks_for_nothing(value: Any, off_values: tuple[Any, ...]) -> bool:
+    """True when ``value`` is null or equals one of ``off_values`` with the same JSON type
+    (``0`` is not ``false``, ``1.0`` is not ``1``)."""
+    if value is None:
+        return True
+    return any(type(value) is type(off) and value == off for off in off_values)
 
 
 class _Model(BaseModel):
@@ -60,11 +98,11 @@ class TextPart(_Model):
     text: StrictText
 
 
-class ChatMessage(_Model):
-    """One chat message. ``content`` is text, a list of text parts, or (assistant) null."""
+MessageContent = StrictText | Annotated[list[TextPart], Field(min_length=1)]
 
-    role: Literal["system", "developer", "user", "assistant"]
-    content: StrictText | Annotated[list[TextPart], Field(min_length=1)] | None = None
+
+class _MessageBase(_Model):
+    content: MessageContent | None = None
     name: StrictText | None = None
 
     def text(self) -> str:
@@ -76,7 +114,32 @@ class ChatMessage(_Model):
         return "\n".join(p.text for p in self.content)
 
 
-StopText = Annotated[str, Field(strict=True, max_length=256)]
+class SystemMessage(_MessageBase):
+    """A ``system`` (or ``developer``, treated as ``system``) message; ``content`` required."""
+
+    role: Literal["system", "developer"]
+    content: MessageContent
+
+
+class UserMessage(_MessageBase):
+    """A ``user`` message; ``content`` required."""
+
+    role: Literal["user"]
+    content: MessageContent
+
+
+class AssistantMessage(_MessageBase):
+    """An earlier ``assistant`` turn; ``content`` may be null or absent."""
+
+    role: Literal["assistant"]
+
+
+#: One chat message, chosen by ``role`` (the OpenAPI document states the same rule:
+#: ``content`` is required except for ``assistant``).
+ChatMessage = Annotated[SystemMessage | UserMessage | AssistantMessage, Field(discriminator="role")]
+
+
+StopText = Annotated[str, Field(strict=True, min_length=1, max_length=256)]
 StopField = StopText | Annotated[list[StopText], Field(max_length=16)] | None
 
 
@@ -89,18 +152,13 @@ class _SamplingFields(_Model):
     seed: Seed | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
+    top_k: TopK | None = None
+    min_p: MinP | None = None
+    repetition_penalty: RepetitionPenalty | None = None
     stop: StopField = None
     stream: Annotated[bool, Field(strict=True)] = False
     stream_options: StreamOptions | None = None
     user: StrictText | None = None
-
-    @field_validator("stop")
-    @classmethod
-    def _non_empty_stops(cls, v: str | list[str] | None) -> str | list[str] | None:
-        items = [v] if isinstance(v, str) else (v or [])
-        if any(s == "" for s in items):
-            raise ValueError("stop strings must be non-empty")
-        return v
 
     def stop_list(self) -> list[str]:
         """``stop`` as a list (empty when absent)."""
@@ -118,14 +176,6 @@ class ChatCompletionRequest(_SamplingFields):
 
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: MaxTokens | None = None
-
-    @field_validator("messages")
-    @classmethod
-    def _user_content(cls, v: list[ChatMessage]) -> list[ChatMessage]:
-        for i, m in enumerate(v):
-            if m.role != "assistant" and m.content is None:
-                raise ValueError(f"messages[{i}].content is required for role {m.role!r}")
-        return v
 
 
 class CompletionRequest(_SamplingFields):

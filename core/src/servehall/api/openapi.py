@@ -1,7 +1,19 @@
-"""The OpenAPI 3.1 document at ``/openapi.json``, generated from the pydantic models."""
+"""The OpenAPI 3.1 document at ``/openapi.json``, generated from the pydantic models
+that validate requests, so that what the document allows the server accepts.
+
+The document describes one server: :func:`openapi_document` takes what the request
+models cannot know statically — ``[server] max_n`` (the route's bound on ``n``), the
+served model names (``model`` is an ``enum``) and their largest context (the bound on
+``max_tokens``), the optional sampling fields the served engines honour (the others are
+refused with 400, so they are left out of the request schemas), and whether an
+authentication plugin is on (then a bearer ``securityScheme`` covers every path outside
+``auth_allow_paths``).
+"""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -11,7 +23,8 @@ from servehall.api import models as m
 from servehall.version import __version__
 
 _ERRORS = {
-    "400": "Invalid request (validation, context length, content filter, unsupported parameter)",
+    "400": "Invalid request (validation; prompt + max_tokens over the model's context: "
+    "context_length_exceeded; content filter; unsupported parameter)",
     "401": "Missing or bad credential",
     "403": "Permission denied",
     "404": "Unknown model",
@@ -28,6 +41,28 @@ def _ref(model: type[BaseModel]) -> dict[str, str]:
 
 def _json(model: type[BaseModel]) -> dict[str, Any]:
     return {"application/json": {"schema": _ref(model)}}
+
+
+def _event(chunk: type[BaseModel]) -> dict[str, Any]:
+    """One server-sent event of a stream (OpenAPI 3.1: the ``text/event-stream`` schema
+    describes each event): ``data`` is a JSON chunk, a JSON error envelope (an engine
+    failure mid-stream), or the final ``[DONE]``."""
+    return {
+        "type": "object",
+        "required": ["data"],
+        "properties": {
+            "data": {
+                "anyOf": [
+                    {"const": "[DONE]"},
+                    {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "contentSchema": {"anyOf": [_ref(chunk), _ref(m.ErrorResponse)]},
+                    },
+                ]
+            }
+        },
+    }
 
 
 def _errors() -> dict[str, Any]:
@@ -47,7 +82,7 @@ def _inference(
                 "200": {
                     "description": "The completion; with stream=true, server-sent events "
                     "(`data: <chunk>` … `data: [DONE]`).",
-                    "content": {**_json(resp), "text/event-stream": {"schema": _ref(chunk)}},
+                    "content": {**_json(resp), "text/event-stream": {"schema": _event(chunk)}},
                 },
                 **_errors(),
             },
@@ -55,9 +90,62 @@ def _inference(
     }
 
 
-def openapi_document() -> dict[str, Any]:
-    """The document (stable for a given servehall version)."""
-    models: list[type[BaseModel]] = [
+def _cap(prop: dict[str, Any] | None, maximum: int) -> None:
+    if prop is None:
+        return
+    for branch in prop.get("anyOf", [prop]):
+        if branch.get("type") == "integer":
+            branch["maximum"] = min(int(branch.get("maximum", maximum)), maximum)
+
+
+def _restrict_requests(
+    defs: dict[str, Any],
+    max_n: int | None,
+    unsupported: Iterable[str],
+    models: Sequence[str],
+    max_model_len: int | None,
+) -> None:
+    drop = set(unsupported)
+    for name in ("ChatCompletionRequest", "CompletionRequest"):
+        props = defs.get(name, {}).get("properties", {})
+        for field in drop:
+            props.pop(field, None)
+        if max_n is not None:
+            _cap(props.get("n"), max_n)
+        if max_model_len is not None:  # the prompt takes at least one token
+            _cap(props.get("max_tokens"), max_model_len - 1)
+            _cap(props.get("max_completion_tokens"), max_model_len - 1)
+        if models and "model" in props:
+            props["model"]["enum"] = list(models)
+
+
+def openapi_document(
+    *,
+    max_n: int | None = None,
+    unsupported: Iterable[str] = (),
+    bearer_auth: bool = False,
+    public_paths: Iterable[str] = (),
+    models: Sequence[str] = (),
+    max_model_len: int | None = None,
+) -> dict[str, Any]:
+    """The document for one server (stable for a given version and configuration).
+
+    What stays dynamic — prompt + ``max_tokens`` over the model's context (400
+    ``context_length_exceeded``), a model outside the caller's allow-list (404/403),
+    filters, rate limits — is listed among each operation's error responses.
+
+    Args:
+        max_n: ``[server] max_n``; the schema's maximum of ``n`` (None: the model's 128).
+        models: the served model names: ``model`` becomes an ``enum`` of them.
+        max_model_len: the largest served context: ``max_tokens`` above it - 1 can never
+            be served, so the schema's maximum says so.
+        unsupported: optional sampling fields (``top_k``, ``min_p`` …) that some served
+            engine refuses; they are left out of the request schemas.
+        bearer_auth: an authentication plugin is enabled: declare ``Authorization:
+            Bearer`` as the security scheme of every path not in ``public_paths``.
+        public_paths: ``[server] auth_allow_paths`` (no credential needed).
+    """
+    schema_models: list[type[BaseModel]] = [
         m.ChatCompletionRequest,
         m.ChatCompletion,
         m.ChatCompletionChunk,
@@ -67,16 +155,22 @@ def openapi_document() -> dict[str, Any]:
         m.ErrorResponse,
     ]
     _, defs = models_json_schema(
-        [(x, "validation" if x.__name__.endswith("Request") else "serialization") for x in models],
+        [
+            (x, "validation" if x.__name__.endswith("Request") else "serialization")
+            for x in schema_models
+        ],
         ref_template="#/components/schemas/{model}",
     )
+    defs = copy.deepcopy(defs)
+    schemas: dict[str, Any] = defs.get("$defs", {})
+    _restrict_requests(schemas, max_n, unsupported, models, max_model_len)
     health = {
         "get": {
             "summary": "",
             "responses": {"200": {"description": "OK"}, "503": {"description": "Not ready"}},
         }
     }
-    return {
+    doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
             "title": "servehall",
@@ -116,5 +210,25 @@ def openapi_document() -> dict[str, Any]:
                 }
             },
         },
-        "components": {"schemas": defs.get("$defs", {})},
+        "components": {"schemas": schemas},
     }
+    doc["paths"]["/openapi.json"] = {
+        "get": {
+            "summary": "This document",
+            "responses": {"200": {"description": "OpenAPI 3.1 document"}},
+        }
+    }
+    if bearer_auth:
+        public = set(public_paths)
+        doc["components"]["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer", "description": "API key or JWT"}
+        }
+        unauthorized = {"description": _ERRORS["401"], "content": _json(m.ErrorResponse)}
+        for path, item in doc["paths"].items():
+            for op in item.values():
+                if path in public:
+                    op["security"] = []
+                else:
+                    op["security"] = [{"bearer": []}]
+                    op["responses"].setdefault("401", unauthorized)
+    return doc

@@ -59,12 +59,28 @@ async def metrics(request: Request) -> Response:
     return Response(_api(request).metrics.render(), media_type=CONTENT_TYPE)
 
 
-_OPENAPI: dict[str, object] | None = None
-
-
 async def openapi(request: Request) -> Response:
-    """The OpenAPI document (built once)."""
-    global _OPENAPI
-    if _OPENAPI is None:
-        _OPENAPI = openapi_document()
-    return JSONResponse(_OPENAPI)
+    """The OpenAPI document of this server (built once per app, see
+    :func:`~servehall.api.openapi.openapi_document`)."""
+    api = _api(request)
+    doc = getattr(request.app.state, "openapi", None)
+    if doc is None:
+        from servehall.serving.params import OPTIONAL_SAMPLING_FIELDS
+
+        host = api.host
+        unsupported = {
+            name
+            for name in OPTIONAL_SAMPLING_FIELDS
+            for served in host.models.values()
+            if name not in served.engine.supported_params
+        }
+        doc = openapi_document(
+            max_n=host.settings.server.max_n,
+            unsupported=sorted(unsupported),
+            bearer_auth=host.plugins.has_authenticators,
+            public_paths=host.settings.server.auth_allow_paths,
+            models=sorted(host.models),
+            max_model_len=max((m.max_model_len for m in host.models.values()), default=None),
+        )
+        request.app.state.openapi = doc
+    return JSONResponse(doc)

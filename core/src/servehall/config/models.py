@@ -43,6 +43,10 @@ class ServerSettings(_Section):
     max_n: int = Field(default=8, ge=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     replica: str | None = Field(default=None, max_length=128)
+    #: One INFO line per request on logger ``servehall.access`` (client, method, path
+    #: without query, status, bytes, duration, request id, principal id); never headers,
+    #: query strings or bodies. See :mod:`servehall.api.access_log`.
+    access_log: bool = False
 
     @field_validator("bind")
     @classmethod

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
 from servehall.errors import ServehallError
 from servehall.hookimpl import hookimpl
@@ -24,41 +24,65 @@ def plugins_command(
     config: ConfigOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """List installed plugins, their hooks, whether enabled, and backend probe results."""
+    """List installed plugins, their hooks, whether enabled, and backend probe results;
+    says which plugins ``serve --demo`` enables on top of the config."""
     from servehall.bootstrap import load_deployment
+    from servehall.server import demo_enables
 
-    _, host = load_deployment(config, load_all=True)
-    data = {"plugins": host.describe(), "backends": _all_backends(host)}
+    settings, host = load_deployment(config, load_all=True)
+    data: dict[str, Any] = {
+        "plugins": host.describe(),
+        "backends": _all_backends(host),
+        "demo_enables": demo_enables(settings),
+    }
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
+    from servehall.cli.tables import print_table
+
     console = Console()
-    t = Table(title="plugins")
-    for col in ("name", "distribution", "version", "enabled", "status", "hooks"):
-        t.add_column(col, overflow="fold")
-    for p in data["plugins"]:
-        status = "error: " + p["error"] if p["error"] else ("loaded" if p["loaded"] else "-")
-        t.add_row(
-            p["name"],
-            p["distribution"] or "(core)",
-            p["version"] or "",
-            "default" if p["default"] else ("yes" if p["enabled"] else "no"),
-            status,
-            ", ".join(h.removeprefix("servehall_") for h in p["hooks"]),
+    print_table(
+        console,
+        "plugins",
+        ("name", "distribution", "version", "enabled", "status", "hooks"),
+        [
+            (
+                p["name"],
+                p["distribution"] or "(core)",
+                p["version"] or "",
+                "default" if p["default"] else ("yes" if p["enabled"] else "no"),
+                "error: " + p["error"] if p["error"] else ("loaded" if p["loaded"] else "-"),
+                ", ".join(h.removeprefix("servehall_") for h in p["hooks"]),
+            )
+            for p in data["plugins"]
+        ],
+        no_wrap=("name", "distribution", "version", "enabled"),
+    )
+    print_table(
+        console,
+        "backends",
+        ("name", "plugin", "enabled", "available", "reason"),
+        [
+            (
+                be["name"],
+                be["plugin"] or "",
+                "yes" if be["enabled"] else "no",
+                "yes" if be["available"] else "no",
+                be["reason"],
+            )
+            for be in data["backends"]
+        ],
+        no_wrap=("name", "plugin", "enabled", "available"),
+    )
+    if data["demo_enables"]:
+        console.print(
+            Text(
+                "`servehall serve --demo` also enables "
+                + ", ".join(data["demo_enables"])
+                + " for that run (not listed as enabled above, which is the config's "
+                "[plugins] enabled); add it there to enable it for every run."
+            )
         )
-    console.print(t)
-    b = Table(title="backends")
-    for col in ("name", "plugin", "enabled", "available", "reason"):
-        b.add_column(col, overflow="fold")
-    for be in data["backends"]:
-        b.add_row(
-            be["name"],
-            be["plugin"] or "",
-            "yes" if be["enabled"] else "no",
-            "yes" if be["available"] else "no",
-            be["reason"],
-        )
-    console.print(b)
 
 
 def _all_backends(host: PluginHost) -> list[dict[str, Any]]:
@@ -84,23 +108,16 @@ config_app = typer.Typer(help="Validate and show configuration.", no_args_is_hel
 
 @config_app.command("check")
 def config_check(file: Annotated[Path, typer.Argument(help="Config file to validate.")]) -> None:
-    """Validate FILE (core and plugin sections) without starting; exit 1 on errors."""
-    from servehall.bootstrap import load_deployment
-    from servehall.errors import ConfigError, PluginError
+    """Validate FILE without starting: core types, plugin names and sections, and every
+    policy/sink/backend name. Prints every problem in one run; exit 1 on errors."""
+    from servehall.config.check import check_config
 
-    try:
-        load_deployment(file)
-    except ConfigError as exc:
-        if exc.errors:
-            for key, msg in exc.errors:
-                typer.echo(f"{file}: {key}: {msg}", err=True)
-        else:
-            message = exc.message.removeprefix(f"{file}: ")
-            typer.echo(f"{file}: {message}", err=True)
-        raise typer.Exit(1) from None
-    except PluginError as exc:
-        typer.echo(f"{file}: plugins.enabled: {exc.message}", err=True)
-        raise typer.Exit(1) from None
+    errors = check_config(file)
+    for key, msg in errors:
+        typer.echo(f"{file}: {key}: {msg}", err=True)
+    if errors:
+        typer.echo(f"{file}: {len(errors)} error(s)", err=True)
+        raise typer.Exit(1)
     typer.echo(f"{file}: OK")
 
 
@@ -118,7 +135,12 @@ def config_show(config: ConfigOpt = None) -> None:
 def serve_command(
     config: ConfigOpt = None,
     demo: Annotated[
-        bool, typer.Option("--demo", help="Serve the demo model (built on first use).")
+        bool,
+        typer.Option(
+            "--demo",
+            help="Also serve the demo model as 'demo' (built on first use), enable the "
+            "openvino_cpu plugin for this run when installed, and migrate the database.",
+        ),
     ] = False,
     bind: Annotated[
         list[str] | None, typer.Option("--bind", "-b", help="host:port (repeatable).")
@@ -134,7 +156,9 @@ def demo_model_command(
     out: Annotated[Path | None, typer.Option("--out", help="Output directory.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Rebuild even if present.")] = False,
 ) -> None:
-    """Build the small local demo model (Llama-style, random weights, local tokenizer)."""
+    """Build the small local demo model: a tiny Llama-style model trained here in seconds
+    on a small built-in corpus, with its own tokenizer. Its text is fluent-looking
+    nonsense; it exists to try the platform, not to answer questions."""
     from servehall.demo import DEFAULT_DEMO_DIR, build_demo_model
 
     path = build_demo_model(out or DEFAULT_DEMO_DIR, force=force)

@@ -24,66 +24,121 @@ db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_he
 audit_app = typer.Typer(help="Audit trail and request-log queries.", no_args_is_help=True)
 
 
-def _with_engine(config: Path | None, fn: Callable[[Any, Any], Awaitable[T]]) -> T:
-    """Load the deployment, open its database, run ``fn(engine, plugins)``; exit 2 on
-    errors (one line)."""
+def _with_engine(
+    config: Path | None,
+    fn: Callable[[Any, Any], Awaitable[T]],
+    *,
+    create: bool = False,
+    migrated: bool = True,
+) -> T:
+    """Load the deployment, open its database, run ``fn(engine, plugins)``.
+
+    On success prints ``database: URL (where the config came from)`` on stderr (stdout
+    stays the command's output, e.g. CSV). Without ``create`` a SQLite file that does not
+    exist is refused (connecting would create an empty one); with ``migrated`` a database
+    that lacks the core's or an enabled plugin's revisions is refused with the command to
+    run. Every failure — bad config, missing, un-migrated or unreachable database — is one
+    ``error:`` line on stderr naming the database, and exit 2; never a traceback.
+    """
     from servehall.bootstrap import load_deployment
-    from servehall.db.engine import create_db_engine
-    from servehall.errors import ServehallError
+    from servehall.db.engine import create_db_engine, database_url
+    from servehall.db.locate import config_source, describe_database, require_existing_database
+    from servehall.db.migrate import UPGRADE_HINT, pending_heads
+    from servehall.errors import ConfigError, ServehallError
+
+    where = ""
 
     async def go() -> T:
+        nonlocal where
         settings, plugins = load_deployment(config)
+        url = database_url(settings)
+        where = describe_database(url)
+        if not create:
+            require_existing_database(url, config=config)
         engine = create_db_engine(settings)
         try:
-            return await fn(engine, plugins)
+            if migrated:
+                missing = await pending_heads(
+                    engine, plugins.migrations(), plugins.other_migrations()
+                )
+                if missing:
+                    hint = f" --config {config}" if config is not None else ""
+                    raise ConfigError(
+                        f"database {where} is not migrated (missing: "
+                        f"{', '.join(sorted(missing))}); run `{UPGRADE_HINT}{hint}`"
+                    )
+            result = await fn(engine, plugins)
         finally:
             await engine.dispose()
+        typer.echo(f"database: {where} ({config_source(config)})", err=True)
+        return result
 
     try:
         return asyncio.run(go())
     except ServehallError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    except OSError as exc:
-        typer.echo(f"error: cannot reach the database: {exc}", err=True)
+    except Exception as exc:  # unreachable server, refused login, broken file …
+        typer.echo(f"error: cannot use the database {where}: {_brief(exc)}", err=True)
         raise typer.Exit(2) from None
+
+
+def _brief(exc: BaseException) -> str:
+    """One line: the exception type and the first line of its message."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}"[:300]
+
+
+def _version_heads(engine: Any) -> Awaitable[list[str]]:
+    """The revisions in the database's ``alembic_version`` table (empty: never migrated)."""
+    from alembic.runtime.migration import MigrationContext
+
+    def heads(conn: Any) -> list[str]:
+        return sorted(MigrationContext.configure(conn).get_current_heads())
+
+    async def go() -> list[str]:
+        async with engine.connect() as conn:
+            result: list[str] = await conn.run_sync(heads)
+            return result
+
+    return go()
 
 
 @db_app.command("upgrade")
 def db_upgrade(config: ConfigOpt = None) -> None:
     """Migrate the database to the newest schema: the core's revisions and the branch of
-    every enabled plugin (a disabled plugin's tables are left as they are)."""
-    from servehall.db.engine import safe_url
+    every enabled plugin (a disabled plugin's tables are left as they are), creating it if
+    needed; says which revisions it was at before and is at now."""
     from servehall.db.migrate import pending_heads, upgrade_database
 
-    async def go(engine: Any, plugins: Any) -> tuple[set[str], list[str]]:
+    async def go(engine: Any, plugins: Any) -> tuple[list[str], list[str], set[str]]:
         branches, known = plugins.migrations(), plugins.other_migrations()
+        before = await _version_heads(engine)
         await upgrade_database(engine, branches, known)
-        return await pending_heads(engine, branches, known), [b.label for b in branches]
+        return before, await _version_heads(engine), await pending_heads(engine, branches, known)
 
-    missing, labels = _with_engine(config, go)
+    before, after, missing = _with_engine(config, go, create=True, migrated=False)
     if missing:  # pragma: no cover - upgrading to every target leaves nothing missing
         typer.echo(f"error: still missing {', '.join(sorted(missing))}", err=True)
         raise typer.Exit(1)
-    from servehall.bootstrap import load_deployment
-
-    settings, _ = load_deployment(config)
-    applied = ", ".join(["servehall", *labels])
-    typer.echo(
-        f"{safe_url(settings.database.url.get_secret_value())}: schema is up to date ({applied})"
-    )
+    if before == after:
+        typer.echo(f"nothing to apply: the schema is up to date ({', '.join(after)})")
+        return
+    was = ", ".join(before) if before else "an empty database"
+    typer.echo(f"migrated from {was} to {', '.join(after)}; the schema is up to date")
 
 
 @db_app.command("status")
 def db_status(config: ConfigOpt = None) -> None:
     """Show each migration branch (core and plugins) and whether it is applied; exit 1 when
-    the core or an enabled plugin's branch is not."""
+    the core or an enabled plugin's branch is not (2 when the database does not exist or
+    cannot be reached). Never creates a database."""
     from servehall.db.migrate import branch_status
 
     async def go(engine: Any, plugins: Any) -> list[tuple[str, list[str], bool, bool]]:
         return await branch_status(engine, plugins.migrations(), plugins.other_migrations())
 
-    rows = _with_engine(config, go)
+    rows = _with_engine(config, go, migrated=False)
     missing: list[str] = []
     for label, heads, applied, enabled in rows:
         state = "applied" if applied else "not applied"
@@ -92,8 +147,10 @@ def db_status(config: ConfigOpt = None) -> None:
         if enabled and not applied:
             missing.extend(heads)
     if missing:
+        hint = f" --config {config}" if config is not None else ""
         typer.echo(
-            f"not migrated (missing: {', '.join(sorted(missing))}); run `servehall db upgrade`"
+            f"not migrated (missing: {', '.join(sorted(missing))}); "
+            f"run `servehall db upgrade{hint}`"
         )
         raise typer.Exit(1)
     typer.echo("schema is up to date")
@@ -115,7 +172,20 @@ def audit_verify(config: ConfigOpt = None) -> None:
     typer.echo(f"OK: {result.checked} audit event(s), chain intact")
 
 
+FLOAT_DECIMALS = 6
+"""Decimals ``audit query`` prints for floats (seconds to the microsecond, shares to
+1e-6), in every format: the databases' percentile and ratio arithmetic leaves 17-digit
+noise such as ``0.30000000000000004``."""
+
+
+def _tidy(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, FLOAT_DECIMALS)
+    return value
+
+
 def _render(cols: list[str], rows: list[dict[str, Any]], fmt: str) -> str:
+    rows = [{k: _tidy(v) for k, v in row.items()} for row in rows]
     if fmt == "json":
         return json.dumps(rows, indent=2, ensure_ascii=False, default=str)
     if fmt == "csv":

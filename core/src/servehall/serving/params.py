@@ -1,50 +1,87 @@
 """Mapping an OpenAI request onto engine :class:`~servehall.engine.SamplingParams`.
 
 ``n > 1`` becomes ``n`` engine requests; choice ``i`` gets ``seed + i`` so choices differ
-yet the whole request is reproducible. Optional fields an engine does not list in
-``Engine.supported_params`` are refused with 400 ``unsupported_parameter`` naming the
-field, when set to anything but their neutral value.
+yet the whole request is reproducible.
+
+"Set or not" is decided by presence, never by truthiness: a field is set when the client
+sent it with a value other than null (``model_fields_set`` of the validated request, or
+the raw body for fields the models do not carry). A set optional sampling field that the
+model's engine does not list in ``Engine.supported_params`` is refused with 400
+``unsupported_parameter`` naming the field, unless its value is the field's neutral value
+(which asks the engine for nothing); nothing a client asks for is silently ignored.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from servehall.api.models import UNSUPPORTED_FIELDS
+from pydantic import BaseModel
+
+from servehall.api.models import UNSUPPORTED_FIELDS, asks_for_nothing
 from servehall.engine import SamplingParams
 from servehall.errors import ContextLengthExceededError, UnsupportedParameterError
 
-_NEUTRAL: dict[str, Any] = {
-    "seed": None,
-    "top_p": 1.0,
-    "presence_penalty": 0.0,
-    "frequency_penalty": 0.0,
+#: Optional sampling fields an engine may or may not honour, with the values that ask for
+#: nothing (``top_k`` -1 and 0 both mean "off", as in vLLM).
+OPTIONAL_SAMPLING_FIELDS: dict[str, tuple[Any, ...]] = {
+    "seed": (),
+    "top_p": (1.0,),
+    "presence_penalty": (0.0,),
+    "frequency_penalty": (0.0,),
+    "top_k": (-1, 0),
+    "min_p": (0.0,),
+    "repetition_penalty": (1.0,),
 }
 
 
-def check_unsupported(body: dict[str, Any], fields: Any, supported: frozenset[str]) -> None:
+GREEDY_TOP_P = 1e-6
+"""A nucleus this small holds only the most likely token (its probability is at least
+1/vocabulary), so ``top_p`` below it — 0 included, which OpenAI accepts — is greedy
+decoding. Engines compute in float32, where ``5e-324`` would be 0 and refused."""
+GREEDY_TEMPERATURE = 1e-5
+"""Below this, softmax(logits / T) is argmax for any logits a model produces; engines
+would see 0 (float32 underflow) and refuse to sample. Treated as greedy decoding."""
+
+
+def set_fields(req: BaseModel) -> dict[str, Any]:
+    """The fields of ``req`` the client sent with a non-null value (by presence)."""
+    return {
+        name: getattr(req, name)
+        for name in req.model_fields_set
+        if getattr(req, name, None) is not None
+    }
+
+
+def check_unsupported(body: dict[str, Any], fields: BaseModel, supported: frozenset[str]) -> None:
     """400 for a known-but-unimplemented OpenAI field, or an optional sampling field the
     engine cannot honour.
 
     Args:
         body: the raw JSON object (to see fields the model ignores).
-        fields: the validated request (``seed``, ``top_p``, penalties).
+        fields: the validated request (``seed``, ``top_p``, penalties, ``top_k`` …).
         supported: ``Engine.supported_params``.
+
+    Raises:
+        UnsupportedParameterError: the first offending field, as ``param``.
     """
     for name, off in UNSUPPORTED_FIELDS.items():
-        if name in body and body[name] not in off:
+        if name in body and not asks_for_nothing(body[name], off):
             raise UnsupportedParameterError(
                 f"'{name}' is not supported by this server.", param=name
             )
-    greedy = getattr(fields, "temperature", None) == 0
-    for name, neutral in _NEUTRAL.items():
+    sent = set_fields(fields)
+    greedy = sent.get("temperature") == 0
+    for name, neutral in OPTIONAL_SAMPLING_FIELDS.items():
+        if name not in sent or name in supported:
+            continue
         if name == "seed" and greedy:
             continue  # a seed changes nothing in greedy decoding
-        value = getattr(fields, name, None)
-        if value is not None and value != neutral and name not in supported:
-            raise UnsupportedParameterError(
-                f"'{name}' is not supported by this model's backend.", param=name
-            )
+        value = sent[name]
+        if any(value == v for v in neutral):
+            continue
+        raise UnsupportedParameterError(
+            f"'{name}' is not supported by this model's backend.", param=name
+        )
 
 
 def resolve_max_tokens(
@@ -79,7 +116,10 @@ def sampling_params(
     """One :class:`SamplingParams` per choice (seed + i)."""
     temperature = 1.0 if fields.temperature is None else float(fields.temperature)
     top_p = 1.0 if fields.top_p is None else float(fields.top_p)
-    if top_p == 0.0:  # OpenAI accepts 0: only the most likely token survives
+    top_k = 0 if fields.top_k is None else max(int(fields.top_k), 0)
+    min_p = 0.0 if fields.min_p is None else float(fields.min_p)
+    rep = 1.0 if fields.repetition_penalty is None else float(fields.repetition_penalty)
+    if top_p < GREEDY_TOP_P or temperature < GREEDY_TEMPERATURE:
         temperature, top_p = 0.0, 1.0
     seed = fields.seed
     return [
@@ -88,9 +128,16 @@ def sampling_params(
             temperature=temperature,
             top_p=top_p,
             seed=None if seed is None else (seed + i) % 2**64,
-            presence_penalty=float(fields.presence_penalty or 0.0),
-            frequency_penalty=float(fields.frequency_penalty or 0.0),
+            presence_penalty=0.0
+            if fields.presence_penalty is None
+            else float(fields.presence_penalty),
+            frequency_penalty=0.0
+            if fields.frequency_penalty is None
+            else float(fields.frequency_penalty),
             stop_token_ids=stop_token_ids,
+            top_k=top_k,
+            min_p=min_p,
+            repetition_penalty=rep,
         )
         for i in range(n)
     ]

@@ -23,6 +23,8 @@ from typing import Annotated, Any
 
 import typer
 
+from servehall import ConfigError
+
 keys_app = typer.Typer(help="Manage API keys (auth plugin).", no_args_is_help=True)
 
 ConfigOpt = Annotated[
@@ -71,7 +73,7 @@ class _Session:
     """Settings, key store and record bus of one CLI invocation."""
 
     def __init__(self, config: Path | None) -> None:
-        from servehall import ConfigError, PluginError, load_deployment
+        from servehall import PluginError, load_deployment
         from servehall_auth.settings import AuthSettings
 
         try:
@@ -86,6 +88,21 @@ class _Session:
         self.auth = auth
         self.actor = f"cli:{_os_user()}"
         self.redis: Any = None  # redis.asyncio.Redis when [auth] limits_url is set
+        self.url = (auth.database_url or self.settings.database.url).get_secret_value()
+        self._check_databases(config)
+
+    def _check_databases(self, config: Path | None) -> None:
+        """Refuse a SQLite file that does not exist (a connect would create an empty one)
+        before anything opens it. (The database is named on stderr once it is open.)"""
+        from servehall import describe_database, require_existing_database
+
+        self.where = describe_database(self.url)
+        core = self.settings.database.url.get_secret_value()
+        try:
+            for url in dict.fromkeys((self.url, core)):
+                require_existing_database(url, config=config)
+        except ConfigError as exc:
+            raise _fail(exc.message, 2) from None
 
     async def __aenter__(self) -> _Session:
         """Open the record bus first (no audit trail, no change), then the key store."""
@@ -96,14 +113,20 @@ class _Session:
             self.bus = await open_record_bus(self.settings, self.plugins)
         except ConfigError as exc:
             raise _fail(f"cannot record audit events, nothing changed: {exc.message}", 2) from None
-        url = (self.auth.database_url or self.settings.database.url).get_secret_value()
+        except Exception as exc:  # an unreachable database: one line, no traceback
+            raise _fail(
+                f"cannot record audit events in {self.where}, nothing changed: {_brief(exc)}", 2
+            ) from None
         assert self.auth.pepper is not None
         try:
-            self.keys = KeyStore(make_engine(url), self.auth.pepper.get_secret_value())
+            self.keys = KeyStore(make_engine(self.url), self.auth.pepper.get_secret_value())
             await self.keys.check_schema()
         except ConfigError as exc:
             await self._close()
-            raise _fail(exc.message, 2) from None
+            raise _fail(f"database {self.where}: {exc.message}", 2) from None
+        except Exception as exc:
+            await self._close()
+            raise _fail(f"cannot use the database {self.where}: {_brief(exc)}", 2) from None
         if self.auth.limits_url is not None:
             # revoke/rotate reach every replica's key cache at once (pub/sub)
             from servehall_auth.broadcast import publish_key_change
@@ -116,6 +139,7 @@ class _Session:
                 await publish_key_change(client, key_id)
 
             self.keys.on_change = publish
+        typer.echo(f"database: {self.where}", err=True)
         return self
 
     def audit(self, action: str, target: str | None, details: dict[str, Any]) -> None:
@@ -145,6 +169,12 @@ class _Session:
         await self._close()
 
 
+def _brief(exc: BaseException) -> str:
+    """One line: the exception type and the first line of its message."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}"[:300]
+
+
 def _os_user() -> str:
     try:
         return getpass.getuser()
@@ -152,14 +182,35 @@ def _os_user() -> str:
         return "unknown"
 
 
+#: How the record printout shows a field that is not set (JSON keeps ``null``).
+_UNSET = {
+    "models": "* (every model)",
+    "rpm": "[auth] default",
+    "tpm": "[auth] default",
+    "expires_at": "never",
+}
+
+
+def _shown(key: str, value: Any) -> str:
+    if value is None:
+        return _UNSET.get(key, "-")
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
 def _print_record(rec: dict[str, Any], as_json: bool) -> None:
+    """The key record on stderr (``name: value``; unset values in words, never ``None``),
+    or as JSON on stdout."""
     if as_json:
         typer.echo(json.dumps(rec, indent=2))
         return
     for k, v in rec.items():
         if k == "key":
             continue
-        typer.echo(f"{k:>28}: {v}", err=True)
+        if v is None and k not in _UNSET:
+            continue  # e.g. no name, never revoked: nothing to say
+        typer.echo(f"{k:>28}: {_shown(k, v)}", err=True)
 
 
 def _print_new_secret(rec: dict[str, Any], key: str, as_json: bool, notice: str) -> None:

@@ -82,6 +82,19 @@ def hash_key(key: str, pepper: str) -> str:
     return hmac.new(pepper.encode("utf-8"), key.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
+PEPPER_FINGERPRINT_LABEL = b"servehall-auth pepper fingerprint v1"
+
+
+def pepper_fingerprint(pepper: str) -> str:
+    """16 hex characters that identify a pepper without revealing it:
+    ``HMAC-SHA-256(pepper, "servehall-auth pepper fingerprint v1")[:16]``. Stored with
+    each key (``api_key.pepper_fp``) so the server can tell at start whether the
+    configured pepper is the one the keys were made with."""
+    return hmac.new(pepper.encode("utf-8"), PEPPER_FINGERPRINT_LABEL, hashlib.sha256).hexdigest()[
+        :16
+    ]
+
+
 def verify_key(key: str, pepper: str, stored_hash: str | None) -> bool:
     """Constant-time check of ``key`` against a stored hash (False when none stored)."""
     if not stored_hash:

@@ -28,6 +28,28 @@ if TYPE_CHECKING:
 log = logging.getLogger("servehall_auth")
 
 
+async def _check_pepper(keys: KeyStore) -> None:
+    """Warn (once, at start) when active keys exist but none was made with the configured
+    pepper: a pepper taken from a shell variable that died with the shell, or a new
+    secret file, silently turns every key into a 401."""
+    report = await keys.pepper_report()
+    if report.mismatch:
+        log.warning(
+            "auth: none of the %d active API key(s) was made with the configured pepper "
+            "(fingerprint %s); every such key will be refused with 401. Was [auth] pepper "
+            "changed or lost? Restore the pepper the keys were made with, or create new keys.",
+            report.known,
+            keys.pepper_fp,
+        )
+    elif report.active:
+        log.info(
+            "auth: %d active API key(s); %d made with the configured pepper (fingerprint %s)",
+            report.active,
+            report.matching,
+            keys.pepper_fp,
+        )
+
+
 class AuthRuntime:
     """Everything the hooks need, for one host process.
 
@@ -79,6 +101,7 @@ class AuthRuntime:
             )
             try:
                 await keys.check_schema()
+                await _check_pepper(keys)
             except BaseException:
                 await keys.engine.dispose()
                 raise

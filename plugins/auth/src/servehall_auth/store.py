@@ -26,6 +26,7 @@ from servehall_auth.keys import (
     hash_key,
     new_key_id,
     new_secret,
+    pepper_fingerprint,
     public_id,
     verify_key,
 )
@@ -50,10 +51,31 @@ api_key = sa.Table(
     sa.Column("expires_at", UTCDateTime, nullable=True),
     sa.Column("revoked_at", UTCDateTime, nullable=True),
     sa.Column("rotated_at", UTCDateTime, nullable=True),
+    sa.Column("pepper_fp", sa.String(16), nullable=True),
     sa.PrimaryKeyConstraint("key_id", name="pk_api_key"),
     sa.Index("ix_api_key_tenant", "tenant"),
 )
-"""Mirror of the migrated ``api_key`` table."""
+"""Mirror of the migrated ``api_key`` table (``pepper_fp`` since ``auth_0002_pepper_fp``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PepperReport:
+    """How the active keys relate to the configured pepper (see :meth:`KeyStore.pepper_report`).
+
+    ``active`` keys in all; ``known`` of them record the fingerprint of the pepper they
+    were made with (keys older than ``auth_0002_pepper_fp`` do not); ``matching`` record
+    the configured pepper's fingerprint.
+    """
+
+    active: int
+    known: int
+    matching: int
+
+    @property
+    def mismatch(self) -> bool:
+        """True when keys with a known pepper exist and none was made with this one:
+        every such key will be refused (the pepper was changed or lost)."""
+        return self.known > 0 and self.matching == 0
 
 
 def auth_metadata() -> sa.MetaData:
@@ -226,6 +248,7 @@ class KeyStore:
     ) -> None:
         self.engine = engine
         self._pepper = pepper
+        self.pepper_fp = pepper_fingerprint(pepper)
         self._ttl = cache_ttl_s
         self._cache_size = cache_size
         self._cache: dict[str, tuple[float, _Row]] = {}
@@ -285,6 +308,7 @@ class KeyStore:
                 "expires_at": expires_at,
                 "revoked_at": None,
                 "rotated_at": None,
+                "pepper_fp": self.pepper_fp,
             }
             try:
                 async with self.engine.begin() as conn:
@@ -293,6 +317,25 @@ class KeyStore:
                 continue  # key id collision (2^-50 per pair); draw again
             return _row(values).record, key
         raise RuntimeError("could not draw a unique key id")
+
+    async def pepper_report(self, now: datetime | None = None) -> PepperReport:
+        """Count the active (not revoked, not expired) keys, those that record a pepper
+        fingerprint, and those whose fingerprint is this store's pepper's."""
+        now = now or utcnow()
+        active = sa.and_(
+            api_key.c.revoked_at.is_(None),
+            sa.or_(api_key.c.expires_at.is_(None), api_key.c.expires_at > now),
+        )
+        q = sa.select(
+            sa.func.count(),
+            sa.func.count(api_key.c.pepper_fp),
+            sa.func.coalesce(
+                sa.func.sum(sa.case((api_key.c.pepper_fp == self.pepper_fp, 1), else_=0)), 0
+            ),
+        ).where(active)
+        async with self.engine.connect() as conn:
+            total, known, matching = (await conn.execute(q)).one()
+        return PepperReport(int(total), int(known), int(matching))
 
     async def _get_row(self, key_id: str) -> _Row | None:
         async with self.engine.connect() as conn:
@@ -370,6 +413,7 @@ class KeyStore:
                     prev_secret_hash=row.secret_hash if keep else None,
                     prev_valid_until=now + overlap if keep else None,
                     rotated_at=now,
+                    pepper_fp=self.pepper_fp,
                 )
             )
         self.forget(key_id)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -35,6 +36,8 @@ from servehall import (
     servehall_cache_dir,
     source_digest,
 )
+
+log = logging.getLogger("servehall.openvino_cpu")
 
 CONVERTER_VERSION = 1
 MARKER = "servehall-convert.json"
@@ -108,6 +111,8 @@ def _run_export(src: Path, out: Path, weight_format: str, *, quiet: bool) -> Non
     """Run the exporter in a child process, with a progress display on stderr."""
     cmd = [sys.executable, "-m", "servehall_openvino_cpu.convert", str(src), str(out)]
     cmd += ["--weight-format", weight_format]
+    if not quiet:
+        log.info("converting %s to OpenVINO IR (once; the result is cached)", src.name)
     run_converter(
         cmd,
         out / "convert.log",
@@ -118,7 +123,7 @@ def _run_export(src: Path, out: Path, weight_format: str, *, quiet: bool) -> Non
     if not is_ir_dir(out):
         raise EngineError(f"converting {src} produced no {IR_MODEL}")
     if not quiet:
-        print(f"openvino_cpu: converted {src.name} → {out.parent}", file=sys.stderr)
+        log.info("converted %s to OpenVINO IR (cached in %s)", src.name, out.parent)
 
 
 def export(src: Path, out: Path, weight_format: str) -> None:

@@ -21,9 +21,11 @@ prefill chunks fused with decodes, optional prefix caching). This module drives 
 Token ids in, token ids out: the host tokenizes and detokenizes with the model's Hugging
 Face tokenizer. An end-of-sequence/stop token that ends a request is not emitted (as in
 the shared torch engine). ``SamplingParams`` map onto ``openvino_genai.GenerationConfig``:
-temperature 0 → greedy; otherwise multinomial with ``temperature``, ``top_p``,
-``rng_seed`` (= ``seed``), ``presence_penalty`` and ``frequency_penalty`` (OpenVINO
-subtracts them from the logits of already generated tokens, as OpenAI describes).
+temperature 0 → greedy; otherwise multinomial with ``temperature``, ``top_p``, ``top_k``,
+``rng_seed`` (= ``seed``); in both cases ``presence_penalty`` and ``frequency_penalty``
+(OpenVINO subtracts them from the logits of already generated tokens, as OpenAI
+describes) and ``repetition_penalty`` (over prompt and generated tokens). ``min_p`` has no
+counterpart and is not in :data:`SUPPORTED_PARAMS`.
 """
 
 from __future__ import annotations
@@ -60,8 +62,10 @@ log = logging.getLogger("servehall.openvino_cpu")
 
 BACKEND = "openvino_cpu"
 SUPPORTED_PARAMS: frozenset[str] = frozenset(
-    {"seed", "top_p", "presence_penalty", "frequency_penalty"}
+    {"seed", "top_p", "presence_penalty", "frequency_penalty", "top_k", "repetition_penalty"}
 )
+"""What ``GenerationConfig`` can express. ``min_p`` is not among them (OpenVINO GenAI has no
+min-p filter), so the host refuses it with 400 ``unsupported_parameter``."""
 IDLE_WAIT_S = 0.5
 """How long the idle step thread blocks on its command queue before re-checking."""
 
@@ -283,9 +287,12 @@ class OpenVINOEngine:
             c.do_sample = True
             c.temperature = p.temperature
             c.top_p = p.top_p
+            if p.top_k > 0:
+                c.top_k = p.top_k
             c.rng_seed = p.seed if p.seed is not None else secrets.randbits(31)
         c.presence_penalty = p.presence_penalty
         c.frequency_penalty = p.frequency_penalty
+        c.repetition_penalty = p.repetition_penalty
         c.validate()
         return c, stop_ids
 

@@ -66,7 +66,15 @@ MONITOR_INTERVAL_S = 0.2
 """How often the monitor task checks the step thread and drains unrouted outputs."""
 
 SUPPORTED_PARAMS: frozenset[str] = frozenset(
-    {"seed", "top_p", "presence_penalty", "frequency_penalty"}
+    {
+        "seed",
+        "top_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+    }
 )
 
 
@@ -352,7 +360,7 @@ class TorchEngine:
             )
             return stream
         self._live[request_id] = stream
-        self._sampler.add(request_id, params)
+        self._sampler.add(request_id, params, tuple(prompt_token_ids))
         if self._pending or self._reserved + stream.reserved > self._num_blocks:
             self._pending.append((stream, list(prompt_token_ids), params))
         else:

@@ -4,7 +4,8 @@ transformers' manager takes one ``GenerationConfig`` for all requests, so its ow
 sampling cannot honour per-request ``temperature``/``top_p``/``seed``/penalties. We run it
 greedy (``do_sample=False``: argmax) and add :class:`PerRequestSampler` to its logits
 processors: for each request that gets a token this step, the sampler applies the
-request's OpenAI penalties, temperature and nucleus (top-p) filter, draws the token with
+request's repetition penalty (over prompt and output, as Hugging Face and vLLM do), OpenAI
+penalties, temperature, top-k, min-p and nucleus (top-p) filters, draws the token with
 the request's own ``torch.Generator`` and rewrites that row to a one-hot (0 at the chosen
 id, -inf elsewhere), so the manager's argmax picks exactly the sampled token. Greedy
 requests without penalties are left untouched (bit-identical to plain argmax).
@@ -28,12 +29,18 @@ from servehall.engine import SamplingParams
 @dataclass(slots=True)
 class _RequestSampling:
     params: SamplingParams
+    prompt_ids: tuple[int, ...] = ()
     generator: torch.Generator | None = None
 
     @property
     def untouched(self) -> bool:
         p = self.params
-        return p.temperature == 0 and p.presence_penalty == 0 and p.frequency_penalty == 0
+        return (
+            p.temperature == 0
+            and p.presence_penalty == 0
+            and p.frequency_penalty == 0
+            and p.repetition_penalty == 1.0
+        )
 
 
 class PerRequestSampler:
@@ -53,10 +60,15 @@ class PerRequestSampler:
         """Attach to a started ``ContinuousBatchingManager`` (reads its batch I/O)."""
         self._manager = manager
 
-    def add(self, request_id: str, params: SamplingParams) -> None:
-        """Register a request's sampling parameters (before it is queued)."""
+    def add(
+        self, request_id: str, params: SamplingParams, prompt_ids: tuple[int, ...] = ()
+    ) -> None:
+        """Register a request's sampling parameters (before it is queued); ``prompt_ids``
+        are what ``repetition_penalty`` covers besides the generated tokens."""
         with self._lock:
-            self._params[request_id] = _RequestSampling(params)
+            self._params[request_id] = _RequestSampling(
+                params, tuple(prompt_ids) if params.repetition_penalty != 1.0 else ()
+            )
 
     def remove(self, request_id: str) -> None:
         """Forget a finished or aborted request."""
@@ -89,6 +101,18 @@ class PerRequestSampler:
     ) -> None:
         p = state.params
         logits = scores[row].float()
+        if p.repetition_penalty != 1.0:
+            seen = torch.tensor(
+                sorted(set(state.prompt_ids).union(generated)),
+                dtype=torch.long,
+                device=logits.device,
+            )
+            seen = seen[(seen >= 0) & (seen < logits.shape[0])]
+            if seen.numel():
+                picked = logits[seen]
+                logits[seen] = torch.where(
+                    picked > 0, picked / p.repetition_penalty, picked * p.repetition_penalty
+                )
         if (p.presence_penalty or p.frequency_penalty) and generated:
             ids, counts = torch.unique(
                 torch.tensor(generated, device=logits.device), return_counts=True
@@ -100,6 +124,12 @@ class PerRequestSampler:
             choice = int(torch.argmax(logits))
         else:
             logits = logits / p.temperature
+            if 0 < p.top_k < logits.shape[0]:
+                kth = torch.topk(logits, p.top_k).values[-1]
+                logits[logits < kth] = float("-inf")
+            if p.min_p > 0.0:
+                probs = torch.softmax(logits, dim=-1)
+                logits[probs < p.min_p * probs.max()] = float("-inf")
             if p.top_p < 1.0:
                 sorted_logits, order = torch.sort(logits, descending=True)
                 cum = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)

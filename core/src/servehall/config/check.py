@@ -1,0 +1,135 @@
+"""``servehall config check``: every problem of a config file in one run.
+
+:func:`~servehall.bootstrap.load_deployment` stops at the first stage that fails (core
+types, then plugin names, then plugin sections, then policy/sink/backend names), which
+is right for ``serve``. An operator fixing a file wants the whole list, so
+:func:`check_config` goes on after each stage with what is valid: a core section (or a
+``[[models]]``/``[[sinks]]`` entry) with a type error is set aside and the rest checked;
+unknown plugin names are reported and the known ones loaded; then every plugin section
+and every name the config refers to is checked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_settings import SettingsError
+
+from servehall.config.settings import (
+    Settings,
+    _env_error,
+    _errors,
+    read_config_file,
+    validate_plugin_sections,
+)
+from servehall.errors import ConfigError, PluginError
+
+_MAX_ROUNDS = 20
+
+
+def _set_aside(data: dict[str, Any], loc: tuple[int | str, ...]) -> bool:
+    """Set aside the part of ``data`` an error at ``loc`` lives in: a ``[[list]]`` entry,
+    the key of a section (its default is used instead) or a whole section; False when
+    nothing could be removed."""
+    if not loc or not isinstance(loc[0], str) or loc[0] not in data:
+        return False
+    section = data[loc[0]]
+    if isinstance(section, list) and len(loc) > 1 and isinstance(loc[1], int):
+        if 0 <= loc[1] < len(section) and section[loc[1]] is not None:
+            section[loc[1]] = None  # keep indexes of later entries stable
+            return True
+        return False
+    if isinstance(section, dict) and len(loc) > 1 and loc[1] in section:
+        data[loc[0]] = {k: v for k, v in section.items() if k != loc[1]}  # default instead
+        return True
+    del data[loc[0]]
+    return True
+
+
+def _core_settings(data: dict[str, Any], errs: list[tuple[str, str]]) -> Settings | None:
+    """Validate the core sections, collecting every error; what failed is set aside so the
+    rest can be checked. None when even that cannot produce settings."""
+    data = {k: (list(v) if isinstance(v, list) else v) for k, v in data.items()}
+    seen: set[tuple[str, str]] = set()
+    for _ in range(_MAX_ROUNDS):
+        cleaned: dict[str, Any] = {
+            k: [x for x in v if x is not None] if isinstance(v, list) else v
+            for k, v in data.items()
+        }
+        try:
+            return Settings(**cleaned)
+        except SettingsError as exc:  # an environment override that is not JSON
+            errs.append(_env_error(exc))
+            return None
+        except ValidationError as exc:
+            removed = False
+            found = _errors(exc)
+            raw = exc.errors()
+            # indexes refer to the cleaned lists: map them back to the original positions
+            for (key, msg), e in zip(found, raw, strict=True):
+                if (key, msg) not in seen:
+                    seen.add((key, msg))
+                    errs.append((key, msg))
+                removed |= _set_aside(data, _original_loc(data, tuple(e["loc"])))
+            if not removed:
+                return None
+    return None
+
+
+def _original_loc(data: dict[str, Any], loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """Map ``(section, i, ...)`` in the cleaned data (Nones dropped) to ``data``'s index."""
+    if len(loc) > 1 and isinstance(loc[0], str) and isinstance(loc[1], int):
+        section = data.get(loc[0])
+        if isinstance(section, list):
+            live = [i for i, x in enumerate(section) if x is not None]
+            if loc[1] < len(live):
+                return (loc[0], live[loc[1]], *loc[2:])
+    return loc
+
+
+def check_config(path: Path) -> list[tuple[str, str]]:
+    """Every ``(key path, message)`` problem of the config file ``path`` (empty: valid).
+
+    Environment overrides (``SERVEHALL_<SECTION>__<KEY>``) apply as in ``serve``. A file
+    that cannot be read or parsed is one error (nothing else can be checked).
+    """
+    from servehall.bootstrap import check_names
+    from servehall.plugins import PluginHost, installed_entry_points
+
+    try:
+        data = read_config_file(path.expanduser())
+    except ConfigError as exc:
+        return [("file", exc.message.removeprefix(f"{path}: "))]
+    errs: list[tuple[str, str]] = []
+    settings = _core_settings(data, errs)
+    if settings is None:
+        return errs
+    installed = installed_entry_points()
+    unknown = [n for n in settings.plugins.enabled if n not in installed]
+    for name in unknown:
+        names = ", ".join(sorted(installed)) or "none"
+        errs.append(("plugins.enabled", f"unknown plugin {name!r}; installed plugins: {names}"))
+    enabled = [n for n in settings.plugins.enabled if n not in unknown]
+    try:
+        plugins = PluginHost(enabled)
+        plugins.check_enabled()
+        models = plugins.settings_models()
+    except PluginError as exc:
+        errs.append(("plugins.enabled", exc.message))
+        return errs
+    if unknown:
+        # sections of the unknown plugins cannot be validated: don't call them unknown too
+        extra = settings.__pydantic_extra__ or {}
+        for name in unknown:
+            extra.pop(name, None)
+    try:
+        validate_plugin_sections(settings, models)
+    except ConfigError as exc:
+        errs.extend(exc.errors)
+    try:
+        check_names(settings, plugins)
+    except ConfigError as exc:
+        errs.extend(exc.errors)
+    return errs
