@@ -94,22 +94,24 @@ def test_bench_serve_request_rate_and_sharegpt(null_server: ServerHandle, tmp_pa
     assert _json(out)["workload"]["request_rate"] == 50
 
 
-def test_bench_engine_demo_model(demo_model_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("native", [False, True])
+def test_bench_engine_demo_model(demo_model_dir: Path, tmp_path: Path, native: bool) -> None:
     config = tmp_path / "deploy.toml"
     config.write_text(dump_toml(demo_config(demo_model_dir)))
     out = tmp_path / "engine.json"
     r = bench(
         "engine", "--config", str(config), "--model", "demo", "-n", "4",
         "--concurrency", "2", "--input-len", "16", "--output-len", "8",
-        "--output-json", str(out), "--quiet",
+        "--output-json", str(out), "--quiet", *(["--native"] if native else []),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     data = _json(out)
     s = data["summary"]
     assert (s["completed"], s["failed"], s["total_output_tokens"]) == (4, 0, 32)
     assert s["cpu_s"] > 0
+    api = "OpenVINO GenAI ContinuousBatchingPipeline" if native else "Engine protocol"
     assert data["target"] == {
-        "kind": "engine", "model": "demo", "backend": "openvino_cpu", "api": "Engine protocol"
+        "kind": "engine", "model": "demo", "backend": "openvino_cpu", "api": api
     }  # fmt: skip
 
 

@@ -143,14 +143,18 @@ async def run_engine(
     cpu0 = time.process_time()
     with progress_bar(label, len(requests), quiet=quiet) as tick:
         if runner is not None:
-            records, duration = await runner(
-                prompts,
-                [r.output_len for r in requests],
-                offsets=spec.offsets(),
-                max_concurrency=spec.concurrency,
-                ignore_eos=spec.ignore_eos,
-                progress=lambda ok: tick(RequestOutput(success=ok)),
-            )
+            try:
+                records, duration = await runner(
+                    prompts,
+                    [r.output_len for r in requests],
+                    offsets=spec.offsets(),
+                    max_concurrency=spec.concurrency,
+                    ignore_eos=spec.ignore_eos,
+                    progress=lambda ok: tick(RequestOutput(success=ok)),
+                )
+            except Exception as exc:
+                detail = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                raise TargetError(f"the native run of {loaded.backend} failed: {detail}") from None
             result = RunResult([output_from_record(r) for r in records], max(duration, 1e-9))
             api = str(getattr(loaded.engine, "bench_native_name", "native API"))
         else:

@@ -43,7 +43,7 @@ def run_native(
         warm = ov_genai.GenerationConfig()
         warm.max_new_tokens = 2
         warm.do_sample = False
-        handle = pipe.add_request(-1, ov.Tensor(_int64_row(prompts[0])), warm)
+        handle = pipe.add_request(len(prompts), ov.Tensor(_int64_row(prompts[0])), warm)
         while handle.get_status().name == "RUNNING":
             pipe.step()
     records: list[dict[str, Any]] = [
