@@ -227,3 +227,18 @@ def test_refused_key_is_one_line(auth_server: ServerHandle) -> None:
     )  # fmt: skip
     assert r.returncode == 1
     assert "HTTP 401" in _one_error_line(r)
+
+
+def test_ignore_eos_must_be_a_boolean(null_server: ServerHandle) -> None:
+    import httpx
+
+    body = {"model": "null", "prompt": "the sea", "max_tokens": 3, "ignore_eos": "yes"}
+    with httpx.Client(http1=False, http2=True, timeout=30) as client:
+        r = client.post(null_server.base_url + "/v1/completions", json=body)
+        assert r.status_code == 400
+        assert r.json()["error"]["param"] == "ignore_eos"
+        ok = client.post(
+            null_server.base_url + "/v1/completions", json={**body, "ignore_eos": True}
+        )
+        assert ok.status_code == 200
+        assert ok.json()["usage"]["completion_tokens"] == 3

@@ -183,3 +183,19 @@ async def test_runner_never_exceeds_the_concurrency_cap() -> None:
     assert len(res.outputs) == 10
     assert res.outputs[-1].error == "RuntimeError: sender failed"
     assert sum(o.success for o in res.outputs) == 9
+
+
+def test_native_records_become_request_outputs() -> None:
+    from servehall.bench.targets import output_from_record
+
+    rec = {"start": 1.0, "prompt_tokens": 9, "arrivals": [(1.25, 1), (1.5, 2), (2.0, 1)]}
+    out = output_from_record(rec)
+    assert out.success and out.error == ""
+    assert (out.prompt_tokens, out.output_tokens) == (9, 4)
+    assert out.ttft == pytest.approx(0.25)
+    assert out.itl == pytest.approx([0.25, 0.5])
+    assert out.latency == pytest.approx(1.0)
+    assert out.tpot == pytest.approx(0.75 / 3)
+    assert out.token_times == [1.25, 1.5, 2.0]
+    failed = output_from_record({"start": 0.0, "prompt_tokens": 3, "arrivals": [], "error": ""})
+    assert not failed.success and failed.error == "the engine produced no token"
