@@ -64,6 +64,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "servehall.defaults.schedulers",
     "servehall.defaults.commands",
     "servehall.defaults.cpu_backend",
+    "servehall.defaults.null_backend",
     "servehall.defaults.sinks",
     "servehall.defaults.records_commands",
 )

@@ -159,6 +159,7 @@ class _SamplingFields(_Model):
     stream: Annotated[bool, Field(strict=True)] = False
     stream_options: StreamOptions | None = None
     user: StrictText | None = None
+    ignore_eos: Annotated[bool, Field(strict=True)] = False  # vLLM extension (benchmarks)
 
     def stop_list(self) -> list[str]:
         """``stop`` as a list (empty when absent)."""
