@@ -33,6 +33,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
 from servehall.api.body import check_media_type, drain_body, parse_json_object, read_body
+from servehall.api.disconnect import ClientGone, DisconnectWatch
 from servehall.api.errors import error_response, from_validation_error
 from servehall.api.models import ChatCompletionRequest, CompletionRequest
 from servehall.api.prompt import chat_turns, prompt_texts
@@ -61,13 +62,6 @@ log = logging.getLogger("servehall.api")
 
 _LONG_TEXT = 20_000  # characters; longer prompts are tokenized off the event loop
 STATUS_CLIENT_CLOSED = 499
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
 
 
 class InferenceEndpoint:
@@ -99,15 +93,21 @@ class InferenceEndpoint:
                 ctx.finish(STATUS_CLIENT_CLOSED, finish_reason="client_disconnect")
                 return
             body = parse_json_object(raw)
-            work = asyncio.ensure_future(self._handle(run, body, send))
-            watcher = asyncio.ensure_future(_wait_disconnect(receive))
+            # the client may leave at any point from here: see servehall.api.disconnect
+            watch = DisconnectWatch(receive, send)
+            watcher = watch.start()
+            work = asyncio.ensure_future(self._handle(run, body, watch.send))
             try:
                 await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
             finally:
+                gone = not work.done() or (
+                    not work.cancelled() and isinstance(work.exception(), ClientGone)
+                )
                 if not work.done():
                     work.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await work
+                if gone:
                     fill_record(run)
                     ctx.finish(
                         STATUS_CLIENT_CLOSED,
@@ -115,9 +115,9 @@ class InferenceEndpoint:
                         prompt_text=run.prompt_text,
                         completion_text=completion_text(run),
                     )
-                watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
+                await watch.stop()
+            if gone:
+                return
             work.result()
         except ServehallError as exc:
             fill_record(run)

@@ -132,9 +132,9 @@ class Readiness:
                 },
             }
         body: dict[str, Any] = {"models": models}
-        records = self.host.records
-        if records is not None:
-            unready = records.unready_sinks()
+        unready_sinks = getattr(self.host.records, "unready_sinks", None)
+        if unready_sinks is not None:
+            unready = unready_sinks()
             if unready:
                 ready = False
                 body["sinks"] = {
