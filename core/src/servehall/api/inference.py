@@ -50,11 +50,13 @@ from servehall.errors import (
     ServehallError,
 )
 from servehall.filters import PromptParts
+from servehall.memory import LARGE_BODY_BYTES, release_memory_soon, run_heavy
 from servehall.principal import ANONYMOUS
 from servehall.scheduling import Slot, Ticket
 from servehall.serving.choice import ChoiceStream
 from servehall.serving.context import RequestContext
 from servehall.serving.params import check_unsupported, resolve_max_tokens, sampling_params
+from servehall.text.budget import check_prompt_chars
 from servehall.text.stops import StopMatcher
 from servehall.usage import AdmissionRequest, Reservation
 
@@ -83,16 +85,19 @@ class InferenceEndpoint:
         )
         ctx.set_principal(principal)
         run = InferenceRun(api, ctx, principal, rid, int(time.time()))
+        body_size = 0
         try:
             body_read = False
             try:
                 check_media_type(request)
                 raw = await read_body(request, api.host.settings.server.max_body_bytes)
                 body_read = True
+                body_size = len(raw)
             except ClientDisconnect:
                 ctx.finish(STATUS_CLIENT_CLOSED, finish_reason="client_disconnect")
                 return
             body = parse_json_object(raw)
+            raw = b""  # the parsed body is all that is needed from here
             # the client may leave at any point from here: see servehall.api.disconnect
             watch = DisconnectWatch(receive, send)
             watcher = watch.start()
@@ -146,6 +151,8 @@ class InferenceEndpoint:
             ctx.finish(
                 STATUS_CLIENT_CLOSED, finish_reason="client_disconnect", error_code="cancelled"
             )
+            if body_size >= LARGE_BODY_BYTES:
+                release_memory_soon()
 
     # --- helpers -----------------------------------------------------------------------
 
@@ -208,21 +215,26 @@ class InferenceEndpoint:
             texts = parts.texts
         run.prompt_text = "\n".join(texts)
 
-        # 5 tokenize + context check
+        # 5 tokenize + context check; a prompt that cannot fit is refused before
+        # tokenizing, a long one is tokenized on the worker thread (N31)
         tok = served.tokenizer
+        check_prompt_chars(
+            sum(len(t) for t in texts),
+            getattr(tok, "max_token_chars", None),
+            served.max_model_len,
+            prompt_param,
+        )
         if isinstance(req, ChatCompletionRequest):
             turns = chat_turns(req, texts, owners)
             if len(run.prompt_text) > _LONG_TEXT:
-                prompt_ids = await asyncio.to_thread(tok.render_chat, turns)
+                prompt_ids = await run_heavy(tok.render_chat, turns)
             else:
                 prompt_ids = tok.render_chat(turns)
             requested = req.max_completion_tokens or req.max_tokens
         else:
             text = texts[0]
             if len(text) > _LONG_TEXT:
-                prompt_ids = await asyncio.to_thread(
-                    tok.encode_plain, text, add_special_tokens=True
-                )
+                prompt_ids = await run_heavy(tok.encode_plain, text, add_special_tokens=True)
             else:
                 prompt_ids = tok.encode_plain(text, add_special_tokens=True)
             requested = req.max_tokens
