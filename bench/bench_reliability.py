@@ -117,17 +117,17 @@ def _watch(srv: Server, during: Callable[[], Any]) -> dict[str, Any]:
 
 
 def big_prompt(srv: Server) -> None:
+    # The big bodies are sent by curl processes, so that the client's own CPU work (JSON
+    # encoding, sending 2 MB) cannot delay this process's health polls and stream.
+    body_file = Path(tempfile.mkdtemp(prefix="servehall-big-")) / "big.json"
+    body_file.write_bytes(json.dumps(BIG).encode())
+    url = srv.base_url + "/v1/chat/completions"
+    curl = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}"]
+    curl += ["-H", "Content-Type: application/json", "--data-binary", f"@{body_file}", url]
+
     def big(n: int) -> list[int]:
-        def one(_: int) -> int:
-            with httpx.Client(base_url=srv.base_url, timeout=120) as c:
-                return c.post("/v1/chat/completions", json=BIG).status_code
-
-        threads: list[int] = []
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(n) as pool:
-            threads = list(pool.map(one, range(n)))
-        return threads
+        procs = [subprocess.Popen(curl, stdout=subprocess.PIPE, text=True) for _ in range(n)]
+        return [int(p.communicate()[0] or 0) for p in procs]
 
     big(1)  # warm-up
     time.sleep(1)
@@ -193,15 +193,16 @@ def abort(srv: Server, db: Path) -> None:
     finally:
         for b in burners:
             b.kill()
-    time.sleep(2)
-    rows = (
-        sqlite3.connect(db)
-        .execute(
-            "SELECT status_code, finish_reason, completion_tokens FROM request_log "
-            "WHERE endpoint = '/v1/completions' ORDER BY received_at"
-        )
-        .fetchall()[n0:]
+    sql = (
+        "SELECT status_code, finish_reason, completion_tokens FROM request_log "
+        "WHERE endpoint = '/v1/completions' ORDER BY received_at"
     )
+    end = time.monotonic() + 30
+    while True:  # the sink writes in batches: wait for the 40 rows
+        rows = sqlite3.connect(db).execute(sql).fetchall()[n0:]
+        if len(rows) >= 40 or time.monotonic() > end:
+            break
+        time.sleep(0.2)
     tokens = sorted(r[2] for r in rows)
     print("abort (C19L): 2 CPU burners, 20 x 2 streams closed after the first event")
     print(f"  rows: {len(rows)} {dict(Counter((r[0], r[1]) for r in rows))}")

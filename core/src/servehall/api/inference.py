@@ -50,7 +50,7 @@ from servehall.errors import (
     ServehallError,
 )
 from servehall.filters import PromptParts
-from servehall.memory import LARGE_BODY_BYTES, release_memory_soon, run_heavy
+from servehall.memory import run_heavy
 from servehall.principal import ANONYMOUS
 from servehall.scheduling import Slot, Ticket
 from servehall.serving.choice import ChoiceStream
@@ -85,14 +85,12 @@ class InferenceEndpoint:
         )
         ctx.set_principal(principal)
         run = InferenceRun(api, ctx, principal, rid, int(time.time()))
-        body_size = 0
         try:
             body_read = False
             try:
                 check_media_type(request)
                 raw = await read_body(request, api.host.settings.server.max_body_bytes)
                 body_read = True
-                body_size = len(raw)
             except ClientDisconnect:
                 ctx.finish(STATUS_CLIENT_CLOSED, finish_reason="client_disconnect")
                 return
@@ -151,8 +149,6 @@ class InferenceEndpoint:
             ctx.finish(
                 STATUS_CLIENT_CLOSED, finish_reason="client_disconnect", error_code="cancelled"
             )
-            if body_size >= LARGE_BODY_BYTES:
-                release_memory_soon()
 
     # --- helpers -----------------------------------------------------------------------
 
