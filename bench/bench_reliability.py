@@ -178,7 +178,11 @@ def abort(srv: Server, db: Path) -> None:
     body |= {"max_tokens": 1000, "stream": True}
     before = _aborts(srv)
     warn0 = srv.log_text().count("socket.send() raised exception")
-    n0 = sqlite3.connect(db).execute("SELECT count(*) FROM request_log").fetchone()[0]
+    n0 = (
+        sqlite3.connect(db)
+        .execute("SELECT count(*) FROM request_log WHERE endpoint = '/v1/completions'")
+        .fetchone()[0]
+    )
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
         for _ in range(20):
