@@ -107,3 +107,15 @@ def test_closed_write_warnings_become_one_counted_line(caplog: pytest.LogCapture
         "(logged at most once per 3600 s)"
     ]
     assert "something else" in messages
+
+
+async def test_disconnect_after_the_last_body_is_not_a_client_leaving() -> None:
+    """Hypercorn queues http.disconnect itself once the response is complete."""
+    ch = FakeChannel(fail_after=10**6)
+    watch = DisconnectWatch(ch.receive, ch.send)
+    task = watch.start()
+    await watch.send({"type": "http.response.body", "body": b"x", "more_body": True})
+    await watch.send({"type": "http.response.body", "body": b"", "more_body": False})
+    ch.inbox.put_nowait({"type": "http.disconnect"})
+    await asyncio.wait_for(task, 5)
+    assert watch.complete and not watch.gone

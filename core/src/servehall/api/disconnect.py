@@ -51,15 +51,20 @@ class DisconnectWatch:
         send: the request's ASGI send callable.
 
     Attributes:
-        gone: True once the client is known to have left.
+        gone: True once the client is known to have left before the response was
+            complete.
+        complete: the last body message of the response was handed to the server
+            (Hypercorn then queues ``http.disconnect`` itself; that is not a client
+            leaving).
     """
 
-    __slots__ = ("_receive", "_send", "gone", "task")
+    __slots__ = ("_receive", "_send", "complete", "gone", "task")
 
     def __init__(self, receive: Receive, send: Send) -> None:
         self._receive = receive
         self._send = send
         self.gone = False
+        self.complete = False
         self.task: asyncio.Future[None] | None = None
 
     def start(self) -> asyncio.Future[None]:
@@ -71,7 +76,7 @@ class DisconnectWatch:
         while True:
             message = await self._receive()
             if message["type"] == "http.disconnect":
-                self.gone = True
+                self.gone = not self.complete
                 return
 
     async def send(self, message: Message) -> None:
@@ -83,6 +88,8 @@ class DisconnectWatch:
         """
         if self.gone:
             raise ClientGone
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.complete = True
         await self._send(message)
         if message.get("more_body", False):
             await asyncio.sleep(0)  # one I/O poll; lets the reader and the watcher run

@@ -102,6 +102,8 @@ class InferenceEndpoint:
             work = asyncio.ensure_future(self._handle(run, body, watch.send))
             try:
                 await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+                if not work.done() and not watch.gone:
+                    await asyncio.wait({work})  # response complete: let the work finish
             finally:
                 gone = not work.done() or (
                     not work.cancelled() and isinstance(work.exception(), ClientGone)
