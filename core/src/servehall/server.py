@@ -255,11 +255,13 @@ async def run(settings: Settings, plugins: PluginHost) -> None:
     from servehall.accept_errors import AcceptErrorMonitor
     from servehall.api.app import create_app
     from servehall.api.connections import install_connection_fixes
+    from servehall.api.disconnect import install_closed_write_filter
     from servehall.metrics import Metrics
     from servehall.serving.probe import Readiness
 
     cfg = hypercorn_config(settings)
     install_connection_fixes()
+    install_closed_write_filter()
     host = await build_host(settings, plugins)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -34,6 +34,7 @@ from starlette.types import Receive, Scope, Send
 
 from servehall.access import check_model_access
 from servehall.api.body import check_media_type, drain_body, parse_json_object, read_body
+from servehall.api.disconnect import ClientGone, DisconnectWatch
 from servehall.api.errors import error_response, from_validation_error
 from servehall.api.models import ChatCompletionRequest, CompletionRequest
 from servehall.api.prompt import chat_turns, prompt_texts
@@ -48,11 +49,13 @@ from servehall.errors import (
     ServehallError,
 )
 from servehall.filters import PromptParts
+from servehall.memory import run_heavy
 from servehall.principal import ANONYMOUS
 from servehall.scheduling import Slot, Ticket
 from servehall.serving.choice import ChoiceStream
 from servehall.serving.context import RequestContext
 from servehall.serving.params import check_unsupported, resolve_max_tokens, sampling_params
+from servehall.text.budget import check_prompt_chars
 from servehall.text.stops import StopMatcher
 from servehall.usage import AdmissionRequest, Reservation
 
@@ -60,13 +63,6 @@ log = logging.getLogger("servehall.api")
 
 _LONG_TEXT = 20_000  # characters; longer prompts are tokenized off the event loop
 STATUS_CLIENT_CLOSED = 499
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
 
 
 class InferenceEndpoint:
@@ -98,15 +94,24 @@ class InferenceEndpoint:
                 ctx.finish(STATUS_CLIENT_CLOSED, finish_reason="client_disconnect")
                 return
             body = parse_json_object(raw)
-            work = asyncio.ensure_future(self._handle(run, body, send))
-            watcher = asyncio.ensure_future(_wait_disconnect(receive))
+            raw = b""  # the parsed body is all that is needed from here
+            # the client may leave at any point from here: see servehall.api.disconnect
+            watch = DisconnectWatch(receive, send)
+            watcher = watch.start()
+            work = asyncio.ensure_future(self._handle(run, body, watch.send))
             try:
                 await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+                if not work.done() and not watch.gone:
+                    await asyncio.wait({work})  # response complete: let the work finish
             finally:
+                gone = not work.done() or (
+                    not work.cancelled() and isinstance(work.exception(), ClientGone)
+                )
                 if not work.done():
                     work.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await work
+                if gone:
                     fill_record(run)
                     ctx.finish(
                         STATUS_CLIENT_CLOSED,
@@ -114,9 +119,9 @@ class InferenceEndpoint:
                         prompt_text=run.prompt_text,
                         completion_text=completion_text(run),
                     )
-                watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
+                await watch.stop()
+            if gone:
+                return
             work.result()
         except ServehallError as exc:
             fill_record(run)
@@ -193,21 +198,26 @@ class InferenceEndpoint:
             texts = parts.texts
         run.prompt_text = "\n".join(texts)
 
-        # 5 tokenize + context check
+        # 5 tokenize + context check; a prompt that cannot fit is refused before
+        # tokenizing, a long one is tokenized on the worker thread (N31)
         tok = served.tokenizer
+        check_prompt_chars(
+            sum(len(t) for t in texts),
+            getattr(tok, "max_token_chars", None),
+            served.max_model_len,
+            prompt_param,
+        )
         if isinstance(req, ChatCompletionRequest):
             turns = chat_turns(req, texts, owners)
             if len(run.prompt_text) > _LONG_TEXT:
-                prompt_ids = await asyncio.to_thread(tok.render_chat, turns)
+                prompt_ids = await run_heavy(tok.render_chat, turns)
             else:
                 prompt_ids = tok.render_chat(turns)
             requested = req.max_completion_tokens or req.max_tokens
         else:
             text = texts[0]
             if len(text) > _LONG_TEXT:
-                prompt_ids = await asyncio.to_thread(
-                    tok.encode_plain, text, add_special_tokens=True
-                )
+                prompt_ids = await run_heavy(tok.encode_plain, text, add_special_tokens=True)
             else:
                 prompt_ids = tok.encode_plain(text, add_special_tokens=True)
             requested = req.max_tokens
