@@ -378,7 +378,9 @@ def serve_command(
 
 @bench_app.command("engine")
 def engine_command(
-    model: Annotated[str, typer.Option("--model", "-m", help="A [[models]] name of the config.")],
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="A \\[\\[models]] name of the config.")
+    ],
     config: ConfigOpt = None,
     num_requests: NumRequests = 64,
     concurrency: Concurrency = None,
