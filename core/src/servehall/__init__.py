@@ -22,7 +22,7 @@ from servehall.engine import (
     SamplingParams,
     TokenDelta,
 )
-from servehall.engine_support import DeltaStream, HfModelFacts, stop_token_set
+from servehall.engine_support import DeltaStream, HfModelFacts, LiveStreams, stop_token_set
 from servehall.errors import (
     AuthenticationError,
     ConfigError,
@@ -115,6 +115,7 @@ __all__ = [
     "InputFilter",
     "InvalidRequestError",
     "Limits",
+    "LiveStreams",
     "MigrationBranch",
     "ModelConfig",
     "ModelInfo",

@@ -7,6 +7,7 @@
   (``config.json`` / ``generation_config.json``): EOS ids, native context length,
   vocabulary size.
 * :func:`stop_token_set` — the token ids that end a request with ``finish_reason="stop"``.
+* :class:`LiveStreams` — an engine's live streams, fed one batch per step by a step thread.
 
 Import-light (no torch, no OpenVINO).
 """
@@ -14,6 +15,7 @@ Import-light (no torch, no OpenVINO).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -112,6 +114,48 @@ class DeltaStream:
         if not self.done:
             self._on_close(self.request_id)
         self.ended = True
+
+
+class LiveStreams(dict[str, DeltaStream]):
+    """The live requests of an engine whose step loop runs on a thread, by request id.
+
+    The dict itself belongs to the event-loop thread (``add_request``/``abort`` fill and
+    empty it). The step thread hands its results over with :meth:`post` — one batch of
+    ``(stream, delta)`` pairs per engine step, delivered in one loop callback — and, after
+    a fatal step error, :meth:`post_fail_all`. Set :attr:`loop` before the first post
+    (``Engine.start``); posts after the loop closed are dropped. Used by the
+    ``openvino_cpu`` and ONNX Runtime engines.
+    """
+
+    loop: asyncio.AbstractEventLoop | None = None
+
+    def post(self, batch: list[tuple[DeltaStream, TokenDelta]]) -> None:
+        """Step thread: deliver ``batch`` on the loop (see :meth:`deliver`)."""
+        self._call_soon(self.deliver, batch)
+
+    def deliver(self, batch: list[tuple[DeltaStream, TokenDelta]]) -> None:
+        """Loop thread: push each delta; forget requests whose terminal delta it was."""
+        for stream, delta in batch:
+            stream.push(delta)
+            if delta.finish_reason is not None and self.get(stream.request_id) is stream:
+                del self[stream.request_id]
+
+    def post_fail_all(self, error: str = "engine step failed") -> None:
+        """Step thread, after a fatal step error: end every live stream with ``error``."""
+
+        def fail() -> None:
+            for rid, stream in list(self.items()):
+                stream.push(TokenDelta((), "error", error=error))
+                del self[rid]
+
+        self._call_soon(fail)
+
+    def _call_soon(self, fn: Callable[..., None], *args: Any) -> None:
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(fn, *args)
 
 
 def read_json_object(path: Path) -> dict[str, Any]:

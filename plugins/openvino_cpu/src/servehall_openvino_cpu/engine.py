@@ -48,6 +48,7 @@ from servehall import (
     EngineHealth,
     EngineStats,
     HfModelFacts,
+    LiveStreams,
     ModelConfig,
     ModelInfo,
     SamplingParams,
@@ -130,7 +131,7 @@ class OpenVINOEngine:
         self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._streams: dict[str, DeltaStream] = {}  # loop thread: live requests by id
+        self._streams = LiveStreams()  # loop thread: live requests by id
         self._snapshot = _Snapshot()
         self._next_id = 0
         self._dead_reason: str | None = None
@@ -166,7 +167,7 @@ class OpenVINOEngine:
         compilation failed)."""
         if self._started:
             return
-        self._loop = asyncio.get_running_loop()
+        self._loop = self._streams.loop = asyncio.get_running_loop()
         try:
             await asyncio.to_thread(self._load)
         except (ConfigError, EngineError):
@@ -356,12 +357,12 @@ class OpenVINOEngine:
                     batch = self._collect(live)
                 self._update_snapshot(bool(live))  # before posting: stats never lag a delta
                 if batch:
-                    self._post(batch)
+                    self._streams.post(batch)
         except Exception as exc:
             reason = f"OpenVINO step failed: {type(exc).__name__}: {exc}"
             log.error("model %s: %s", self.name, reason)
             self._dead_reason = reason
-            self._post_fail_all()
+            self._streams.post_fail_all()
         finally:
             for entry in live.values():
                 entry.handle.cancel()
@@ -440,33 +441,6 @@ class OpenVINOEngine:
         m = self._pipe.get_metrics()
         used = round(float(m.cache_usage) / 100.0 * self._num_blocks)
         self._snapshot = _Snapshot(int(m.scheduled_requests), int(m.requests), used)
-
-    def _post(self, batch: list[tuple[DeltaStream, TokenDelta]]) -> None:
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(self._deliver, batch)
-
-    def _deliver(self, batch: list[tuple[DeltaStream, TokenDelta]]) -> None:
-        """Loop thread: push deltas; forget requests that ended."""
-        for stream, delta in batch:
-            stream.push(delta)
-            if delta.finish_reason is not None and self._streams.get(stream.request_id) is stream:
-                del self._streams[stream.request_id]
-
-    def _post_fail_all(self) -> None:
-        """After a fatal step error: end every live stream with ``error`` (loop thread)."""
-
-        def fail() -> None:
-            for rid, stream in list(self._streams.items()):
-                stream.push(TokenDelta((), "error", error="engine step failed"))
-                del self._streams[rid]
-
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(fail)
 
 
 def _int64_row(prompt: list[int]) -> Any:

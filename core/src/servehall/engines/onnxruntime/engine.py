@@ -52,7 +52,13 @@ from typing import Any
 
 from servehall.config.models import ModelConfig
 from servehall.engine import EngineHealth, EngineStats, ModelInfo, SamplingParams, TokenDelta
-from servehall.engine_support import DeltaStream, HfModelFacts, read_json_object, token_id_tuple
+from servehall.engine_support import (
+    DeltaStream,
+    HfModelFacts,
+    LiveStreams,
+    read_json_object,
+    token_id_tuple,
+)
 from servehall.engines.onnxruntime.build import GENAI_CONFIG, resolve_onnx_dir
 from servehall.engines.onnxruntime.options import OrtOptions, OrtProvider, parse_ort_options
 from servehall.engines.onnxruntime.probe import cuda_provider_status
@@ -125,7 +131,7 @@ class OnnxRuntimeEngine:
         self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._streams: dict[str, DeltaStream] = {}  # loop thread: live requests by id
+        self._streams = LiveStreams()  # loop thread: live requests by id
         self._dead_reason: str | None = None
         self._started = False
         self._stopped = False
@@ -181,7 +187,7 @@ class OnnxRuntimeEngine:
         """
         if self._started:
             return
-        self._loop = asyncio.get_running_loop()
+        self._loop = self._streams.loop = asyncio.get_running_loop()
         try:
             import onnxruntime_genai as og
         except ImportError:
@@ -342,12 +348,12 @@ class OnnxRuntimeEngine:
                 if self._engine.has_pending_requests():
                     batch.extend(self._step(live, buffer))
                 if batch:
-                    self._post(batch)
+                    self._streams.post(batch)
         except Exception as exc:
             reason = f"ONNX Runtime step failed: {type(exc).__name__}: {exc}"
             log.error("model %s: %s", self.name, reason)
             self._dead_reason = reason
-            self._post_fail_all()
+            self._streams.post_fail_all()
         finally:
             for entry in live.values():
                 with contextlib.suppress(Exception):
@@ -451,30 +457,3 @@ class OnnxRuntimeEngine:
         entry.ended = True
         with contextlib.suppress(RuntimeError):
             entry.request.cancel_turn(entry.turn)
-
-    def _post(self, batch: list[tuple[DeltaStream, TokenDelta]]) -> None:
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(self._deliver, batch)
-
-    def _deliver(self, batch: list[tuple[DeltaStream, TokenDelta]]) -> None:
-        """Loop thread: push deltas; forget requests that ended."""
-        for stream, delta in batch:
-            stream.push(delta)
-            if delta.finish_reason is not None and self._streams.get(stream.request_id) is stream:
-                del self._streams[stream.request_id]
-
-    def _post_fail_all(self) -> None:
-        """After a fatal step error: end every live stream with ``error`` (loop thread)."""
-
-        def fail() -> None:
-            for rid, stream in list(self._streams.items()):
-                stream.push(TokenDelta((), "error", error="engine step failed"))
-                del self._streams[rid]
-
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(fail)
