@@ -159,8 +159,9 @@ class AuthRuntime:
     async def authenticate(
         self, authorization: list[str], x_api_key: list[str], *, path: str, client: str | None
     ) -> Principal | None:
-        """See :meth:`Authenticator.authenticate`; adds ``hide_forbidden_models`` and the
-        tenant's ``store_prompts`` policy to the principal's attributes."""
+        """See :meth:`Authenticator.authenticate`; adds ``hide_forbidden_models``, the
+        tenant's ``store_prompts`` policy and its scheduling ``priority`` default and
+        ``may_raise_priority`` to the principal's attributes."""
         principal = await self.authenticator.authenticate(
             authorization, x_api_key, path=path, client=client
         )
@@ -171,6 +172,10 @@ class AuthRuntime:
             tenant = self.settings.tenants.get(principal.tenant)
             if tenant is not None and tenant.store_prompts is not None:
                 principal.attributes["store_prompts"] = tenant.store_prompts
+            if tenant is not None:
+                if tenant.priority is not None:
+                    principal.attributes.setdefault("priority", tenant.priority)
+                principal.attributes["may_raise_priority"] = tenant.may_raise_priority
         return principal
 
     async def authorize(self, request: AdmissionRequest) -> TokenReservation | None:

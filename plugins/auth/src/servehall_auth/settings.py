@@ -14,6 +14,8 @@ Example::
     [auth.tenants.team-a]                         # optional per-tenant limits
     rpm = 1200
     tpm = 500000
+    priority = 5                                  # default scheduling priority
+    may_raise_priority = false                    # requests may not ask for more
 
     [auth.jwt]
     issuer = "https://idp.example"
@@ -49,11 +51,16 @@ class TenantSettings(_Section):
     """``[auth.tenants.<name>]``: limits shared by all of a tenant's principals
     (requests and tokens per minute; None means unlimited) and the tenant's prompt
     storage policy (``store_prompts``: None follows ``[database] store_prompts``; passed
-    to the records layer as ``principal.attributes["store_prompts"]``)."""
+    to the records layer as ``principal.attributes["store_prompts"]``). ``priority`` is
+    the default scheduling priority of the tenant's principals (those whose JWT carries
+    none; larger runs first under ``[scheduler] policy = "priority"``), and
+    ``may_raise_priority`` lets their requests ask for a higher ``priority`` than that."""
 
     rpm: int | None = Field(default=None, ge=1)
     tpm: int | None = Field(default=None, ge=1)
     store_prompts: bool | None = None
+    priority: int | None = Field(default=None, ge=-1000, le=1000)
+    may_raise_priority: bool = False
 
 
 class JwtSettings(_Section):
@@ -64,7 +71,9 @@ class JwtSettings(_Section):
     type); ``leeway_s`` (seconds) applies to ``exp`` and ``nbf``. Claims map to the
     principal: ``subject_claim`` → id, ``tenant_claim`` → tenant, ``scopes_claim`` →
     scopes (space-separated string or list), ``models_claim`` → allowed models (absent
-    means every model). ``rpm_claim``/``tpm_claim`` may carry per-subject limits.
+    means every model). ``rpm_claim``/``tpm_claim`` may carry per-subject limits,
+    ``priority_claim`` a scheduling priority (an integer in [-1000, 1000]; else the
+    tenant's default).
     """
 
     issuer: str = Field(min_length=1)
@@ -79,6 +88,7 @@ class JwtSettings(_Section):
     models_claim: str | None = "models"
     rpm_claim: str | None = None
     tpm_claim: str | None = None
+    priority_claim: str | None = None
     default_scopes: list[str] = Field(default_factory=lambda: [SCOPE_INFERENCE])
     required_claims: list[str] = Field(default_factory=lambda: ["exp", "iat", "sub"])
 
