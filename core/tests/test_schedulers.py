@@ -119,7 +119,7 @@ def _settings(**kw: Any) -> SchedulerSettings:
 
 async def test_priority_higher_first_fcfs_within_a_level() -> None:
     clock = FakeClock()
-    engine = FakeEngine(PriorityScheduler(_settings(max_concurrency=1, aging_s=None), clock=clock))
+    engine = FakeEngine(PriorityScheduler(_settings(max_concurrency=1, aging_s=0), clock=clock))
     engine.submit("hold", None, max_tokens=1)
     await settle()
     for name, prio in [("lo1", 0), ("hi1", 5), ("mid", 1), ("hi2", 5), ("lo2", 0)]:
@@ -153,7 +153,7 @@ async def test_priority_aging_lets_low_priority_progress() -> None:
 
 async def test_priority_without_aging_starves_low_while_high_keeps_coming() -> None:
     clock = FakeClock()
-    engine = FakeEngine(PriorityScheduler(_settings(max_concurrency=1, aging_s=None), clock=clock))
+    engine = FakeEngine(PriorityScheduler(_settings(max_concurrency=1, aging_s=0), clock=clock))
     engine.submit("hold", None, max_tokens=1)
     await settle()
     engine.submit("low", None, priority=0, max_tokens=1)

@@ -101,7 +101,7 @@ class SchedulerSettings(_Section):
 
     ``max_queue_per_tenant`` caps each tenant's queued requests (None: only ``max_queue``).
     ``aging_s`` (``priority``): seconds of waiting worth one priority level, so low
-    priority always progresses (None: strict priority). ``tenants`` holds per-tenant
+    priority always progresses (0: strict priority). ``tenants`` holds per-tenant
     sections for policies that read them (docs/scheduling.md).
     """
 
@@ -111,7 +111,7 @@ class SchedulerSettings(_Section):
     queue_timeout_s: float = Field(default=30.0, gt=0)
     retry_after_s: int = Field(default=1, ge=1)
     max_queue_per_tenant: int | None = Field(default=None, ge=0)
-    aging_s: float | None = Field(default=10.0, gt=0, allow_inf_nan=False)
+    aging_s: float = Field(default=10.0, ge=0, allow_inf_nan=False)
     tenants: dict[str, SchedulerTenantSettings] = Field(default_factory=dict)
 
 

@@ -10,7 +10,7 @@ while requests wait, so the queue is a heap on a fixed key: a request of priorit
 that arrived at ``t`` ranks as if it had arrived at ``t - p * aging_s``. A request of
 priority ``p`` therefore waits behind a later request of priority ``q > p`` only while
 that one arrived less than ``(q - p) * aging_s`` seconds after it: low priority always
-progresses. ``aging_s = None`` is strict priority (FCFS within a level).
+progresses. ``aging_s = 0`` is strict priority (FCFS within a level).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class PriorityScheduler(QueueScheduler):
     def rank(self, waiter: Waiter) -> float:
         """The heap key (smaller goes first): aged arrival time, or ``-priority``."""
         aging = self.settings.aging_s
-        if aging is None:
+        if not aging:
             return float(-waiter.ticket.priority)
         return waiter.arrived - waiter.ticket.priority * aging
 

@@ -4,7 +4,9 @@ The only place the request path reads scheduling facts from a :class:`Principal`
 ``principal.attributes["priority"]`` (int; an API key's or JWT's priority, or its
 tenant's default, set by the auth plugin; 0 when absent) and
 ``principal.attributes["may_raise_priority"]`` (bool; whether the request's ``priority``
-field may ask for more than that).
+field may ask for more than that). Without an auth plugin every caller is the anonymous
+principal; nobody is more trusted than anybody else, so its requests may set any
+``priority`` (as on vLLM).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ def principal_priority(principal: Principal) -> tuple[int, bool]:
     first under the ``priority`` policy) and whether a request may ask for more."""
     raw = principal.attributes.get("priority")
     priority = raw if isinstance(raw, int) and not isinstance(raw, bool) else 0
+    if principal.kind == "anonymous":
+        return priority, True
     return priority, bool(principal.attributes.get("may_raise_priority", False))
 
 
