@@ -158,13 +158,13 @@ async def test_tenant_priority_default_reaches_the_principal(runtime: AuthRuntim
 
     assert runtime.keys is not None
     runtime.settings = runtime.settings.model_copy(
-        update={"tenants": {"gold": TenantSettings(priority=5, may_raise_priority=True)}}
+        update={"tenants": {"gold": TenantSettings(priority=5, max_priority=8)}}
     )
     _, gold = await runtime.keys.create(tenant="gold")
     _, plain = await runtime.keys.create(tenant="plain")
     p1 = await runtime.authenticate([], [gold], path="/", client=None)
     p2 = await runtime.authenticate([], [plain], path="/", client=None)
     assert p1 is not None and p1.attributes["priority"] == 5
-    assert p1.attributes["may_raise_priority"] is True
+    assert p1.attributes["max_priority"] == 8
     assert p2 is not None and "priority" not in p2.attributes
-    assert not p2.attributes.get("may_raise_priority", False)
+    assert "max_priority" not in p2.attributes

@@ -1,48 +1,39 @@
-"""A request's scheduling priority, from its principal and (when allowed) its body.
+"""A request's scheduling priority, from its principal and (within limits) its body.
 
 The only place the request path reads scheduling facts from a :class:`Principal`:
-``principal.attributes["priority"]`` (int; an API key's or JWT's priority, or its
-tenant's default, set by the auth plugin; 0 when absent) and
-``principal.attributes["may_raise_priority"]`` (bool; whether the request's ``priority``
-field may ask for more than that). Without an auth plugin every caller is the anonymous
-principal; nobody is more trusted than anybody else, so its requests may set any
-``priority`` (as on vLLM).
+``principal.attributes["priority"]`` (int; a JWT's priority claim or its tenant's
+default, set by the auth plugin; 0 when absent) and ``principal.attributes
+["max_priority"]`` (int; the highest priority a request may ask for; absent: no higher
+than ``priority``). Without an auth plugin every caller is the anonymous principal;
+nobody is more trusted than anybody else, so its requests may ask for any priority (as on
+vLLM).
 """
 
 from __future__ import annotations
 
-from servehall.errors import PermissionDeniedError
 from servehall.principal import Principal
 
 
-def principal_priority(principal: Principal) -> tuple[int, bool]:
-    """``(priority, may_raise)`` of ``principal``: its priority (default 0; larger runs
-    first under the ``priority`` policy) and whether a request may ask for more."""
-    raw = principal.attributes.get("priority")
-    priority = raw if isinstance(raw, int) and not isinstance(raw, bool) else 0
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def principal_priority(principal: Principal) -> tuple[int, int | None]:
+    """``(priority, ceiling)`` of ``principal``: its priority (default 0; larger runs
+    first under the ``priority`` policy) and the most a request may ask for (None: no
+    limit, for the anonymous principal)."""
+    priority = _int(principal.attributes.get("priority")) or 0
     if principal.kind == "anonymous":
-        return priority, True
-    return priority, bool(principal.attributes.get("may_raise_priority", False))
+        return priority, None
+    ceiling = _int(principal.attributes.get("max_priority"))
+    return priority, max(priority, ceiling if ceiling is not None else priority)
 
 
 def request_priority(principal: Principal, requested: int | None) -> int:
-    """The priority a request is scheduled with.
-
-    A request without ``priority`` gets its principal's. One that asks for at most the
-    principal's priority gets what it asked for (lowering is always allowed); more is
-    allowed only when the principal may raise it.
-
-    Raises:
-        PermissionDeniedError: (403, ``param: "priority"``) above the principal's
-            priority without the right to raise it.
-    """
-    own, may_raise = principal_priority(principal)
+    """The priority a request is scheduled with: its principal's when it asks for none;
+    else what it asks for, clamped to the principal's ceiling (lowering is always
+    allowed, raising only up to ``max_priority``). Never an error."""
+    own, ceiling = principal_priority(principal)
     if requested is None:
         return own
-    if requested > own and not may_raise:
-        raise PermissionDeniedError(
-            f"This credential may not raise its priority above {own}.",
-            param="priority",
-            code="priority_not_allowed",
-        )
-    return requested
+    return requested if ceiling is None else min(requested, ceiling)

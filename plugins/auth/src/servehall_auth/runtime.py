@@ -161,7 +161,7 @@ class AuthRuntime:
     ) -> Principal | None:
         """See :meth:`Authenticator.authenticate`; adds ``hide_forbidden_models``, the
         tenant's ``store_prompts`` policy and its scheduling ``priority`` default and
-        ``may_raise_priority`` to the principal's attributes."""
+        ``max_priority`` to the principal's attributes."""
         principal = await self.authenticator.authenticate(
             authorization, x_api_key, path=path, client=client
         )
@@ -172,10 +172,10 @@ class AuthRuntime:
             tenant = self.settings.tenants.get(principal.tenant)
             if tenant is not None and tenant.store_prompts is not None:
                 principal.attributes["store_prompts"] = tenant.store_prompts
-            if tenant is not None:
-                if tenant.priority is not None:
-                    principal.attributes.setdefault("priority", tenant.priority)
-                principal.attributes["may_raise_priority"] = tenant.may_raise_priority
+            if tenant is not None and tenant.priority is not None:
+                principal.attributes.setdefault("priority", tenant.priority)
+            if tenant is not None and tenant.max_priority is not None:
+                principal.attributes["max_priority"] = tenant.max_priority
         return principal
 
     async def authorize(self, request: AdmissionRequest) -> TokenReservation | None:

@@ -15,7 +15,7 @@ Example::
     rpm = 1200
     tpm = 500000
     priority = 5                                  # default scheduling priority
-    may_raise_priority = false                    # requests may not ask for more
+    max_priority = 8                              # requests may ask for up to 8
 
     [auth.jwt]
     issuer = "https://idp.example"
@@ -54,13 +54,14 @@ class TenantSettings(_Section):
     to the records layer as ``principal.attributes["store_prompts"]``). ``priority`` is
     the default scheduling priority of the tenant's principals (those whose JWT carries
     none; larger runs first under ``[scheduler] policy = "priority"``), and
-    ``may_raise_priority`` lets their requests ask for a higher ``priority`` than that."""
+    ``max_priority`` the highest ``priority`` their requests may ask for (None: no higher
+    than their own; more is clamped)."""
 
     rpm: int | None = Field(default=None, ge=1)
     tpm: int | None = Field(default=None, ge=1)
     store_prompts: bool | None = None
     priority: int | None = Field(default=None, ge=-1000, le=1000)
-    may_raise_priority: bool = False
+    max_priority: int | None = Field(default=None, ge=-1000, le=1000)
 
 
 class JwtSettings(_Section):
