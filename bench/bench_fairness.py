@@ -3,7 +3,7 @@
 Usage::
 
     python bench/bench_fairness.py [--model-dir DIR] [--cap 4] [--duration 12]
-        [--prompt-tokens 1500] [--out-tokens 256] [--b-interval 0.25] [--json FILE]
+        [--prompt-tokens 1500] [--out-tokens 256] [--b-interval 1] [--json FILE]
 
 Starts real ``servehall serve`` subprocesses (the auth plugin on, one SQLite key store,
 three tenants' keys made with the real CLI) serving the demo model (built into a temp
@@ -99,6 +99,7 @@ class Bench:
         self.keys: dict[str, str] = {}
         self.counter = itertools.count()
         self.long_prompt = ""
+        self.prompt_tokens = args.prompt_tokens  # measured by calibrate()
 
     def config(self, policy: str) -> Path:
         cfg = {
@@ -164,7 +165,7 @@ class Bench:
         )
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 300
+            deadline = time.monotonic() + 900
             while True:
                 if proc.poll() is not None:
                     raise SystemExit(f"server exited; see {log.name}")
@@ -172,7 +173,7 @@ class Bench:
                     if httpx.get(url + "/health/ready", timeout=2).status_code == 200:
                         break
                 if time.monotonic() > deadline:
-                    raise SystemExit("server not ready in 300 s")
+                    raise SystemExit(f"server not ready in 900 s; see {log.name}")
                 time.sleep(0.2)
             yield url
         finally:
@@ -190,20 +191,25 @@ class Bench:
 
     async def calibrate(self, c: httpx.AsyncClient) -> None:
         """Find a prompt of about ``--prompt-tokens`` tokens (the demo tokenizer's)."""
-        words = self.args.prompt_tokens
-        for _ in range(4):
-            text = " ".join(f"w{i % 97}" for i in range(words))
+
+        async def tokens(words: int) -> int:
             r = await c.post(
                 "/v1/completions",
-                json={"model": "demo", "prompt": text, "max_tokens": 1},
+                json={"model": "demo", "prompt": text(words), "max_tokens": 1},
                 headers=self.h("a"),
             )
             r.raise_for_status()
-            got = r.json()["usage"]["prompt_tokens"]
-            if abs(got - self.args.prompt_tokens) <= 16:
-                break
-            words = max(1, int(words * self.args.prompt_tokens / got))
-        self.long_prompt = text
+            return int(r.json()["usage"]["prompt_tokens"])
+
+        def text(words: int) -> str:
+            return " ".join(f"w{i % 97}" for i in range(words))
+
+        per_word = await tokens(100) / 100
+        words = int(self.args.prompt_tokens / per_word)
+        got = await tokens(words)
+        words = int(words * self.args.prompt_tokens / got)
+        self.long_prompt = text(words)
+        self.prompt_tokens = await tokens(words)
 
     async def long_request(self, c: httpx.AsyncClient, tenant: str) -> int:
         prompt = f"{next(self.counter)} {self.long_prompt}"  # unique: no prefix cache hit
@@ -350,7 +356,7 @@ class Bench:
                 await asyncio.sleep(0.1)
             stop.set()
             await asyncio.gather(*floods)
-        bound = 2 * (self.args.prompt_tokens + self.args.out_tokens)
+        bound = 2 * (self.prompt_tokens + 4 + self.args.out_tokens)  # +4: the unique prefix
         return {"max_gap_tokens": worst, "vtc_bound_tokens": bound, "samples": samples}
 
 
@@ -422,10 +428,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model-dir", type=Path, default=None)
     ap.add_argument("--cap", type=int, default=4, help="[scheduler] max_concurrency")
-    ap.add_argument("--duration", type=float, default=12.0, help="seconds per loaded phase")
+    ap.add_argument("--duration", type=float, default=15.0, help="seconds per loaded phase")
     ap.add_argument("--prompt-tokens", type=int, default=1500)
     ap.add_argument("--out-tokens", type=int, default=256)
-    ap.add_argument("--b-interval", type=float, default=0.25, help="seconds between B's requests")
+    ap.add_argument("--b-interval", type=float, default=1.0, help="seconds between B's requests")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="servehall-fair-") as tmp:
@@ -440,7 +446,7 @@ def main() -> None:
         results = asyncio.run(run(args, bench))
     print(report(results))
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        args.json.write_text(json.dumps(results, indent=2, default=str))
 
 
 if __name__ == "__main__":
