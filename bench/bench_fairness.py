@@ -120,12 +120,27 @@ class Bench:
                 "queue_timeout_s": 600,
             },
             "database": {"url": f"sqlite+aiosqlite:///{self.work / 'bench.db'}"},
-            "sinks": [],
+            "sinks": [{"name": "jsonl", "options": {"path": str(self.records(policy))}}],
             "auth": {"pepper": {"env": PEPPER_ENV}},
         }
         path = self.work / f"{policy}.toml"
         path.write_text(toml(cfg))
         return path
+
+    def records(self, policy: str) -> Path:
+        """The server's request log (``jsonl`` sink): one JSON object per request."""
+        return self.work / f"{policy}-requests.jsonl"
+
+    def b_queue_times(self, policy: str, since: float) -> list[float]:
+        """``queue_time_s`` of tenant B's requests received after ``since`` (Unix s)."""
+        out = []
+        for line in self.records(policy).read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("tenant") == "tenant-b" and rec.get("queue_time_s") is not None:
+                received = rec.get("received_at", "")
+                if received and _unix(received) >= since:
+                    out.append(float(rec["queue_time_s"]))
+        return out
 
     def cli(self, config: Path, *args: str) -> str:
         proc = subprocess.run(
@@ -290,7 +305,8 @@ class Bench:
         ttfts = [t for t, _ in b]
         return {"b_requests": len(b), "b_ttft_p50_s": p(ttfts, 0.5), "b_ttft_p99_s": p(ttfts, 0.99)}
 
-    async def loaded(self, url: str) -> dict[str, Any]:
+    async def loaded(self, url: str, policy: str) -> dict[str, Any]:
+        wall0 = time.time()
         async with self.client(url) as c:
             if not self.long_prompt:
                 await self.calibrate(c)
@@ -305,10 +321,14 @@ class Bench:
             stop.set()
             await flood
         ttfts = [t for t, _ in b]
+        await asyncio.sleep(1.0)  # the sink writes each record when its request ends
+        queue = self.b_queue_times(policy, wall0)
         return {
             "b_requests": len(b),
             "b_ttft_p50_s": p(ttfts, 0.5),
             "b_ttft_p99_s": p(ttfts, 0.99),
+            "b_queue_p50_s": p(queue, 0.5),
+            "b_queue_p99_s": p(queue, 0.99),
             "a_requests_done": sum(1 for t, _ in a if t0 <= t <= t1),
             "throughput_tok_s": (g1 - g0) / (t1 - t0),
         }
@@ -367,7 +387,7 @@ async def run(args: argparse.Namespace, bench: Bench) -> dict[str, Any]:
             if policy == "fcfs":
                 results["idle"] = await bench.idle(url)
                 print("idle", results["idle"], flush=True)
-            results[policy] = await bench.loaded(url)
+            results[policy] = await bench.loaded(url, policy)
             print(policy, results[policy], flush=True)
             results[f"{policy}_gap"] = await bench.gap(url)
             print(f"{policy} gap", results[f"{policy}_gap"], flush=True)
@@ -402,13 +422,19 @@ def report(r: dict[str, Any]) -> str:
         ),
     ]
     lines = [
-        "| run | B TTFT P50 (ms) | B TTFT P99 (ms) | throughput, prompt + generated (tok/s) |",
-        "|---|---:|---:|---:|",
+        "| run | B TTFT P50 (ms) | B TTFT P99 (ms) | B queue wait P50 / P99 (ms) "
+        "| throughput, prompt + generated (tok/s) |",
+        "|---|---:|---:|---:|---:|",
     ]
     for name, p50, p99, tput in rows:
-        lines.append(
-            f"| {name} | {p50:.0f} | {p99:.0f} | {'' if tput is None else f'{tput:.0f}'} |"
+        key = {"B under A's flood, fcfs": "fcfs", "B under A's flood, fair": "fair"}.get(name)
+        q = (
+            f"{r[key]['b_queue_p50_s'] * ms:.0f} / {r[key]['b_queue_p99_s'] * ms:.0f}"
+            if key
+            else ""
         )
+        tp = "" if tput is None else f"{tput:.0f}"
+        lines.append(f"| {name} | {p50:.0f} | {p99:.0f} | {q} | {tp} |")
     x = r["ratios"]
     lines += [
         "",
@@ -422,6 +448,12 @@ def report(r: dict[str, Any]) -> str:
         f"{r['fcfs_gap']['max_gap_tokens']:.0f} tokens = {x['fcfs_gap_over_bound']:.2f} × bound",
     ]
     return "\n".join(lines)
+
+
+def _unix(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
 def main() -> None:
