@@ -139,7 +139,7 @@ def fair(
         servehall_server,
         demo_model_dir,
         tmp_path_factory.mktemp("sched-fair"),
-        {"policy": "fair", "max_concurrency": 1, "max_queue": 32},
+        {"policy": "fair", "max_concurrency": 1, "max_queue": 32, "queue_timeout_s": 600},
     )
     with server:
         yield d
@@ -172,7 +172,7 @@ def test_fcfs_control_b_waits_behind_a(
         servehall_server,
         demo_model_dir,
         tmp_path,
-        {"policy": "fcfs", "max_concurrency": 1, "max_queue": 32},
+        {"policy": "fcfs", "max_concurrency": 1, "max_queue": 32, "queue_timeout_s": 600},
     )
     with server:
         order = asyncio.run(_flood_then_short(d))
@@ -186,7 +186,7 @@ def test_priority_tenant_default_and_raise_rules(
         servehall_server,
         demo_model_dir,
         tmp_path,
-        {"policy": "priority", "max_concurrency": 1, "max_queue": 32},
+        {"policy": "priority", "max_concurrency": 1, "max_queue": 32, "queue_timeout_s": 600},
         tenants={"team-b": {"priority": 5}, "team-a": {"priority": 0}},
     )
     with server:
