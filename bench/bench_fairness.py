@@ -24,8 +24,10 @@ and measures, over HTTP/2:
 
 Printed (and written as JSON with ``--json``): the ratios B P99 TTFT fair ÷ fcfs (target
 ≤ 0.2), B loaded ÷ idle under fair (target ≤ 3), throughput fair ÷ fcfs (target ≥ 0.95)
-and the measured gap ÷ bound. Not part of the test suite; one run takes about
-``5 × duration`` seconds plus server starts.
+and the measured gap ÷ bound; B's queue wait (``queue_time_s`` from the servers'
+``jsonl`` request log) is shown beside its TTFT, the scheduler's share of it. Not part of
+the test suite; one run takes about ``5 × duration`` seconds plus two server starts.
+Figures and conditions: docs/performance.md.
 """
 
 from __future__ import annotations
