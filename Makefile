@@ -21,4 +21,4 @@ services-stop:
 	.ci/services-stop.sh
 
 lint:
-	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy core/src plugins/*/src
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy core/src plugins/*/src examples/*/src

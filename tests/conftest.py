@@ -223,8 +223,11 @@ def start_server(
     ready_timeout: float = 180.0,
     name: str = "server",
     extra_args: Sequence[str] = (),
+    command: Sequence[str] | None = None,
 ) -> ServerHandle:
-    """Start ``servehall serve`` and wait for ``/health/ready`` (see module docstring)."""
+    """Start ``servehall serve`` and wait for ``/health/ready`` (see module docstring).
+
+    ``command`` replaces the ``servehall`` invocation (e.g. an installed console script)."""
     workdir.mkdir(parents=True, exist_ok=True)
     text = config if isinstance(config, str) else dump_toml(config)
     config_path = workdir / f"{name}.toml"
@@ -239,7 +242,7 @@ def start_server(
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [
-                *_serve_cmd(),
+                *(command or _serve_cmd()),
                 "serve",
                 "--config",
                 str(config_path),

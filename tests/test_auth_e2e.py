@@ -197,6 +197,8 @@ def deployment(
             "key_cache_ttl_s": 0,
             "audit_failures_per_minute": 5,
             "hide_forbidden_models": request.param == "postgresql",
+            # P02: this tenant keeps prompts although [database] store_prompts is off
+            "tenants": {"keep": {"store_prompts": True}},
             "jwt": {
                 "issuer": ISS,
                 "audience": AUD,
@@ -217,6 +219,7 @@ def deployment(
         "other_model": create_key(config, "team-c", "--models", "other-model"),
         "no_inference": create_key(config, "team-c", "--scopes", "admin"),
         "canary": create_key(config, "team-canary"),
+        "keep": create_key(config, "keep"),
     }
     server = servehall_server(
         config.read_text(), env={PEPPER_ENV: PEPPER}, name=f"auth-{request.param}"
@@ -285,6 +288,31 @@ def test_c16_malformed_forms_are_401(deployment: Deployment) -> None:
 
 
 # --- scopes and models -----------------------------------------------------------------------
+
+
+def test_p02_tenant_store_prompts_reaches_request_log(deployment: Deployment) -> None:
+    """[database] store_prompts = false, [auth.tenants.keep] store_prompts = true: the keep
+    tenant's row has prompt and completion text, another tenant's has neither."""
+    ids = {}
+    with deployment.client() as c:
+        for name in ("keep", "user"):
+            body = {**chat(max_tokens=3), "messages": [{"role": "user", "content": "P02 " + name}]}
+            r = c.post("/v1/chat/completions", json=body, headers=_bearer(deployment, name))
+            assert r.status_code == 200, r.text
+            ids[name] = r.json()["id"]
+    sql = "SELECT request_id, tenant, prompt_text, completion_text FROM request_log"
+    sql += " WHERE request_id IN (:a, :b)"
+    rows = wait_for_rows(deployment.db_url, sql, 2, a=ids["keep"], b=ids["user"])
+    by_id = {r["request_id"]: r for r in rows}
+    keep, other = by_id[ids["keep"]], by_id[ids["user"]]
+    assert keep["tenant"] == "keep" and "P02 keep" in (keep["prompt_text"] or "")
+    assert keep["completion_text"] is not None
+    assert other["tenant"] == "team-a"
+    assert other["prompt_text"] is None and other["completion_text"] is None
+
+
+def _bearer(deployment: Deployment, name: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {deployment.key(name)}"}
 
 
 def test_models_outside_the_list(deployment: Deployment) -> None:
@@ -681,7 +709,8 @@ def test_key_expiry(deployment: Deployment) -> None:
     made = create_key(deployment.config, "team-exp", "--expires", "3s")
     until = datetime.fromisoformat(made["expires_at"])
     with deployment.client(headers={"x-api-key": made["key"]}) as c:
-        assert c.get("/v1/models").status_code == 200
+        first = c.get("/v1/models")
+        assert first.status_code == 200, (first.text, until, datetime.now(UTC))
         time.sleep(max(0.0, (until - datetime.now(UTC)).total_seconds() + 0.3))
         r = c.get("/v1/models")
         assert_401(r)

@@ -82,5 +82,15 @@ async def test_onnxruntime_refuses_what_it_cannot_do(servers: dict[str, str]) ->
         )
         assert r.status_code == 400
         assert r.json()["error"]["param"] == "presence_penalty"
+        r = await client.post(
+            "/v1/completions",
+            json={"model": "demo", "prompt": "Hi", "max_tokens": 4, "min_p": 0.5},
+        )
+        assert r.status_code == 400 and r.json()["error"]["param"] == "min_p"
+        r = await client.post(
+            "/v1/completions",
+            json={"model": "demo", "prompt": "Hi", "max_tokens": 4, "top_k": 5},
+        )
+        assert r.status_code == 200, r.text  # top_k is honoured
         info = (await client.get("/v1/models")).json()
         assert [m["id"] for m in info["data"]] == ["demo"]

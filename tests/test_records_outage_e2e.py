@@ -190,3 +190,88 @@ def test_required_sink_fails_closed(
                 break
             time.sleep(0.3)
         assert r.status_code == 200
+
+
+def _ready(c: httpx.Client) -> tuple[int, dict[str, Any]]:
+    r = c.get("/health/ready")
+    return r.status_code, r.json()
+
+
+def _wait_ready(c: httpx.Client, status: int, timeout: float = 30.0) -> dict[str, Any]:
+    end = time.monotonic() + timeout
+    while True:
+        got, body = _ready(c)
+        if got == status or time.monotonic() > end:
+            assert got == status, body
+            return body
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("mode", ["when_exhausted", "at_once"])
+def test_fail_closed_refusals_are_recorded_and_ready_names_the_sink(
+    mode: str,
+    cluster: PgCluster,
+    servehall_server: Callable[..., Any],
+    demo_model_dir: Path,
+    demo_config_factory: Callable[..., dict[str, Any]],
+) -> None:
+    """P03: a required sink with a small buffer and no spill; PostgreSQL stops; 10 chat
+    requests; PostgreSQL starts. Every answered request — the 503 refusals included —
+    has exactly one row; ``/health/ready`` is 503 naming the sink while it cannot record,
+    and 200 again once it records. ``fail_closed = "at_once"`` refuses from the first
+    failed write, with room left in the buffer."""
+    options: dict[str, Any] = {"buffer": 2, "spill": False, "retry_after_s": 3}
+    if mode == "at_once":
+        options = {"fail_closed": "at_once", "spill": False, "retry_after_s": 3}
+    cfg = _fresh_config(demo_config_factory, demo_model_dir, cluster, required=True, **options)
+    with (
+        servehall_server(cfg, name=f"p03-{mode}") as srv,
+        httpx.Client(base_url=srv.base_url, http2=True, http1=False, timeout=60) as c,
+    ):
+        first = c.post("/v1/chat/completions", json=B("before"))
+        assert first.status_code == 200
+        assert wait_count(cluster.url, "true", 1) == 1
+        cluster.stop("fast")
+        answered: dict[str, int] = {}
+        ready_seen: list[int] = []
+        for i in range(10):
+            r = c.post("/v1/chat/completions", json=B(f"during {i}"))
+            answered[r.headers["x-request-id"]] = r.status_code
+            if r.status_code != 200:
+                assert r.status_code == 503, r.text
+                assert r.json()["error"]["code"] == "records_unavailable"
+                assert r.headers["retry-after"] == "3"
+            else:
+                assert mode == "when_exhausted" or not ready_seen, "at_once admitted late"
+            if i == 0:
+                # the first record's write fails: the sink cannot record → not ready
+                body = _wait_ready(c, 503)
+                assert body["sinks"]["sql"]["ready"] is False
+                assert "cannot write" in body["sinks"]["sql"]["reason"]
+                ready_seen.append(503)
+        statuses = list(answered.values())
+        refused = statuses.count(503)
+        if mode == "at_once":
+            assert statuses[0] == 200 and refused == 9, statuses
+        else:
+            # the buffer (2) takes the first answered records, then every request is refused
+            assert statuses[:2] == [200, 200] and refused == 8, statuses
+        assert _ready(c)[0] == 503
+        cluster.start()
+        total = 1 + len(answered)
+        assert wait_count(cluster.url, "true", total) == total
+        rows = asyncio.run(
+            run_sql(
+                cluster.url,
+                "SELECT request_id, status_code, error_code FROM request_log "
+                "WHERE prompt_tokens >= 0",
+            )
+        )
+        by_id = {r.request_id: (r.status_code, r.error_code) for r in rows}
+        assert len(rows) == total and len(by_id) == total  # exactly one row each
+        for rid, status in answered.items():
+            assert by_id[rid][0] == status
+            if status == 503:
+                assert by_id[rid][1] == "records_unavailable"
+        _wait_ready(c, 200)
+        assert c.post("/v1/chat/completions", json=B("after")).status_code == 200

@@ -110,6 +110,9 @@ class Records:
     def check_admission(self) -> None:
         pass
 
+    def unready_sinks(self) -> dict[str, str]:
+        return {}
+
     async def close(self) -> None:
         pass
 

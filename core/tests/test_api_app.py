@@ -23,6 +23,7 @@ from text_fixtures import build_tokenizer
 from servehall import (
     AuthenticationError,
     FilterVerdict,
+    Policy,
     Principal,
     StreamFilterResult,
     hookimpl,
@@ -56,12 +57,12 @@ class KeyAuth:
     """Accepts ``Bearer good``; raises for ``Bearer bad``; crashes for ``Bearer boom``."""
 
     @hookimpl
-    def servehall_authenticate(self, request: Any, settings: Any) -> Principal | None:
+    def servehall_authenticate(self, request: Any) -> Principal | None:
         h = request.headers.get("authorization", "")
         if h == "Bearer good":
-            return Principal(id="k1", tenant="t1", models=frozenset({"m"}))
+            return Principal(id="k1", tenant="t1", policy=Policy(models=frozenset({"m"})))
         if h == "Bearer other":
-            return Principal(id="k2", models=frozenset({"x"}))
+            return Principal(id="k2", policy=Policy(models=frozenset({"x"})))
         if h == "Bearer bad":
             raise AuthenticationError()
         if h == "Bearer boom":
@@ -117,7 +118,7 @@ class Filters:
         self.seen: list[list[str]] = []
 
     @hookimpl
-    def servehall_input_filters(self, settings: Any) -> list[Any]:
+    def servehall_input_filters(self) -> list[Any]:
         outer = self
 
         class F:
@@ -135,7 +136,7 @@ class Filters:
         return [F()]
 
     @hookimpl
-    def servehall_output_filters(self, request: Any, principal: Any) -> list[Any]:
+    def servehall_output_filters(self, admission: Any) -> list[Any]:
         class OutFilter:
             def feed(self, text: str) -> StreamFilterResult:
                 if "fox" in text:
@@ -157,7 +158,7 @@ class Quota:
         self.events: list[tuple[str, Any]] = []
 
     @hookimpl
-    async def servehall_authorize(self, request: Any) -> Any:
+    async def servehall_authorize(self, admission: Any) -> Any:
         events = self.events
 
         class R:
@@ -170,7 +171,7 @@ class Quota:
             def headers(self) -> dict[str, str]:
                 return {"x-ratelimit-remaining-tokens": "99"}
 
-        events.append(("reserve", request.token_estimate))
+        events.append(("reserve", admission.token_estimate))
         return R()
 
 

@@ -17,6 +17,8 @@ from servehall import (
     AuthenticationError,
     BackendSpec,
     FilterVerdict,
+    MigrationBranch,
+    PluginError,
     Principal,
     ProbeResult,
     RateLimitError,
@@ -74,29 +76,38 @@ async def test_hook_authenticate() -> None:
 
     class Abstains:
         @hookimpl
-        async def servehall_authenticate(self, request: Any, settings: Any) -> None:
+        async def servehall_authenticate(self, request: Any) -> None:
             calls.append("abstains")
             return None
 
     class Knows:
         @hookimpl
-        def servehall_authenticate(self, request: Any, settings: Any) -> Principal:
+        async def servehall_authenticate(self, host: Any, request: Any) -> Principal:
             calls.append("knows")
             return Principal(id="k1", tenant="t")
 
     host = _host(Abstains(), Knows())
     assert host.has_authenticators
-    principal = await host.authenticate(request=None, settings=None)  # type: ignore[arg-type]
+    principal = await host.authenticate(None, None)  # type: ignore[arg-type]
     assert principal is not None and principal.id == "k1"
     assert calls == ["abstains", "knows"]  # chain (registration) order, awaited
 
+    class Late:
+        @hookimpl
+        async def servehall_authenticate(self) -> None:
+            calls.append("late")
+
+    calls.clear()
+    assert (await _host(Knows(), Late()).authenticate(None, None)).id == "k1"  # type: ignore[arg-type, union-attr]
+    assert calls == ["knows"]  # the first principal wins; later coroutines never run
+
     class Rejects:
         @hookimpl
-        async def servehall_authenticate(self, request: Any, settings: Any) -> None:
+        async def servehall_authenticate(self, request: Any) -> None:
             raise AuthenticationError("bad key")
 
     with pytest.raises(AuthenticationError):
-        await _host(Rejects()).authenticate(request=None, settings=None)  # type: ignore[arg-type]
+        await _host(Rejects()).authenticate(None, None)  # type: ignore[arg-type]
     assert not _host().has_authenticators
 
 
@@ -118,19 +129,19 @@ async def test_hook_authorize() -> None:
 
     class Grants:
         @hookimpl
-        async def servehall_authorize(self, request: AdmissionRequest) -> Res:
-            assert request.token_estimate == 20  # prompt 10 + max_tokens 5 x n 2
+        async def servehall_authorize(self, admission: AdmissionRequest) -> Res:
+            assert admission.token_estimate == 20  # prompt 10 + max_tokens 5 x n 2
             return Res("a")
 
     class Limits:
         @hookimpl
-        def servehall_authorize(self, request: AdmissionRequest) -> None:
+        async def servehall_authorize(self, admission: AdmissionRequest) -> None:
             raise RateLimitError("slow down", headers={"Retry-After": "3"})
 
-    held = await _host(Grants()).authorize(_admission())
+    held = await _host(Grants()).authorize(None, _admission())  # type: ignore[arg-type]
     assert len(held) == 1
     with pytest.raises(RateLimitError):
-        await _host(Grants(), Limits()).authorize(_admission())
+        await _host(Grants(), Limits()).authorize(None, _admission())  # type: ignore[arg-type]
     assert events == ["release a"]  # what was reserved before the refusal is released
 
 
@@ -143,15 +154,15 @@ def test_hook_input_filters() -> None:
 
     class P:
         @hookimpl
-        def servehall_input_filters(self, settings: Any) -> list[F]:
+        def servehall_input_filters(self, host: Any) -> list[F]:
             return [F()]
 
     class Q:
         @hookimpl
-        def servehall_input_filters(self, settings: Any) -> None:
+        def servehall_input_filters(self) -> None:
             return None
 
-    assert [f.name for f in _host(P(), Q()).input_filters(settings=None)] == ["f"]  # type: ignore[arg-type]
+    assert [f.name for f in _host(P(), Q()).input_filters(None)] == ["f"]  # type: ignore[arg-type]
 
 
 def test_hook_output_filters() -> None:
@@ -166,14 +177,14 @@ def test_hook_output_filters() -> None:
 
     class P:
         @hookimpl
-        def servehall_output_filters(self, request: Any, principal: Any) -> list[SF]:
-            made.append(request.request_id)
+        def servehall_output_filters(self, admission: AdmissionRequest) -> list[SF]:
+            made.append(admission.request_id)
             return [SF()]
 
     host = _host(P())
     assert host.has_output_filters and not _host().has_output_filters
-    a = host.output_filters(_admission(), ANONYMOUS)
-    b = host.output_filters(_admission(), ANONYMOUS)
+    a = host.output_filters(None, _admission())  # type: ignore[arg-type]
+    b = host.output_filters(None, _admission())  # type: ignore[arg-type]
     assert len(a) == 1 and a[0] is not b[0]  # fresh per call (per choice)
     assert made == ["r1", "r1"]
 
@@ -222,7 +233,9 @@ async def test_hook_startup() -> None:
 
     plugins = _host(P(), Q())
     await plugins.startup(Host(settings=load_settings(data={}), plugins=plugins))
-    assert seen == ["async", "sync"]
+    # pluggy calls both in chain order: the sync body runs during the call, the async
+    # one's coroutine is awaited afterwards (docs/hooks.md, "Order")
+    assert seen == ["sync", "async"]
 
 
 async def test_hook_shutdown() -> None:
@@ -249,7 +262,7 @@ def test_hook_register_routes() -> None:
             router.add(Route("/admin/hello", hello))
 
     router = RouteRegistry()
-    _host(P()).routes(router)
+    _host(P()).routes(None, router)  # type: ignore[arg-type]
     assert [r.path for r in router.routes] == ["/admin/hello"]  # type: ignore[attr-defined]
 
 
@@ -265,3 +278,20 @@ def test_hook_register_commands() -> None:
     _host(P()).commands(cli)
     result = CliRunner().invoke(cli, ["hello"])
     assert result.exit_code == 0 and "hello from a plugin" in result.output
+
+
+def test_hook_migrations(tmp_path: Any) -> None:
+    class P:
+        @hookimpl
+        def servehall_migrations(self) -> list[MigrationBranch]:
+            return [MigrationBranch("p0", tmp_path)]
+
+    assert [b.label for b in _host(P()).migrations()] == ["p0"]
+
+    class Wrong:
+        @hookimpl
+        def servehall_migrations(self) -> list[MigrationBranch]:
+            return [MigrationBranch("someone_else", tmp_path)]
+
+    with pytest.raises(PluginError, match="plugin 'p0': servehall_migrations returned no branch"):
+        _host(Wrong()).migrations()

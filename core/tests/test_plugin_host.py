@@ -49,12 +49,59 @@ def test_broken_plugin_is_reported_not_fatal(install_plugin: Callable[..., Path]
     PluginHost(["fine"], load_all=True).check_enabled()
 
 
-def test_hook_api_version_is_checked(install_plugin: Callable[..., Path]) -> None:
-    install_plugin("future", "SERVEHALL_HOOK_API = (2, 3)\n")
-    host = PluginHost(["future"])
-    assert "hook API" in (host.infos["future"].error or "")
-    with pytest.raises(PluginError):
+@pytest.mark.parametrize("declared", ["(1, 2)", '"1"', '"1.4"', "(3, 4)"])
+def test_hook_api_major_mismatch_is_refused_naming_both(
+    install_plugin: Callable[..., Path], declared: str
+) -> None:
+    install_plugin("old", f"SERVEHALL_HOOK_API = {declared}\n")
+    host = PluginHost(["old"])
+    with pytest.raises(PluginError) as err:
         host.check_enabled()
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("plugin 'old'")
+    assert "hook API 2.0" in msg and ("1.x" in msg or "3.x" in msg), msg
+
+
+def test_current_hook_api_is_accepted(install_plugin: Callable[..., Path]) -> None:
+    install_plugin("now", 'SERVEHALL_HOOK_API = "2"\n')
+    host = PluginHost(["now"])
+    host.check_enabled()
+    assert host.infos["now"].hook_api == "2.x"
+
+
+def test_misspelled_hook_is_one_line_naming_plugin_and_hook(
+    install_plugin: Callable[..., Path],
+) -> None:
+    install_plugin(
+        "typo",
+        "from servehall import hookimpl\n"
+        "@hookimpl\ndef servehall_register_backend(registry):\n    pass\n",
+    )
+    host = PluginHost(["typo"])  # loads, records, unregisters
+    with pytest.raises(PluginError) as err:
+        host.check_enabled()
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert "plugin 'typo'" in msg and "'servehall_register_backend'" in msg
+    assert host.pm.get_plugin("typo") is None  # none of its hooks can run
+
+
+def test_hook_argument_not_in_spec_is_refused(install_plugin: Callable[..., Path]) -> None:
+    install_plugin(
+        "v1auth",
+        "from servehall import hookimpl\n"
+        "@hookimpl\ndef servehall_authenticate(request, settings):\n    return None\n",
+    )
+    with pytest.raises(PluginError) as err:
+        PluginHost(["v1auth"]).check_enabled()
+    assert "plugin 'v1auth'" in str(err.value) and "settings" in str(err.value)
+
+
+def test_entry_point_that_fails_to_import_is_one_line(install_plugin: Callable[..., Path]) -> None:
+    install_plugin("boom", "raise RuntimeError('boom at import\\nsecond line')\n")
+    with pytest.raises(PluginError) as err:
+        PluginHost(["boom"]).check_enabled()
+    assert str(err.value) == "plugin 'boom': RuntimeError: boom at import"
 
 
 def test_default_plugins_register_like_third_party_ones() -> None:
@@ -71,3 +118,59 @@ def test_describe_lists_hooks_and_versions(install_plugin: Callable[..., Path]) 
     assert rows["alpha"]["distribution"] == "servehall-alpha"
     assert rows["alpha"]["hooks"] == ["servehall_register_backends"]
     assert rows["alpha"]["enabled"] is False
+
+
+ORDER_PLUGIN = """
+from servehall import hookimpl, SchedulerSpec
+
+@hookimpl{marker}
+def servehall_register_schedulers(registry):
+    registry.add(SchedulerSpec("{name}-" + str(len(registry.names())), lambda s: None))
+"""
+
+
+def _order(host: PluginHost) -> list[str]:
+    names = [n for n in host.schedulers().names() if "-" in n]
+    return [n.split("-")[0] for n in sorted(names, key=lambda n: int(n.split("-")[1]))]
+
+
+def test_chain_order_follows_enabled_list(install_plugin: Callable[..., Path]) -> None:
+    for name in ("a", "b", "c"):
+        install_plugin(name, ORDER_PLUGIN.format(marker="", name=name))
+    # defaults (fcfs) first, then [plugins] enabled in its order
+    assert _order(PluginHost(["b", "a", "c"])) == ["b", "a", "c"]
+    assert _order(PluginHost(["c", "b", "a"])) == ["c", "b", "a"]
+
+
+def test_tryfirst_and_trylast_reorder_the_chain(install_plugin: Callable[..., Path]) -> None:
+    install_plugin("first", ORDER_PLUGIN.format(marker="(tryfirst=True)", name="first"))
+    install_plugin("last", ORDER_PLUGIN.format(marker="(trylast=True)", name="last"))
+    install_plugin("plain", ORDER_PLUGIN.format(marker="", name="plain"))
+    assert _order(PluginHost(["last", "plain", "first"])) == ["first", "plain", "last"]
+
+
+def test_wrappers_and_subset_arguments_work_as_pluggy_documents() -> None:
+    from servehall import Principal, hookimpl
+
+    seen: list[str] = []
+
+    class Wrapper:
+        @hookimpl(wrapper=True)
+        def servehall_authenticate(self, request: object):  # type: ignore[no-untyped-def]
+            seen.append("before")
+            result = yield
+            seen.append(f"after {len(result)}")
+            return result
+
+    class NoArgs:  # declares none of (host, request)
+        @hookimpl
+        def servehall_authenticate(self) -> Principal:
+            seen.append("noargs")
+            return Principal(id="p")
+
+    import asyncio
+
+    host = PluginHost([], extra=[("w", Wrapper()), ("n", NoArgs())])
+    principal = asyncio.run(host.authenticate(None, None))  # type: ignore[arg-type]
+    assert principal is not None and principal.id == "p"
+    assert seen == ["before", "noargs", "after 1"]

@@ -133,6 +133,82 @@ async def test_required_sink_fails_closed_and_keeps_answered_records(tmp_path: P
     await bus.close()
 
 
+def refusal(i: int) -> RequestRecord:
+    r = rec(i)
+    r.status_code = 503
+    r.error_code = "records_unavailable"
+    return r
+
+
+async def test_refusals_are_records_too(tmp_path: Path):
+    """P03: every 503 records_unavailable is kept (beyond the buffer) and written later."""
+    sink = SwitchableSink()
+    r = runner(sink, tmp_path, required=True, spill=False, buffer=3)
+    await r.start()
+    bus = RecordBus([r])
+    sink.up = False
+    for i in range(3):
+        bus.check_admission()
+        bus.emit(rec(i))
+    await wait_for(lambda: r.failures > 0)
+    assert bus.unready_sinks() == {"switch": "sink cannot write: ConnectionError: storage is down"}
+    for i in range(3, 30):
+        with pytest.raises(ServiceUnavailableError):
+            bus.check_admission()
+        bus.emit(refusal(i))
+    assert r.dropped == 0
+    sink.up = True
+    await wait_for(lambda: len(sink.rows) == 30)
+    assert sink.rows == [f"r{i}" for i in range(30)]
+    assert bus.unready_sinks() == {}
+    bus.check_admission()
+    await bus.close()
+
+
+async def test_refusals_beyond_max_refused_are_counted(tmp_path: Path):
+    sink = SwitchableSink()
+    r = runner(sink, tmp_path, required=True, spill=False, buffer=2, max_refused=5)
+    await r.start()
+    sink.up = False
+    for i in range(2):
+        r.put(rec(i))
+    for i in range(2, 12):
+        r.put(refusal(i))
+    r.put(rec(12))  # an admitted request's record is never dropped
+    assert r.dropped == 5
+    sink.up = True
+    await wait_for(lambda: len(sink.rows) == 8)
+    assert sink.rows == ["r0", "r1", "r2", "r3", "r4", "r5", "r6", "r12"]
+    await r.close()
+
+
+async def test_fail_closed_at_once(tmp_path: Path):
+    """``fail_closed = "at_once"``: refuse from the first failed write, admit after a
+    successful one, with room left in the buffer all along."""
+    sink = SwitchableSink()
+    r = runner(sink, tmp_path, required=True, fail_closed="at_once", buffer=1000)
+    await r.start()
+    bus = RecordBus([r])
+    bus.check_admission()
+    sink.up = False
+    bus.emit(rec(0))
+    await wait_for(lambda: r.failures > 0)
+    assert not r.exhausted
+    with pytest.raises(ServiceUnavailableError) as info:
+        bus.check_admission()
+    assert "fails closed at once" in info.value.message
+    bus.emit(refusal(1))
+    sink.up = True
+    await wait_for(lambda: len(sink.rows) == 2)
+    bus.check_admission()
+    await bus.close()
+
+
+def test_fail_closed_option_is_checked(tmp_path: Path):
+    with pytest.raises(ValueError, match="fail_closed"):
+        runner(SwitchableSink(), tmp_path, fail_closed="sometimes")
+
+
 async def test_optional_sink_drops_and_counts_when_exhausted(tmp_path: Path):
     sink = SwitchableSink()
     r = runner(sink, tmp_path, spill=False)

@@ -1,6 +1,9 @@
 """servehall — a plugin-based serving platform for large language models.
 
-The public API for plugins is exactly the names in ``__all__``; anything else is internal.
+The public API for plugins is exactly the names in ``__all__`` of this module and of
+the public modules listed in :data:`PUBLIC_MODULES` (``servehall.devices``: what device
+plugins need from the shared torch engine; ``servehall.testing``: the conformance kit);
+anything else is internal and may change without notice.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -42,7 +45,9 @@ from servehall.filters import (
 )
 from servehall.hookimpl import hookimpl
 from servehall.host import Host, ServedModel
-from servehall.principal import ANONYMOUS, SCOPE_ADMIN, SCOPE_INFERENCE, Principal
+from servehall.migrations_api import MigrationBranch
+from servehall.plugin_state import PluginState
+from servehall.principal import ANONYMOUS, SCOPE_ADMIN, SCOPE_INFERENCE, Limits, Policy, Principal
 from servehall.records.bus import open_record_bus
 from servehall.records.types import AuditEvent, RequestRecord, Sink, SinkSpec
 from servehall.registries import SchedulerRegistry, SinkRegistry
@@ -59,6 +64,9 @@ if TYPE_CHECKING:  # imported lazily below (SQLAlchemy is heavy): see __getattr_
         describe_database,
         require_existing_database,
     )
+
+PUBLIC_MODULES: tuple[str, ...] = ("servehall", "servehall.devices", "servehall.testing")
+"""Modules a plugin may import from (each one's ``__all__`` is its public API)."""
 
 _LAZY = {
     name: "servehall.db"
@@ -85,6 +93,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ANONYMOUS",
     "HOOK_API_VERSION",
+    "PUBLIC_MODULES",
     "SCOPE_ADMIN",
     "SCOPE_INFERENCE",
     "AdmissionRequest",
@@ -105,12 +114,16 @@ __all__ = [
     "Host",
     "InputFilter",
     "InvalidRequestError",
+    "Limits",
+    "MigrationBranch",
     "ModelConfig",
     "ModelInfo",
     "NotFoundError",
     "OutputStreamFilter",
     "PermissionDeniedError",
     "PluginError",
+    "PluginState",
+    "Policy",
     "Principal",
     "ProbeResult",
     "PromptParts",

@@ -55,22 +55,29 @@ class BackendSpec:
 
 
 class BackendRegistry:
-    """Backends collected from every plugin, by name."""
+    """Backends collected from every plugin, by name.
 
-    def __init__(self) -> None:
+    Args:
+        owner_of: ``(depth) -> plugin name`` of the code ``depth`` frames above the
+            caller; the plugin host passes one so each spec records which plugin added it
+            (shown by ``servehall plugins``). Without it owners are ``"?"``.
+    """
+
+    def __init__(self, owner_of: Callable[[int], str] | None = None) -> None:
         self._specs: dict[str, BackendSpec] = {}
         self.owners: dict[str, str] = {}
-        self._current_owner = "?"
+        self._owner_of = owner_of
 
     def add(self, spec: BackendSpec) -> None:
         """Register ``spec``. Raises ConfigError when the name is already taken."""
+        owner = self._owner_of(1) if self._owner_of is not None else "?"
         if spec.name in self._specs:
             raise ConfigError(
                 f"backend {spec.name!r} registered twice "
-                f"(by {self.owners[spec.name]!r} and {self._current_owner!r})"
+                f"(by {self.owners[spec.name]!r} and {owner!r})"
             )
         self._specs[spec.name] = spec
-        self.owners[spec.name] = self._current_owner
+        self.owners[spec.name] = owner
 
     def get(self, name: str) -> BackendSpec:
         """The spec called ``name``; ConfigError listing known names otherwise."""

@@ -24,10 +24,14 @@ def load_deployment(
     Raises:
         ConfigError: the file, a section or a name is invalid (``errors`` lists every
             problem with its key path).
-        PluginError: an enabled plugin is unknown.
+        PluginError: an enabled plugin is unknown, or cannot be served (fails to import,
+            declares another hook API major version, implements an unknown hook): one
+            line per plugin, naming it.
     """
     settings = load_settings(config)
     plugins = PluginHost(settings.plugins.enabled, load_all=load_all)
+    if not load_all:
+        plugins.check_enabled()  # never run half-configured
     validate_plugin_sections(settings, plugins.settings_models())
     if not load_all:
         check_names(settings, plugins)

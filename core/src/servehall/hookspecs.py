@@ -1,16 +1,27 @@
-"""The hook contract between the servehall host and its plugins (``HOOK_API_VERSION``).
+"""The hook contract between the servehall host and its plugins (``HOOK_API_VERSION`` 2.0).
 
 Conventions (after pytest's ``hookspec.py`` and datasette's ``hookspecs.py``):
 
-* every hook is prefixed ``servehall_``; a plugin implements any subset;
-* all hooks are *collect-all* (every implementation runs, results gathered in a list)
-  unless marked *firstresult*; none is called per token;
+* every hook is prefixed ``servehall_``; a plugin implements any subset, and an
+  implementation may declare only the arguments it uses (pluggy passes those);
+* all hooks are *collect-all* (every implementation runs, results gathered in a list in
+  chain order); none is firstresult and none is called per token;
 * registration hooks receive a typed registry and return nothing;
+* hooks that need state receive ``host``: the running :class:`~servehall.host.Host`, whose
+  ``host.state`` keeps each plugin's state by type (no module globals);
+* ``request`` always means the HTTP request (``starlette.requests.Request``); the parsed,
+  tokenized inference request is ``admission`` (:class:`~servehall.usage.AdmissionRequest`);
 * async hooks return awaitables which the host awaits **in chain order** — that is why
   ``servehall_authenticate`` is collect-all: an async firstresult hook would stop at the
   first coroutine object.
 
-Plugins mark implementations with :data:`servehall.hookimpl`.
+Plugins mark implementations with :data:`servehall.hookimpl` (``tryfirst``, ``trylast``,
+``wrapper`` and ``hookwrapper`` work as pluggy documents). Changes from 1.0:
+``servehall_authenticate(host, request)`` (was ``request, settings``),
+``servehall_authorize(host, admission)`` (was ``request``),
+``servehall_input_filters(host)`` (was ``settings``),
+``servehall_output_filters(host, admission)`` (was ``request, principal``),
+``servehall_register_routes(host, router)``, and the new ``servehall_migrations``.
 """
 
 from __future__ import annotations
@@ -26,9 +37,9 @@ if TYPE_CHECKING:
     from starlette.requests import Request
 
     from servehall.backends import BackendRegistry
-    from servehall.config.settings import Settings
     from servehall.filters import InputFilter, OutputStreamFilter
     from servehall.host import Host
+    from servehall.migrations_api import MigrationBranch
     from servehall.principal import Principal
     from servehall.registries import SchedulerRegistry, SinkRegistry
     from servehall.routes import RouteRegistry
@@ -55,23 +66,26 @@ def servehall_register_schedulers(registry: SchedulerRegistry) -> None:
 
 @hookspec
 def servehall_authenticate(
-    request: Request, settings: Settings
+    host: Host, request: Request
 ) -> Principal | Awaitable[Principal | None] | None:
     """Identify the caller of an HTTP request (any route outside the auth allow-list).
 
-    Return a :class:`~servehall.principal.Principal`, ``None`` when this plugin does not
-    recognise the credential, or an awaitable of either. Raise
+    Return a :class:`~servehall.principal.Principal` (with its typed
+    :class:`~servehall.principal.Policy`), ``None`` when this plugin does not recognise
+    the credential, or an awaitable of either. Raise
     :class:`~servehall.errors.AuthenticationError` for a credential that is present but
-    bad. Collect-all, awaited in chain order; the first principal wins. When at least one
-    plugin implements this hook and none returns a principal, the host answers 401.
+    bad. Collect-all, awaited in chain order; the first principal wins and later
+    implementations' coroutines are closed unawaited. When at least one plugin
+    implements this hook and none returns a principal, the host answers 401.
     """
 
 
 @hookspec
 def servehall_authorize(
-    request: AdmissionRequest,
+    host: Host, admission: AdmissionRequest
 ) -> Reservation | Awaitable[Reservation | None] | None:
-    """Authorize a parsed inference request and reserve quota (step 3).
+    """Reserve quota for a parsed inference request (step 3, after the core's own access
+    check: scope and model allow-list, :func:`servehall.access.check_model_access`).
 
     Called once per inference request after validation and tokenization, with the
     principal, model and token estimate (``prompt_tokens + max_tokens × n``). Raise
@@ -79,24 +93,25 @@ def servehall_authorize(
     :class:`~servehall.errors.RateLimitError` (429 with ``Retry-After``). Return a
     :class:`~servehall.usage.Reservation` to be settled with the real usage when the
     request ends (or released when it is rejected later), or None. Collect-all, awaited
-    in chain order.
+    in chain order; when one raises, the reservations already made are released.
     """
 
 
 @hookspec
-def servehall_input_filters(settings: Settings) -> list[InputFilter] | None:
+def servehall_input_filters(host: Host) -> list[InputFilter] | None:
     """Return input filters (run on the whole prompt before tokenization).
 
-    Called once at startup; filters are reused across requests. Collect-all; lists are
-    concatenated in plugin order.
+    Called once at startup, before ``servehall_startup``; filters are reused across
+    requests. Collect-all; lists are concatenated in chain order.
     """
 
 
 @hookspec
 def servehall_output_filters(
-    request: AdmissionRequest, principal: Principal
+    host: Host, admission: AdmissionRequest
 ) -> list[OutputStreamFilter] | None:
-    """Return fresh per-request stream filters for one choice's output.
+    """Return fresh per-request stream filters for one choice's output
+    (``admission.principal`` is the caller).
 
     Called once per choice of each inference request (never per token). Collect-all.
     """
@@ -130,9 +145,22 @@ def servehall_shutdown(host: Host) -> Awaitable[None] | None:
 
 
 @hookspec
-def servehall_register_routes(router: RouteRegistry) -> None:
+def servehall_register_routes(host: Host, router: RouteRegistry) -> None:
     """Add HTTP routes: ``router.add(Route(...))``. Every route is authenticated unless
-    its path is in ``[server] auth_allow_paths``. Called once when the app is built."""
+    its path is in ``[server] auth_allow_paths``. Called once when the app is built;
+    handlers reach the host as ``request.app.state.api.host``."""
+
+
+@hookspec
+def servehall_migrations() -> list[MigrationBranch] | None:
+    """Declare the Alembic branch(es) of this plugin's tables (shipped in its package).
+
+    Return ``[MigrationBranch(label, location)]`` where ``label`` is the plugin's
+    entry-point name and ``location`` the directory of its revision files (a path or
+    ``"package:subdir"``). ``servehall db upgrade``, ``db status`` and
+    ``[database] auto_migrate`` apply the branches of enabled plugins only; disabling a
+    plugin never drops its tables. Called when the schema is checked. Collect-all.
+    """
 
 
 @hookspec

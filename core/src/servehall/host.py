@@ -1,7 +1,8 @@
 """The running host: settings, plugins, engines, schedulers and the record bus.
 
 One :class:`Host` lives per ``servehall serve`` process; the Starlette app reaches it as
-``request.app.state.host``. Plugins receive it in ``servehall_startup``/``_shutdown``.
+``request.app.state.host``. Plugins receive it as ``host`` in every hook that needs
+state (hook API 2.0).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from servehall.config.settings import Settings
+from servehall.plugin_state import PluginState
 from servehall.plugins import PluginHost
 from servehall.replica import replica_name
 
@@ -42,7 +44,8 @@ class Host:
         input_filters: filters from ``servehall_input_filters``.
         records: the record bus (``emit(RequestRecord)``, ``audit(AuditEvent)``); None
             until the records layer starts.
-        state: free space for plugins, keyed by plugin name.
+        state: each plugin's own state, keyed by class (:class:`PluginState`:
+            ``host.state.put(obj)``, ``host.state.get(Cls)``, ``host.state.require(Cls)``).
         replica: this replica's name (``[server] replica`` or ``<hostname>-<pid>``),
             stored in every request-log row.
     """
@@ -52,7 +55,7 @@ class Host:
     models: dict[str, ServedModel] = field(default_factory=dict)
     input_filters: list[InputFilter] = field(default_factory=list)
     records: Any = None
-    state: dict[str, Any] = field(default_factory=dict)
+    state: PluginState = field(default_factory=PluginState)
     replica: str = ""
 
     def __post_init__(self) -> None:

@@ -1,17 +1,28 @@
-"""The plugin host: loads entry points of group ``servehall`` through pluggy.
+"""The plugin host: loads entry points of group ``servehall`` into a pluggy manager.
 
 Only entry points named in ``[plugins] enabled`` are loaded, plus the core's default
 plugins (:data:`DEFAULT_PLUGINS`), which register through the same hooks as third-party
-ones (datasette's ``plugins.py`` model). A plugin that fails to import is recorded with
-its reason instead of crashing the host; :meth:`PluginHost.check_enabled` refuses to
-serve when an *enabled* plugin failed. A plugin module may declare
-``SERVEHALL_HOOK_API = ">=1,<2"``-style compatibility as a ``(min, max_exclusive)``
-tuple of major versions; the host refuses one it cannot serve.
+ones (datasette's ``plugins.py`` model). Every hook is called through pluggy itself
+(``pm.hook.<name>(...)``), so pluggy's documented semantics hold for plugin authors:
+``tryfirst``/``trylast``, ``wrapper``/``hookwrapper`` implementations, implementations
+that declare only some of the hook's arguments, and :meth:`pluggy.PluginManager.check_pending`
+refusing an implementation of a hook that does not exist.
+
+Chain order (the order pluggy calls implementations of one hook): the core's default
+plugins, then the enabled plugins in the order of ``[plugins] enabled`` (so
+``enabled = ["auth", "ldap"]`` asks ``auth`` first), then objects passed as ``extra``;
+``tryfirst``/``trylast`` move an implementation to the front/back of that order, and
+wrappers run around all of them. (pluggy calls the *last registered* first, so the host
+registers in reverse chain order.)
+
+A plugin that cannot be served — its entry point fails to import, it declares a hook API
+major version other than :data:`~servehall.version.HOOK_API_VERSION`'s, or it implements
+an unknown hook or a hook with arguments the spec lacks — is recorded with a one-line
+reason naming the plugin; :meth:`PluginHost.check_enabled` refuses to start with it
+enabled (``servehall plugins`` still lists it).
 
 Core code calls hooks only through the typed methods of :class:`PluginHost` (tox 4's
-facade idea), never through untyped ``pm.hook.*`` at call sites. Hooks run in *chain
-order*: the core's default plugins first, then enabled plugins in the order of
-``[plugins] enabled`` (so ``enabled = ["auth", "ldap"]`` asks ``auth`` first).
+facade idea), never through untyped ``pm.hook.*`` at call sites.
 """
 
 from __future__ import annotations
@@ -19,10 +30,10 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 import pluggy
@@ -31,16 +42,16 @@ from servehall import hookspecs
 from servehall.backends import BackendRegistry
 from servehall.errors import PluginError
 from servehall.registries import SchedulerRegistry, SinkRegistry
-from servehall.version import HOOK_API_VERSION
+from servehall.version import HOOK_API_VERSION, check_hook_api
 
 if TYPE_CHECKING:
     import typer
     from pydantic import BaseModel
     from starlette.requests import Request
 
-    from servehall.config.settings import Settings
     from servehall.filters import InputFilter, OutputStreamFilter
     from servehall.host import Host
+    from servehall.migrations_api import MigrationBranch
     from servehall.principal import Principal
     from servehall.routes import RouteRegistry
     from servehall.usage import AdmissionRequest, Reservation
@@ -53,6 +64,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "servehall.defaults.schedulers",
     "servehall.defaults.commands",
     "servehall.defaults.cpu_backend",
+    "servehall.defaults.null_backend",
     "servehall.defaults.sinks",
     "servehall.defaults.records_commands",
 )
@@ -72,6 +84,7 @@ class PluginInfo:
     loaded: bool = False
     error: str | None = None
     hooks: list[str] = field(default_factory=list)
+    hook_api: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -84,20 +97,8 @@ class PluginInfo:
             "loaded": self.loaded,
             "error": self.error,
             "hooks": self.hooks,
+            "hook_api": self.hook_api,
         }
-
-
-def _check_api(module: ModuleType) -> None:
-    wanted = getattr(module, "SERVEHALL_HOOK_API", None)
-    if wanted is None:
-        return
-    lo, hi = wanted
-    major = int(HOOK_API_VERSION.split(".")[0])
-    if not (lo <= major < hi):
-        raise PluginError(
-            f"plugin needs hook API major version in [{lo}, {hi}), "
-            f"this servehall provides {HOOK_API_VERSION}"
-        )
 
 
 def installed_entry_points() -> dict[str, EntryPoint]:
@@ -105,14 +106,25 @@ def installed_entry_points() -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
+def _hooks_of(obj: object) -> list[str]:
+    return sorted(n for n in dir(obj) if n.startswith("servehall_") and callable(getattr(obj, n)))
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".strip().rstrip(":")
+
+
 class PluginHost:
     """A pluggy manager with the core's hookspecs, plus typed hook calls.
 
     Args:
-        enabled: entry-point names to load (``[plugins] enabled``).
-        load_all: load every installed entry point (``servehall plugins`` uses this
-            to report import errors and hooks even for disabled plugins).
-        extra: already-imported plugin objects to register (tests, embedding).
+        enabled: entry-point names to load (``[plugins] enabled``), in chain order.
+        load_all: also import installed entry points that are not enabled, to report
+            their hooks and import errors (``servehall plugins``); they are not
+            registered, so their hooks never run.
+        extra: already-imported plugin objects to register after the enabled ones
+            (tests, embedding).
 
     Raises:
         PluginError: an enabled name is not installed (the message lists installed names).
@@ -129,6 +141,7 @@ class PluginHost:
         self.pm.add_hookspecs(hookspecs)
         self.enabled = list(dict.fromkeys(enabled))
         self.infos: dict[str, PluginInfo] = {}
+        self._modules: dict[str, str] = {}  # module name -> plugin name (backend owners)
         installed = installed_entry_points()
         unknown = [n for n in self.enabled if n not in installed]
         if unknown:
@@ -137,10 +150,12 @@ class PluginHost:
                 f"unknown plugin(s) in [plugins] enabled: {', '.join(unknown)}; "
                 f"installed plugins: {names}"
             )
+        chain: list[tuple[PluginInfo, object]] = []
         for mod in DEFAULT_PLUGINS:
-            module = importlib.import_module(mod)
-            self._register(mod.rsplit(".", 1)[-1], module, mod, default=True)
-        # enabled plugins first, in config order (= hook call order), then the others
+            info = PluginInfo(
+                name=f"servehall.{mod.rsplit('.', 1)[-1]}", module=mod, default=True, enabled=True
+            )
+            chain.append((info, importlib.import_module(mod)))
         order = [*self.enabled, *sorted(set(installed) - set(self.enabled))]
         for name in order:
             ep = installed[name]
@@ -157,91 +172,158 @@ class PluginHost:
                 continue
             try:
                 module = ep.load()
-                _check_api(module)
+                info.hook_api = check_hook_api(name, getattr(module, "SERVEHALL_HOOK_API", None))
             except Exception as exc:  # a broken plugin must not crash the host
-                info.error = f"{type(exc).__name__}: {exc}"
-                log.warning("plugin %s failed to load: %s", name, info.error)
+                info.error = exc.message if isinstance(exc, PluginError) else _one_line(exc)
+                log.info("plugin %s failed to load: %s", name, info.error)
                 continue
+            info.hooks = _hooks_of(module)
             if info.enabled:
-                self._register(name, module, ep.value, info=info)
-            else:
-                info.hooks = self._hooks_of(module)
+                chain.append((info, module))
         for name, obj in extra:
-            self._register(name, obj, getattr(obj, "__name__", name), enabled=True)
+            module_name = getattr(obj, "__name__", None) or type(obj).__module__
+            chain.append((PluginInfo(name=name, module=module_name, enabled=True), obj))
+        for info, obj in reversed(chain):  # pluggy calls the last registered first
+            self._register(info, obj)
+        self._check_pending()
 
-    @staticmethod
-    def _hooks_of(obj: object) -> list[str]:
-        return sorted(
-            n for n in dir(obj) if n.startswith("servehall_") and callable(getattr(obj, n))
-        )
-
-    def _register(
-        self,
-        name: str,
-        obj: object,
-        module: str,
-        *,
-        default: bool = False,
-        enabled: bool = True,
-        info: PluginInfo | None = None,
-    ) -> None:
-        info = info or PluginInfo(name=name, module=module, default=default, enabled=enabled)
-        if default:
-            info.name = f"servehall.{name}"
-        self.pm.register(obj, name=info.name)
-        info.loaded = True
-        info.hooks = self._hooks_of(obj)
+    def _register(self, info: PluginInfo, obj: object) -> None:
         self.infos[info.name] = info
+        info.hooks = _hooks_of(obj)
+        try:
+            self.pm.register(obj, name=info.name)
+        except pluggy.PluginValidationError as exc:
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+            detail = lines[0] + (f" — {lines[-1]}" if len(lines) > 1 else "")
+            info.error = f"plugin {info.name!r}: {detail}"
+            log.info("plugin %s refused: %s", info.name, info.error)
+            return
+        info.loaded = True
+        module = getattr(obj, "__name__", None) or type(obj).__module__
+        self._modules[module] = info.name
+
+    def _check_pending(self) -> None:
+        """Unregister (and mark failed) plugins implementing hooks that do not exist."""
+        for hook_name in dir(self.pm.hook):
+            if not hook_name.startswith("servehall_"):
+                continue
+            caller = getattr(self.pm.hook, hook_name)
+            if caller.has_spec():
+                continue
+            for impl in caller.get_hookimpls():
+                if impl.optionalhook:
+                    continue
+                info = self.infos.get(impl.plugin_name)
+                known = ", ".join(hookspecs.HOOK_NAMES)
+                if info is not None and info.error is None:
+                    info.error = (
+                        f"plugin {impl.plugin_name!r} implements unknown hook {hook_name!r} "
+                        f"(hook API {HOOK_API_VERSION}: {known})"
+                    )
+                    log.info("%s", info.error)
+                if info is not None:
+                    info.loaded = False
+                self.pm.unregister(name=impl.plugin_name)
+        self.pm.check_pending()  # nothing left: every implementation has a spec
+
+    def _owner_of_module(self, module: str | None) -> str:
+        """The plugin whose code lives in ``module`` (longest matching prefix), or "?"."""
+        while module:
+            if module in self._modules:
+                return self._modules[module]
+            module = module.rpartition(".")[0]
+        return "?"
 
     def check_enabled(self) -> None:
-        """Raise PluginError when an enabled plugin failed to load (``serve`` refuses)."""
+        """Raise PluginError when an enabled plugin cannot be served (``serve`` and the
+        database commands refuse; the host never starts half-configured).
+
+        The message is one line per plugin: ``plugin 'x': <reason>``."""
         bad = [i for i in self.infos.values() if i.enabled and i.error]
         if bad:
-            detail = "; ".join(f"{i.name}: {i.error}" for i in bad)
-            raise PluginError(f"enabled plugin(s) failed to load — {detail}")
+            lines = [
+                e if (e := i.error or "").startswith("plugin ") else f"plugin {i.name!r}: {e}"
+                for i in bad
+            ]
+            raise PluginError("; ".join(lines))
 
     def describe(self) -> list[dict[str, Any]]:
         """Every known plugin as a dict, for ``servehall plugins --json``."""
         return [self.infos[k].as_dict() for k in sorted(self.infos)]
 
-    def _owner(self, impl: Any) -> str:
-        return str(impl.plugin_name)
-
-    @staticmethod
-    def _each(hook: Any, **kwargs: Any) -> list[Any]:
-        """Call a synchronous hook's implementations in chain order; their results."""
-        return [impl.function(**kwargs) for impl in hook.get_hookimpls()]
-
     # --- typed hook calls -------------------------------------------------------------
 
     def backends(self) -> BackendRegistry:
-        """Collect every backend (``servehall_register_backends``)."""
-        registry = BackendRegistry()
-        for impl in self.pm.hook.servehall_register_backends.get_hookimpls():
-            registry._current_owner = self._owner(impl)
-            impl.function(registry=registry)
+        """Collect every backend (``servehall_register_backends``); each spec's owner is
+        the plugin whose module called ``registry.add``."""
+        registry = BackendRegistry(owner_of=self._owner_of_caller)
+        self.pm.hook.servehall_register_backends(registry=registry)
         return registry
+
+    def _owner_of_caller(self, depth: int) -> str:
+        frame = sys._getframe(depth + 1)
+        return self._owner_of_module(frame.f_globals.get("__name__"))
 
     def schedulers(self) -> SchedulerRegistry:
         """Collect scheduling policies (``servehall_register_schedulers``)."""
         registry = SchedulerRegistry()
-        self._each(self.pm.hook.servehall_register_schedulers, registry=registry)
+        self.pm.hook.servehall_register_schedulers(registry=registry)
         return registry
 
     def sinks(self) -> SinkRegistry:
         """Collect record sink kinds (``servehall_register_sinks``)."""
         registry = SinkRegistry()
-        self._each(self.pm.hook.servehall_register_sinks, registry=registry)
+        self.pm.hook.servehall_register_sinks(registry=registry)
         return registry
 
     def settings_models(self) -> dict[str, type[BaseModel]]:
         """``{section: model}`` from ``servehall_settings_models``; PluginError on clashes."""
         out: dict[str, type[BaseModel]] = {}
-        for result in self._each(self.pm.hook.servehall_settings_models):
+        for result in self.pm.hook.servehall_settings_models():
             for section, model in result or []:
                 if section in out:
                     raise PluginError(f"config section {section!r} claimed by two plugins")
                 out[section] = model
+        return out
+
+    def migrations(self) -> list[MigrationBranch]:
+        """The Alembic branches of the enabled plugins (``servehall_migrations``).
+
+        Raises:
+            PluginError: a plugin implements the hook but returns no branch labelled with
+                its name (one line naming the plugin).
+        """
+        out: list[MigrationBranch] = []
+        for result in self.pm.hook.servehall_migrations():
+            out.extend(result or [])
+        labels = {b.label for b in out}
+        for impl in self.pm.hook.servehall_migrations.get_hookimpls():
+            info = self.infos.get(impl.plugin_name)
+            if info is not None and not info.default and impl.plugin_name not in labels:
+                raise PluginError(
+                    f"plugin {impl.plugin_name!r}: servehall_migrations returned no branch "
+                    f"labelled {impl.plugin_name!r}"
+                )
+        return out
+
+    def other_migrations(self) -> list[MigrationBranch]:
+        """Branches of installed plugins that are *not* enabled here.
+
+        Used only to read revisions such a plugin applied while it was enabled (its tables
+        stay; nothing is upgraded or dropped). Each plugin is imported into a throwaway
+        plugin manager, so none of its other hooks runs; one that fails is skipped."""
+        out: list[MigrationBranch] = []
+        for name, ep in sorted(installed_entry_points().items()):
+            if name in self.enabled:
+                continue
+            try:
+                pm = pluggy.PluginManager("servehall")
+                pm.add_hookspecs(hookspecs)
+                pm.register(ep.load(), name=name)
+                for result in pm.hook.servehall_migrations():
+                    out.extend(result or [])
+            except Exception as exc:  # a disabled plugin must not break migrations
+                log.debug("migrations of disabled plugin %s skipped: %s", name, exc)
         return out
 
     @property
@@ -249,38 +331,45 @@ class PluginHost:
         """True when some plugin implements ``servehall_authenticate``."""
         return bool(self.pm.hook.servehall_authenticate.get_hookimpls())
 
-    async def authenticate(self, request: Request, settings: Settings) -> Principal | None:
-        """First principal from ``servehall_authenticate``, awaiting in chain order.
+    async def authenticate(self, host: Host, request: Request) -> Principal | None:
+        """First principal from ``servehall_authenticate``, awaiting results in chain order.
 
-        AuthenticationError from a plugin propagates (401)."""
-        for impl in self.pm.hook.servehall_authenticate.get_hookimpls():
-            result = impl.function(request=request, settings=settings)
-            if inspect.isawaitable(result):
-                result = await result
-            if result is not None:
-                return cast("Principal", result)
-        return None
+        Coroutines after the winning one are closed unawaited (their plugin's code does
+        not run). AuthenticationError from a plugin propagates (401)."""
+        results = list(self.pm.hook.servehall_authenticate(host=host, request=request))
+        try:
+            while results:
+                result = results.pop(0)
+                if inspect.isawaitable(result):
+                    result = await result
+                if result is not None:
+                    return cast("Principal", result)
+            return None
+        finally:
+            _close_unawaited(results)
 
-    async def authorize(self, request: AdmissionRequest) -> list[Reservation]:
+    async def authorize(self, host: Host, admission: AdmissionRequest) -> list[Reservation]:
         """Run ``servehall_authorize`` in chain order; on an error, release what was reserved."""
+        results = list(self.pm.hook.servehall_authorize(host=host, admission=admission))
         held: list[Reservation] = []
         try:
-            for impl in self.pm.hook.servehall_authorize.get_hookimpls():
-                result = impl.function(request=request)
+            while results:
+                result = results.pop(0)
                 if inspect.isawaitable(result):
                     result = await result
                 if result is not None:
                     held.append(cast("Reservation", result))
         except BaseException:
+            _close_unawaited(results)
             for r in held:
                 await r.release()
             raise
         return held
 
-    def input_filters(self, settings: Settings) -> list[InputFilter]:
-        """Input filters from every plugin, concatenated."""
+    def input_filters(self, host: Host) -> list[InputFilter]:
+        """Input filters from every plugin, concatenated in chain order."""
         out: list[InputFilter] = []
-        for result in self._each(self.pm.hook.servehall_input_filters, settings=settings):
+        for result in self.pm.hook.servehall_input_filters(host=host):
             out.extend(result or [])
         return out
 
@@ -289,34 +378,43 @@ class PluginHost:
         """True when some plugin implements ``servehall_output_filters``."""
         return bool(self.pm.hook.servehall_output_filters.get_hookimpls())
 
-    def output_filters(
-        self, request: AdmissionRequest, principal: Principal
-    ) -> list[OutputStreamFilter]:
+    def output_filters(self, host: Host, admission: AdmissionRequest) -> list[OutputStreamFilter]:
         """Fresh per-choice stream filters from every plugin, concatenated."""
         out: list[OutputStreamFilter] = []
-        hook = self.pm.hook.servehall_output_filters
-        for result in self._each(hook, request=request, principal=principal):
+        for result in self.pm.hook.servehall_output_filters(host=host, admission=admission):
             out.extend(result or [])
         return out
 
-    async def _call_async(self, hook: Any, **kwargs: Any) -> None:
-        for impl in hook.get_hookimpls():
-            result = impl.function(**kwargs)
-            if inspect.isawaitable(result):
-                await result
-
     async def startup(self, host: Host) -> None:
-        """Run ``servehall_startup`` hooks in order, awaiting async ones."""
-        await self._call_async(self.pm.hook.servehall_startup, host=host)
+        """Run ``servehall_startup`` hooks in chain order, awaiting async ones."""
+        await _await_each(self.pm.hook.servehall_startup(host=host))
 
     async def shutdown(self, host: Host) -> None:
-        """Run ``servehall_shutdown`` hooks in order, awaiting async ones."""
-        await self._call_async(self.pm.hook.servehall_shutdown, host=host)
+        """Run ``servehall_shutdown`` hooks in chain order, awaiting async ones."""
+        await _await_each(self.pm.hook.servehall_shutdown(host=host))
 
-    def routes(self, router: RouteRegistry) -> None:
+    def routes(self, host: Host, router: RouteRegistry) -> None:
         """Let plugins add routes."""
-        self._each(self.pm.hook.servehall_register_routes, router=router)
+        self.pm.hook.servehall_register_routes(host=host, router=router)
 
     def commands(self, cli: typer.Typer) -> None:
         """Let plugins add CLI commands."""
-        self._each(self.pm.hook.servehall_register_commands, cli=cli)
+        self.pm.hook.servehall_register_commands(cli=cli)
+
+
+async def _await_each(results: list[Any]) -> None:
+    results = list(results)
+    try:
+        while results:
+            result = results.pop(0)
+            if inspect.isawaitable(result):
+                await result
+    finally:
+        _close_unawaited(results)
+
+
+def _close_unawaited(results: list[Any]) -> None:
+    for r in results:
+        close = getattr(r, "close", None)
+        if inspect.iscoroutine(r) and close is not None:
+            close()

@@ -1,43 +1,61 @@
-"""Who is calling: the :class:`Principal` that authentication yields.
+"""Who is calling, and what they may do: :class:`Principal` and its typed :class:`Policy`.
 
 Auth plugins return a Principal from ``servehall_authenticate``; when no auth plugin is
-enabled the host uses :data:`ANONYMOUS` (every scope, every model).
+enabled the host uses :data:`ANONYMOUS` (every scope, every model). The core reads only
+typed fields of :class:`Policy` — there is no free-form dict a plugin and the core must
+agree on by string key. Model access is decided in one place,
+:func:`servehall.access.check_model_access`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 SCOPE_INFERENCE = "inference"
 SCOPE_ADMIN = "admin"
 
 
 @dataclass(frozen=True, slots=True)
-class Principal:
-    """An authenticated caller.
+class Limits:
+    """Per-principal rate limits; None means "no own limit" (a plugin may apply defaults).
 
     Attributes:
-        id: stable, non-secret identifier (an API key id such as ``sk-ab12`` prefix id, or
-            a JWT subject). Safe to log.
-        tenant: the tenant (team, organisation) the caller belongs to, or None.
-        scopes: granted scopes, e.g. ``{"inference"}``, ``{"admin"}``.
-        models: model names the caller may use; None means all models.
-        kind: how it authenticated: ``"api_key"``, ``"jwt"``, ``"anonymous"``.
-        limits: plugin-defined limits (e.g. ``{"rpm": 60, "tpm": 10000}``).
-        attributes: other non-secret facts a plugin wants to pass along. Keys the core
-            reads: ``hide_forbidden_models`` (bool, default True: a model outside
-            ``models`` is answered 404 like an unknown one; False: 403),
-            ``store_prompts`` (per-tenant prompt storage), ``priority`` (scheduling).
+        rpm: requests per minute.
+        tpm: tokens per minute (prompt + completion, reserved as prompt + max_tokens × n).
     """
 
-    id: str
-    tenant: str | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """What a principal may do; read by the core on the request path.
+
+    Attributes:
+        scopes: granted scopes, e.g. ``{"inference"}``, ``{"admin"}``.
+        models: model names the caller may use; None means every model.
+        limits: the principal's own rate limits (:class:`Limits`).
+        store_prompts: the tenant's prompt-storage choice for ``request_log``: True keeps
+            prompt and completion text, False never keeps them, None follows
+            ``[database] store_prompts``.
+        hide_forbidden_models: True: a model outside ``models`` is answered 404
+            ``model_not_found`` exactly like an unknown one (it is also left out of
+            ``/v1/models``); False: 403 ``model_not_allowed``.
+        priority: scheduling priority of the caller's requests (larger runs first under
+            the ``priority`` policy; default 0).
+        max_priority: the highest priority this caller may ask for per request; None
+            means a request cannot raise its priority above ``priority``
+            (see :meth:`request_priority`).
+    """
+
     scopes: frozenset[str] = frozenset({SCOPE_INFERENCE})
     models: frozenset[str] | None = None
-    kind: str = "api_key"
-    limits: dict[str, Any] = field(default_factory=dict)
-    attributes: dict[str, Any] = field(default_factory=dict)
+    limits: Limits = field(default_factory=Limits)
+    store_prompts: bool | None = None
+    hide_forbidden_models: bool = True
+    priority: int = 0
+    max_priority: int | None = None
 
     def has_scope(self, scope: str) -> bool:
         """True when ``scope`` was granted."""
@@ -47,12 +65,48 @@ class Principal:
         """True when the model allow-list is absent or contains ``model``."""
         return self.models is None or model in self.models
 
+    def request_priority(self, requested: int | None) -> int:
+        """The priority a request runs at when it asks for ``requested`` (None: not asked).
+
+        A request may lower its priority freely and raise it up to ``max_priority``
+        (never above ``priority`` when ``max_priority`` is None); the result is clamped,
+        never an error.
+        """
+        if requested is None:
+            return self.priority
+        ceiling = self.priority if self.max_priority is None else max(self.max_priority, 0)
+        ceiling = max(ceiling, self.priority)
+        return min(requested, ceiling)
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated caller.
+
+    Attributes:
+        id: stable, non-secret identifier (an API key's public id such as ``sh-ab12…``,
+            or ``jwt:<subject>``). Safe to log.
+        tenant: the tenant (team, organisation) the caller belongs to, or None.
+        kind: how it authenticated: ``"api_key"``, ``"jwt"``, ``"anonymous"``.
+        name: a human label (an API key's name), or None. Never a secret.
+        policy: what the caller may do (:class:`Policy`).
+    """
+
+    id: str
+    tenant: str | None = None
+    kind: str = "api_key"
+    name: str | None = None
+    policy: Policy = field(default_factory=Policy)
+
+    def has_scope(self, scope: str) -> bool:
+        """True when ``scope`` was granted (``policy.has_scope``)."""
+        return self.policy.has_scope(scope)
+
 
 ANONYMOUS = Principal(
     id="anonymous",
     tenant=None,
-    scopes=frozenset({SCOPE_INFERENCE, SCOPE_ADMIN}),
-    models=None,
     kind="anonymous",
+    policy=Policy(scopes=frozenset({SCOPE_INFERENCE, SCOPE_ADMIN}), models=None),
 )
 """The principal used when no auth plugin is enabled."""

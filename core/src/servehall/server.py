@@ -103,6 +103,7 @@ async def build_host(settings: Settings, plugins: PluginHost) -> Host:
     host = Host(settings=settings, plugins=plugins)
     backends = plugins.backends()
     policy = plugins.schedulers().get(settings.scheduler.policy)
+    await ensure_plugin_schema(settings, plugins)
     host.records = await open_record_bus(settings, plugins)
     try:
         for mc in settings.models:
@@ -137,7 +138,7 @@ async def build_host(settings: Settings, plugins: PluginHost) -> Host:
                 tokenizer=tokenizer,
                 max_model_len=int(min(limits)),
             )
-        host.input_filters = plugins.input_filters(settings)
+        host.input_filters = plugins.input_filters(host)
     except BaseException:
         await shutdown_host(host)
         raise
@@ -178,6 +179,32 @@ def make_engine(
         probe_prompt=probe,
         on_event=on_event,
     )
+
+
+async def ensure_plugin_schema(settings: Settings, plugins: PluginHost) -> None:
+    """When an enabled plugin owns tables, check (or, with ``[database] auto_migrate``,
+    apply) the core's revisions and every enabled plugin's branch before anything starts.
+
+    Raises:
+        ConfigError: the database is not migrated (names ``servehall db upgrade``).
+        PluginError: an enabled plugin's migration branch is missing (names the plugin).
+    """
+    branches = plugins.migrations()
+    if not branches:
+        return
+    from servehall.db.engine import create_db_engine
+    from servehall.db.migrate import ensure_schema
+
+    engine = create_db_engine(settings)
+    try:
+        await ensure_schema(
+            engine,
+            auto_migrate=settings.database.auto_migrate,
+            branches=branches,
+            known=plugins.other_migrations(),
+        )
+    finally:
+        await engine.dispose()
 
 
 async def shutdown_host(host: Host) -> None:
@@ -228,11 +255,13 @@ async def run(settings: Settings, plugins: PluginHost) -> None:
     from servehall.accept_errors import AcceptErrorMonitor
     from servehall.api.app import create_app
     from servehall.api.connections import install_connection_fixes
+    from servehall.api.disconnect import install_closed_write_filter
     from servehall.metrics import Metrics
     from servehall.serving.probe import Readiness
 
     cfg = hypercorn_config(settings)
     install_connection_fixes()
+    install_closed_write_filter()
     host = await build_host(settings, plugins)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

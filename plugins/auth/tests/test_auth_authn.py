@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,10 @@ from servehall import (
     AuthenticationError,
     NotFoundError,
     PermissionDeniedError,
+    Policy,
     Principal,
 )
+from servehall.access import check_model_access
 from servehall_auth.audit import FailureAuditor
 from servehall_auth.runtime import AuthRuntime
 from servehall_auth.settings import AuthSettings
@@ -49,7 +52,8 @@ async def test_good_key_gives_its_principal(runtime: AuthRuntime) -> None:
     rec, key = await runtime.keys.create(tenant="t", models=["demo"], rpm=2)
     p = await runtime.authenticate([f"Bearer {key}"], [], path="/v1/models", client="1.2.3.4")
     assert p is not None and p.id == rec.public_id and p.tenant == "t"
-    assert p.attributes["hide_forbidden_models"] is False
+    assert p.policy.hide_forbidden_models is False
+    assert p.policy.models == frozenset({"demo"}) and p.policy.limits.rpm == 2
     assert await runtime.authenticate([], [], path="/", client=None) is None
     assert runtime.events == []  # type: ignore[attr-defined]
 
@@ -99,18 +103,24 @@ def req(p: Principal, model: str = "demo") -> AdmissionRequest:
     return AdmissionRequest("r", "/v1/chat/completions", model, p, 5, 5)
 
 
-async def test_authorize_scope_and_models(runtime: AuthRuntime) -> None:
-    with pytest.raises(PermissionDeniedError) as ei:
-        await runtime.authorize(req(Principal(id="a", scopes=frozenset({"admin"}))))
-    assert ei.value.code == "insufficient_scope"
-    p = Principal(id="b", models=frozenset({"demo"}))
+async def test_authorize_leaves_access_to_the_core(runtime: AuthRuntime) -> None:
+    # scope and model allow-list are decided once, by servehall.access (core); the
+    # plugin's authorize hook only reserves quota
+    p = Principal(id="b", policy=Policy(models=frozenset({"demo"})))
     assert await runtime.authorize(req(p)) is None  # no limits configured
     with pytest.raises(PermissionDeniedError) as ei:
-        await runtime.authorize(req(p, "other"))
+        check_model_access(
+            Principal(id="a", policy=Policy(scopes=frozenset({"admin"}))), "demo", served=True
+        )
+    assert ei.value.code == "insufficient_scope"
+    p = replace(p, policy=replace(p.policy, hide_forbidden_models=False))
+    with pytest.raises(PermissionDeniedError) as ei:
+        check_model_access(p, "other", served=True)
     assert ei.value.code == "model_not_allowed"
-    runtime.settings = runtime.settings.model_copy(update={"hide_forbidden_models": True})
     with pytest.raises(NotFoundError):
-        await runtime.authorize(req(p, "other"))
+        check_model_access(
+            replace(p, policy=replace(p.policy, hide_forbidden_models=True)), "other", served=True
+        )
 
 
 async def test_audit_sink_failure_is_contained(runtime: AuthRuntime) -> None:
@@ -148,9 +158,9 @@ async def test_tenant_prompt_policy_reaches_the_principal(runtime: AuthRuntime) 
     _, k2 = await runtime.keys.create(tenant="other")
     p1 = await runtime.authenticate([], [k1], path="/", client=None)
     p2 = await runtime.authenticate([], [k2], path="/", client=None)
-    assert p1 is not None and p1.attributes["store_prompts"] is True
-    assert p2 is not None and "store_prompts" not in p2.attributes
-    assert p1.attributes["hide_forbidden_models"] is True
+    assert p1 is not None and p1.policy.store_prompts is True
+    assert p2 is not None and p2.policy.store_prompts is None
+    assert p1.policy.hide_forbidden_models is True
 
 
 async def test_tenant_priority_default_reaches_the_principal(runtime: AuthRuntime) -> None:
@@ -164,7 +174,7 @@ async def test_tenant_priority_default_reaches_the_principal(runtime: AuthRuntim
     _, plain = await runtime.keys.create(tenant="plain")
     p1 = await runtime.authenticate([], [gold], path="/", client=None)
     p2 = await runtime.authenticate([], [plain], path="/", client=None)
-    assert p1 is not None and p1.attributes["priority"] == 5
-    assert p1.attributes["max_priority"] == 8
-    assert p2 is not None and "priority" not in p2.attributes
-    assert "max_priority" not in p2.attributes
+    assert p1 is not None and p1.policy.priority == 5
+    assert p1.policy.max_priority == 8
+    assert p2 is not None and p2.policy.priority == 0
+    assert p2.policy.max_priority is None

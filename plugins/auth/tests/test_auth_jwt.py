@@ -78,10 +78,10 @@ def test_rs256_and_es256_from_jwks(jwks_file: Path, rsa_key: Any, ec_key: Any) -
     v = verifier(jwks_file)
     p = v.verify(jwt.encode(claims(), rsa_key, "RS256", headers={"kid": "r1"}))
     assert p.id == "jwt:alice" and p.tenant == "team-a" and p.kind == "jwt"
-    assert p.scopes == frozenset({"inference", "admin"})
-    assert p.models is None
+    assert p.policy.scopes == frozenset({"inference", "admin"})
+    assert p.policy.models is None
     p = v.verify(jwt.encode(claims(models=["demo"]), ec_key, "ES256", headers={"kid": "e1"}))
-    assert p.models == frozenset({"demo"})
+    assert p.policy.models == frozenset({"demo"})
 
 
 def test_static_pem_keys(tmp_path: Path, ec_key: Any) -> None:
@@ -185,9 +185,13 @@ def test_claim_mapping_and_defaults(jwks_file: Path, rsa_key: Any) -> None:
         headers={"kid": "r1"},
     )
     p = v.verify(t)
-    assert p.tenant == "acme" and p.scopes == frozenset({"inference"}) and p.limits == {"rpm": 7}
+    assert (
+        p.tenant == "acme"
+        and p.policy.scopes == frozenset({"inference"})
+        and p.policy.limits.rpm == 7
+    )
     t = jwt.encode(claims(scope=None), rsa_key, "RS256", headers={"kid": "r1"})
-    assert verifier(jwks_file).verify(t).scopes == frozenset({"inference"})
+    assert verifier(jwks_file).verify(t).policy.scopes == frozenset({"inference"})
 
 
 def test_config_refuses_private_keys_and_missing_keys(tmp_path: Path, rsa_key: Any) -> None:

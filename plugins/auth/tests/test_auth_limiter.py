@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from servehall import AdmissionRequest, Principal, RateLimitError, Reservation
+from servehall import AdmissionRequest, Limits, Policy, Principal, RateLimitError, Reservation
 from servehall_auth.limiter import Bucket, MemoryLimiterStore
 from servehall_auth.ratelimit import RateLimiter, format_duration
 from servehall_auth.settings import AuthSettings, TenantSettings
@@ -59,7 +59,7 @@ async def test_refill_caps_at_capacity_and_credit() -> None:
 
 async def test_n_plus_one_requests_per_minute() -> None:
     limiter = RateLimiter(MemoryLimiterStore(Clock()), settings())
-    p = Principal(id="sh-k1", limits={"rpm": 3})
+    p = Principal(id="sh-k1", policy=Policy(limits=Limits(rpm=3)))
     held = [await limiter.reserve(req(p)) for _ in range(3)]
     assert all(isinstance(h, Reservation) for h in held)
     assert held[-1] is not None and held[-1].headers()["x-ratelimit-remaining-requests"] == "0"
@@ -75,7 +75,7 @@ async def test_n_plus_one_requests_per_minute() -> None:
 
 async def test_rejected_requests_consume_nothing() -> None:
     limiter = RateLimiter(MemoryLimiterStore(Clock()), settings())
-    p = Principal(id="sh-k1", limits={"rpm": 2})
+    p = Principal(id="sh-k1", policy=Policy(limits=Limits(rpm=2)))
     await limiter.reserve(req(p))
     await limiter.reserve(req(p))
     for _ in range(5):
@@ -88,7 +88,7 @@ async def test_rejected_requests_consume_nothing() -> None:
 
 async def test_tokens_reserved_then_settled_to_usage() -> None:
     limiter = RateLimiter(MemoryLimiterStore(Clock()), settings())
-    p = Principal(id="sh-k2", limits={"tpm": 100})
+    p = Principal(id="sh-k2", policy=Policy(limits=Limits(tpm=100)))
     b = Bucket("p:sh-k2:tokens", 100)
     r = await limiter.reserve(req(p, prompt=10, max_tokens=20, n=2))  # 10 + 20×2
     assert r is not None
@@ -103,7 +103,7 @@ async def test_tokens_reserved_then_settled_to_usage() -> None:
 
 async def test_release_gives_everything_back() -> None:
     limiter = RateLimiter(MemoryLimiterStore(Clock()), settings())
-    p = Principal(id="sh-k3", limits={"rpm": 1, "tpm": 100})
+    p = Principal(id="sh-k3", policy=Policy(limits=Limits(rpm=1, tpm=100)))
     r = await limiter.reserve(req(p, 30, 30))
     assert r is not None
     with pytest.raises(RateLimitError):
@@ -114,7 +114,7 @@ async def test_release_gives_everything_back() -> None:
 
 async def test_request_larger_than_tpm() -> None:
     limiter = RateLimiter(MemoryLimiterStore(Clock()), settings())
-    p = Principal(id="sh-k4", limits={"tpm": 50})
+    p = Principal(id="sh-k4", policy=Policy(limits=Limits(tpm=50)))
     with pytest.raises(RateLimitError) as ei:
         await limiter.reserve(req(p, 10, 100))
     assert ei.value.code == "tokens_exceed_limit"

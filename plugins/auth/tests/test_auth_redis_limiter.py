@@ -12,7 +12,14 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from pydantic import ValidationError
 
-from servehall import AdmissionRequest, ConfigError, Principal, ServiceUnavailableError
+from servehall import (
+    AdmissionRequest,
+    ConfigError,
+    Limits,
+    Policy,
+    Principal,
+    ServiceUnavailableError,
+)
 from servehall_auth.limiter import Bucket
 from servehall_auth.metrics import LIMITER_ERRORS
 from servehall_auth.ratelimit import RateLimiter
@@ -104,7 +111,7 @@ async def test_two_replicas_share_buckets(redis_server: RedisServer) -> None:
     s1.prefix = s2.prefix = "shared-test:{rl}:"
     try:
         lim1, lim2 = RateLimiter(s1, settings()), RateLimiter(s2, settings())
-        p = Principal(id="sh-two", limits={"rpm": 10})
+        p = Principal(id="sh-two", policy=Policy(limits=Limits(rpm=10)))
         ok = refused = 0
         for i in range(20):
             try:
@@ -127,7 +134,7 @@ async def test_concurrent_acquires_never_overdraw(store: RedisLimiterStore) -> N
 
 async def test_settle_and_release_with_redis(store: RedisLimiterStore) -> None:
     lim = RateLimiter(store, settings())
-    p = Principal(id="sh-settle", limits={"rpm": 60, "tpm": 600})
+    p = Principal(id="sh-settle", policy=Policy(limits=Limits(rpm=60, tpm=600)))
     res = await lim.reserve(req(p, prompt=10, max_tokens=90))  # reserves 100 tokens
     assert res is not None
     tokens = Bucket("p:sh-settle:tokens", 600)
@@ -147,7 +154,7 @@ async def test_redis_down_fail_closed_then_open_then_recovers() -> None:
         open_store = await RedisLimiterStore.connect(srv.url, 0.3)
         closed = RateLimiter(closed_store, settings(limits_retry_after_s=3))
         opened = RateLimiter(open_store, settings(limits_on_error="open"))
-        p = Principal(id="sh-outage", limits={"rpm": 100, "tpm": 100000})
+        p = Principal(id="sh-outage", policy=Policy(limits=Limits(rpm=100, tpm=100000)))
         res = await closed.reserve(req(p))
         assert res is not None
 

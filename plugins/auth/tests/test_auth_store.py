@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
+from servehall import Limits
 from servehall_auth.keys import hash_key, parse_key
 from servehall_auth.store import KeyNotFoundError, KeyStore, api_key, utcnow
 
@@ -31,7 +32,7 @@ async def test_create_stores_only_the_hash(keystore: KeyStore) -> None:
     assert rows[0]["secret_hash"] == hash_key(key, "unit-test-pepper-0123456789")
     p = rec.principal()
     assert p.id == rec.public_id and p.tenant == "team-a"
-    assert p.models == frozenset({"demo"}) and p.limits == {"rpm": 5, "tpm": 500}
+    assert p.policy.models == frozenset({"demo"}) and p.policy.limits == Limits(rpm=5, tpm=500)
 
 
 async def test_verify_outcomes(keystore: KeyStore) -> None:

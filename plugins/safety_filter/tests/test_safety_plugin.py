@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from prometheus_client import REGISTRY
 
-from servehall import AdmissionRequest, Principal, PromptParts, load_settings
+from servehall import AdmissionRequest, Host, Principal, PromptParts, load_settings
 from servehall.errors import ConfigError
 from servehall.plugins import PluginHost
+from servehall_safety_filter.policy import PolicyBook
 
 CONFIG = {
     "plugins": {"enabled": ["safety_filter"]},
@@ -26,10 +27,10 @@ CONFIG = {
 }
 
 
-def _host() -> tuple[PluginHost, object]:
-    host = PluginHost(["safety_filter"])
-    settings = load_settings(data=CONFIG, section_models=host.settings_models())
-    return host, settings
+def _host() -> tuple[PluginHost, Host]:
+    plugins = PluginHost(["safety_filter"])
+    settings = load_settings(data=CONFIG, section_models=plugins.settings_models())
+    return plugins, Host(settings=settings, plugins=plugins)
 
 
 def _admission(principal: Principal) -> AdmissionRequest:
@@ -57,8 +58,9 @@ def test_entry_point_loads_and_section_validates() -> None:
 
 
 def test_input_and_output_filters_through_the_host() -> None:
-    host, settings = _host()
-    filters = host.input_filters(settings)  # type: ignore[arg-type]
+    host, running = _host()
+    filters = host.input_filters(running)
+    assert running.state.get(PolicyBook) is not None  # state on the host, not the module
     assert [f.name for f in filters] == ["safety_filter"]
     acme = Principal(id="k", tenant="acme")
     parts = PromptParts(
@@ -74,7 +76,7 @@ def test_input_and_output_filters_through_the_host() -> None:
         )
         or 0.0
     )
-    (flt,) = host.output_filters(_admission(acme), acme)
+    (flt,) = host.output_filters(running, _admission(acme))
     r1 = flt.feed("and then plu")
     r2 = flt.feed("gh happened")
     # the policy's e-mail rule holds back 129 characters: the block shows on finish
@@ -88,7 +90,7 @@ def test_input_and_output_filters_through_the_host() -> None:
     assert after == before + 1
 
     other = Principal(id="k2", tenant=None)
-    (flt,) = host.output_filters(_admission(other), other)
+    (flt,) = host.output_filters(running, _admission(other))
     text = flt.feed("plugh x@y.io done").text + flt.finish().text
     assert text == "plugh [EMAIL] done"
     assert (
@@ -107,8 +109,15 @@ def test_no_output_rules_means_no_stream_filter() -> None:
         "safety_filter": {"rules": [{"name": "in", "keywords": ["a"], "stages": ["input"]}]},
     }
     settings = load_settings(data=cfg, section_models=host.settings_models())
-    host.input_filters(settings)
-    assert host.output_filters(_admission(Principal(id="p")), Principal(id="p")) == []
+    running = Host(settings=settings, plugins=host)
+    host.input_filters(running)
+    assert host.output_filters(running, _admission(Principal(id="p"))) == []
+    # a second host gets its own compiled policies (no module-global state)
+    other = Host(
+        settings=load_settings(data=CONFIG, section_models=host.settings_models()), plugins=host
+    )
+    assert [f.name for f in host.input_filters(other)] == ["safety_filter"]
+    assert running.state.get(PolicyBook) is not other.state.get(PolicyBook)
 
 
 def test_filters_satisfy_the_core_protocols() -> None:

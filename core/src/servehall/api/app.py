@@ -37,7 +37,7 @@ def create_app(
         Route("/openapi.json", routes.openapi, methods=["GET"]),
     ]
     registry = RouteRegistry()
-    host.plugins.routes(registry)
+    host.plugins.routes(host, registry)
     middleware = [Middleware(AuthMiddleware)]
     if host.settings.server.access_log:
         middleware.insert(0, Middleware(AccessLogMiddleware))  # outermost: 401s too

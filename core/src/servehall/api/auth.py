@@ -53,7 +53,7 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            principal = await host.plugins.authenticate(Request(scope), host.settings)
+            principal = await host.plugins.authenticate(host, Request(scope))
             if principal is None:
                 raise AuthenticationError()
         except ServehallError as exc:

@@ -32,7 +32,9 @@ from pydantic import ValidationError
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
+from servehall.access import check_model_access
 from servehall.api.body import check_media_type, drain_body, parse_json_object, read_body
+from servehall.api.disconnect import ClientGone, DisconnectWatch
 from servehall.api.errors import error_response, from_validation_error
 from servehall.api.models import ChatCompletionRequest, CompletionRequest
 from servehall.api.prompt import chat_turns, prompt_texts
@@ -43,18 +45,18 @@ from servehall.api.state import ApiState
 from servehall.errors import (
     ContentFilterError,
     InvalidRequestError,
-    NotFoundError,
     PayloadTooLargeError,
-    PermissionDeniedError,
     ServehallError,
 )
 from servehall.filters import PromptParts
+from servehall.memory import run_heavy
 from servehall.principal import ANONYMOUS
 from servehall.scheduling import Slot, Ticket
 from servehall.serving.choice import ChoiceStream
 from servehall.serving.context import RequestContext
 from servehall.serving.params import check_unsupported, resolve_max_tokens, sampling_params
 from servehall.serving.priority import request_priority
+from servehall.text.budget import check_prompt_chars
 from servehall.text.stops import StopMatcher
 from servehall.usage import AdmissionRequest, Reservation
 
@@ -62,13 +64,6 @@ log = logging.getLogger("servehall.api")
 
 _LONG_TEXT = 20_000  # characters; longer prompts are tokenized off the event loop
 STATUS_CLIENT_CLOSED = 499
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
 
 
 class InferenceEndpoint:
@@ -100,15 +95,24 @@ class InferenceEndpoint:
                 ctx.finish(STATUS_CLIENT_CLOSED, finish_reason="client_disconnect")
                 return
             body = parse_json_object(raw)
-            work = asyncio.ensure_future(self._handle(run, body, send))
-            watcher = asyncio.ensure_future(_wait_disconnect(receive))
+            raw = b""  # the parsed body is all that is needed from here
+            # the client may leave at any point from here: see servehall.api.disconnect
+            watch = DisconnectWatch(receive, send)
+            watcher = watch.start()
+            work = asyncio.ensure_future(self._handle(run, body, watch.send))
             try:
                 await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+                if not work.done() and not watch.gone:
+                    await asyncio.wait({work})  # response complete: let the work finish
             finally:
+                gone = not work.done() or (
+                    not work.cancelled() and isinstance(work.exception(), ClientGone)
+                )
                 if not work.done():
                     work.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await work
+                if gone:
                     fill_record(run)
                     ctx.finish(
                         STATUS_CLIENT_CLOSED,
@@ -116,9 +120,9 @@ class InferenceEndpoint:
                         prompt_text=run.prompt_text,
                         completion_text=completion_text(run),
                     )
-                watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
+                await watch.stop()
+            if gone:
+                return
             work.result()
         except ServehallError as exc:
             fill_record(run)
@@ -167,22 +171,8 @@ class InferenceEndpoint:
         ctx.record.stream = req.stream
         name = req.model
         served = host.models.get(name)
-        allowed = run.principal.may_use(name)
-        # A model outside the caller's list is a 404 like an unknown one, unless the auth
-        # plugin says the deployment does not hide models (then 403).
-        hide = bool(run.principal.attributes.get("hide_forbidden_models", True))
-        if served is None or (not allowed and hide):
-            raise NotFoundError(
-                "The requested model does not exist or you do not have access to it.",
-                param="model",
-                code="model_not_found",
-            )
-        if not allowed:
-            raise PermissionDeniedError(
-                f"This credential may not use the model `{name}`.",
-                param="model",
-                code="model_not_allowed",
-            )
+        check_model_access(run.principal, name, served=served is not None)
+        assert served is not None
         ctx.record.model = served.name
         ctx.record.backend = served.backend
         n = req.n or 1
@@ -209,21 +199,26 @@ class InferenceEndpoint:
             texts = parts.texts
         run.prompt_text = "\n".join(texts)
 
-        # 5 tokenize + context check
+        # 5 tokenize + context check; a prompt that cannot fit is refused before
+        # tokenizing, a long one is tokenized on the worker thread (N31)
         tok = served.tokenizer
+        check_prompt_chars(
+            sum(len(t) for t in texts),
+            getattr(tok, "max_token_chars", None),
+            served.max_model_len,
+            prompt_param,
+        )
         if isinstance(req, ChatCompletionRequest):
             turns = chat_turns(req, texts, owners)
             if len(run.prompt_text) > _LONG_TEXT:
-                prompt_ids = await asyncio.to_thread(tok.render_chat, turns)
+                prompt_ids = await run_heavy(tok.render_chat, turns)
             else:
                 prompt_ids = tok.render_chat(turns)
             requested = req.max_completion_tokens or req.max_tokens
         else:
             text = texts[0]
             if len(text) > _LONG_TEXT:
-                prompt_ids = await asyncio.to_thread(
-                    tok.encode_plain, text, add_special_tokens=True
-                )
+                prompt_ids = await run_heavy(tok.encode_plain, text, add_special_tokens=True)
             else:
                 prompt_ids = tok.encode_plain(text, add_special_tokens=True)
             requested = req.max_tokens
@@ -252,7 +247,7 @@ class InferenceEndpoint:
             stream=req.stream,
         )
         priority = request_priority(run.principal, req.priority)
-        reservations: list[Reservation] = await host.plugins.authorize(admission)
+        reservations: list[Reservation] = await host.plugins.authorize(host, admission)
         slot: Slot | None = None
         try:
             if host.records is not None:
@@ -289,7 +284,7 @@ class InferenceEndpoint:
                     params=p,
                     detok=tok.new_detokenizer(),
                     stops=StopMatcher(stops) if stops else None,
-                    filters=host.plugins.output_filters(admission, run.principal)
+                    filters=host.plugins.output_filters(host, admission)
                     if host.plugins.has_output_filters
                     else [],
                 )

@@ -163,6 +163,7 @@ class _SamplingFields(_Model):
     # scheduling priority (vLLM's extension field; larger runs first here); see
     # servehall.serving.priority for who may raise it
     priority: Priority | None = None
+    ignore_eos: Annotated[bool, Field(strict=True)] = False  # vLLM extension (benchmarks)
 
     def stop_list(self) -> list[str]:
         """``stop`` as a list (empty when absent)."""

@@ -49,7 +49,7 @@ async def list_models(request: Request) -> Response:
             "max_model_len": served.max_model_len,
         }
         for name, served in api.host.models.items()
-        if principal.may_use(name)
+        if principal.policy.may_use(name)
     ]
     return JSONResponse({"object": "list", "data": data})
 

@@ -218,6 +218,8 @@ def validate_plugin_sections(settings: Settings, models: dict[str, type[BaseMode
 
 
 def _summary(errs: list[tuple[str, str]]) -> str:
+    if len(errs) == 1:  # one problem, one line (it names the section, i.e. the plugin)
+        return f"config error: {errs[0][0]}: {errs[0][1]}"
     lines = [f"  {k}: {m}" for k, m in errs[:50]]
     more = f"\n  … and {len(errs) - 50} more" if len(errs) > 50 else ""
     return f"{len(errs)} config error(s):\n" + "\n".join(lines) + more

@@ -1,10 +1,17 @@
-"""Alembic migrations, run programmatically (``servehall db upgrade``, auto-migrate,
-and the schema check ``serve`` does before it accepts requests).
+"""Alembic migrations, run programmatically (``servehall db upgrade``/``status``,
+``[database] auto_migrate``, and the schema check ``serve`` does before it accepts
+requests).
 
-The migration tree lives in the repository's ``migrations/`` directory (``alembic.ini``
-beside it); ``$SERVEHALL_MIGRATIONS`` points elsewhere. The core's revisions form the
-main line from ``0001_base``; plugin-owned tables are separate branches rooted at
-``0001_base`` (``branch_labels = ("<plugin>",)``), so upgrading always targets ``heads``.
+The Alembic environment and the core's revisions are package data of ``servehall``
+(``servehall/migrations``), so an installed wheel migrates exactly like a checkout. The
+core's revisions form the main line from ``0001_base``; each plugin that owns tables
+ships its revisions in its own package as a branch rooted at ``0001_base`` and declares
+it with ``servehall_migrations`` (:class:`~servehall.migrations_api.MigrationBranch`).
+
+Every function takes ``branches``: the plugin branches to *apply* (those of the enabled
+plugins), and ``known``: branches of installed plugins that are not enabled, used only
+to make sense of revisions already in ``alembic_version`` — a disabled plugin's tables
+and version row are left alone, never dropped and never upgraded.
 """
 
 from __future__ import annotations
@@ -12,7 +19,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -26,51 +34,22 @@ from alembic.script import ScriptDirectory  # noqa: E402
 from sqlalchemy.engine import Connection  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncEngine  # noqa: E402
 
-from servehall.errors import ConfigError  # noqa: E402
+from servehall.errors import ConfigError, PluginError  # noqa: E402
+from servehall.migrations_api import MigrationBranch  # noqa: E402
 
 UPGRADE_HINT = "servehall db upgrade"
+CORE_LABEL = "servehall"
 
-
-def migrations_dir() -> Path:
-    """The Alembic script directory (``$SERVEHALL_MIGRATIONS`` or the repo's ``migrations``).
-
-    Raises:
-        ConfigError: no migration directory can be found.
-    """
-    env = os.environ.get("SERVEHALL_MIGRATIONS")
-    candidates = [Path(env)] if env else []
-    here = Path(__file__).resolve()
-    candidates += [p / "migrations" for p in here.parents]
-    for c in candidates:
-        if (c / "env.py").is_file() and (c / "versions").is_dir():
-            return c
-    raise ConfigError("cannot find the servehall migrations directory; set SERVEHALL_MIGRATIONS")
-
-
-def alembic_config() -> Config:
-    """An Alembic :class:`Config` for the servehall migration tree."""
-    mdir = migrations_dir()
-    ini = mdir.parent / "alembic.ini"
-    cfg = Config(str(ini)) if ini.is_file() else Config()
-    cfg.set_main_option("script_location", str(mdir))
-    cfg.set_main_option("version_locations", str(mdir / "versions"))
-    cfg.set_main_option("path_separator", "os")
-    return cfg
-
-
-def script_heads() -> set[str]:
-    """Every head revision of the migration tree (core and plugin branches)."""
-    return set(ScriptDirectory.from_config(alembic_config()).get_heads())
-
-
-def _current_heads(conn: Connection) -> set[str]:
-    return set(MigrationContext.configure(conn).get_current_heads())
+#: ``pg_advisory_xact_lock`` key held while migrating, so replicas started together with
+#: ``auto_migrate`` run the migrations one after the other (the second finds nothing to do).
+MIGRATION_LOCK_KEY = 0x5E5E_0001
 
 
 class SchemaTooNewError(ConfigError):
     """The database is at a revision this servehall does not know: another replica (or
-    ``servehall db upgrade``) of a newer release migrated it. ``database_revisions``
-    holds the unknown revision(s), ``known_heads`` this release's head(s)."""
+    ``servehall db upgrade``) of a newer release migrated it, or a plugin that owns it is
+    not installed. ``database_revisions`` holds the unknown revision(s), ``known_heads``
+    this release's head(s)."""
 
     def __init__(self, database: set[str], code: set[str]) -> None:
         self.database_revisions = database
@@ -81,50 +60,171 @@ class SchemaTooNewError(ConfigError):
             + ", this release knows up to "
             + ", ".join(sorted(code))
             + "; run the newer servehall release on this replica (a replica never "
-            "downgrades a shared database)"
+            "downgrades a shared database), or install the plugin that owns the revision "
+            "(it may stay disabled)"
         )
 
 
-def _missing_heads(conn: Connection) -> set[str]:
-    """Heads of the tree that the database has not reached.
+def migrations_dir() -> Path:
+    """The Alembic environment shipped in the package (``servehall/migrations``)."""
+    return Path(str(files("servehall").joinpath("migrations")))
+
+
+def _branch_dir(branch: MigrationBranch) -> Path:
+    try:
+        path = branch.path()
+    except (ModuleNotFoundError, TypeError, ValueError) as exc:
+        raise PluginError(
+            f"plugin {branch.label!r}: migration branch location {branch.location!r} "
+            f"cannot be found ({type(exc).__name__}: {exc})"
+        ) from None
+    if not path.is_dir() or not any(path.glob("*.py")):
+        raise PluginError(
+            f"plugin {branch.label!r}: migration branch {branch.label!r} is missing "
+            f"(no revision files in {path})"
+        )
+    return path
+
+
+class MigrationPlan:
+    """The migration tree for one deployment: core + plugin branches.
+
+    Args:
+        branches: plugin branches to apply.
+        known: plugin branches only to resolve revisions already applied.
 
     Raises:
-        SchemaTooNewError: the database has a revision the tree does not contain.
+        PluginError: a branch's directory is missing or empty, its revisions do not form
+            a branch with its label, or Alembic cannot read them (one line naming the
+            plugin).
     """
-    script = ScriptDirectory.from_config(alembic_config())
-    current = _current_heads(conn)
-    unknown = {rev for rev in current if rev not in _known_revisions(script)}
-    if unknown:
-        raise SchemaTooNewError(unknown, set(script.get_heads()))
-    applied: set[str] = set()
-    for rev in current:
-        for r in script.iterate_revisions(rev, "base"):
-            applied.add(r.revision)
-    return {h for h in script.get_heads() if h not in applied}
+
+    def __init__(
+        self,
+        branches: Sequence[MigrationBranch] = (),
+        known: Sequence[MigrationBranch] = (),
+        *,
+        complete: bool = False,
+    ) -> None:
+        self.complete = complete
+        mdir = migrations_dir()
+        self.dirs: dict[str, Path] = {CORE_LABEL: mdir / "versions"}
+        self.apply: list[str] = [CORE_LABEL]
+        for b in branches:
+            self.dirs[b.label] = _branch_dir(b)
+            self.apply.append(b.label)
+        for b in known:
+            if b.label in self.dirs:
+                continue
+            with contextlib.suppress(PluginError):  # a broken disabled plugin: ignore it
+                self.dirs[b.label] = _branch_dir(b)
+        cfg = Config()
+        cfg.set_main_option("script_location", str(mdir))
+        cfg.set_main_option("path_separator", "os")
+        cfg.set_main_option(
+            "version_locations", os.pathsep.join(str(d) for d in self.dirs.values())
+        )
+        self.config = cfg
+        try:
+            self.script = ScriptDirectory.from_config(cfg)
+            revisions = list(self.script.walk_revisions())
+        except Exception as exc:
+            names = ", ".join(repr(n) for n in self.dirs if n != CORE_LABEL) or "none"
+            raise PluginError(
+                f"migration tree cannot be read (plugin branches: {names}): "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            ) from None
+        by_dir: dict[Path, list[Any]] = {}
+        for rev in revisions:
+            by_dir.setdefault(Path(rev.path).resolve().parent, []).append(rev)
+        self.heads: dict[str, list[str]] = {}
+        for label, d in self.dirs.items():
+            revs = by_dir.get(d.resolve(), [])
+            ids = {r.revision for r in revs}
+            if label != CORE_LABEL and not any(label in (r.branch_labels or ()) for r in revs):
+                raise PluginError(
+                    f"plugin {label!r}: migration branch {label!r} is missing "
+                    f"(no revision in {d} has branch_labels = ({label!r},))"
+                )
+            self.heads[label] = sorted(r.revision for r in revs if not (set(r.nextrev) & ids))
+        self.revisions = {r.revision for r in revisions}
+        core_dir = self.dirs[CORE_LABEL].resolve()
+        self.core_revisions = {r.revision for r in by_dir.get(core_dir, [])}
+
+    def targets(self) -> list[str]:
+        """Head revisions to reach: the core's and each applied branch's."""
+        return [h for label in self.apply for h in self.heads[label]]
+
+    def check_current(self, current: set[str], *, strict: bool = True) -> None:
+        """Refuse a database holding revisions this tree lacks (SchemaTooNewError).
+
+        Not ``strict`` (a plan that may not know every installed plugin, e.g. the core-only
+        check of the ``sql`` sink): unknown revisions beside a known core revision belong
+        to other branches and are ignored; an unknown core line is still refused."""
+        unknown = current - self.revisions
+        if not unknown:
+            return
+        if not strict and not self.complete and current & self.core_revisions:
+            return
+        raise SchemaTooNewError(unknown, set(self.targets()))
+
+    def missing(self, conn: Connection) -> set[str]:
+        """Target heads the database has not reached (revisions of branches outside this
+        tree, e.g. a plugin the caller does not know about, are ignored)."""
+        current = set(MigrationContext.configure(conn).get_current_heads())
+        self.check_current(current, strict=False)
+        current &= self.revisions
+        applied: set[str] = set()
+        for rev in current:
+            for r in self.script.iterate_revisions(rev, "base"):
+                applied.add(r.revision)
+        return {h for h in self.targets() if h not in applied}
+
+    def status(self, conn: Connection) -> list[tuple[str, list[str], bool, bool]]:
+        """``[(label, heads, applied?, enabled?)]`` for every branch in the tree."""
+        current = set(MigrationContext.configure(conn).get_current_heads())
+        self.check_current(current, strict=False)
+        current &= self.revisions
+        applied: set[str] = set()
+        for rev in current:
+            for r in self.script.iterate_revisions(rev, "base"):
+                applied.add(r.revision)
+        return [
+            (label, heads, all(h in applied for h in heads), label in self.apply)
+            for label, heads in self.heads.items()
+        ]
+
+    def upgrade(self, conn: Connection) -> None:
+        """Upgrade to every target head (core first, then plugin branches in order)."""
+        if conn.dialect.name == "postgresql":
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
+        # refuse revisions no package provides before Alembic trips over them
+        self.check_current(set(MigrationContext.configure(conn).get_current_heads()))
+        self.config.attributes["connection"] = conn
+        for head in self.targets():
+            command.upgrade(self.config, head)
 
 
-def _known_revisions(script: ScriptDirectory) -> set[str]:
-    return {r.revision for r in script.walk_revisions()}
+def script_heads() -> set[str]:
+    """The core's head revision(s) in this release."""
+    return set(MigrationPlan().targets())
 
 
-#: ``pg_advisory_xact_lock`` key held while migrating, so replicas started together with
-#: ``auto_migrate`` run the migrations one after the other (the second finds nothing to do).
-MIGRATION_LOCK_KEY = 0x5E5E_0001
+async def upgrade_database(
+    engine: AsyncEngine,
+    branches: Sequence[MigrationBranch] = (),
+    known: Sequence[MigrationBranch] = (),
+    *,
+    complete: bool = False,
+) -> None:
+    """Apply the core's revisions and ``branches`` on ``engine``'s database (one transaction;
+    on PostgreSQL under an advisory lock, so concurrent replicas migrate one at a time).
 
-
-def _upgrade(conn: Connection, cfg: Config) -> None:
-    if conn.dialect.name == "postgresql":
-        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
-    _missing_heads(conn)  # refuses a database newer than this release (SchemaTooNewError)
-    cfg.attributes["connection"] = conn
-    command.upgrade(cfg, "heads")
-
-
-async def upgrade_database(engine: AsyncEngine) -> None:
-    """Run ``alembic upgrade heads`` on ``engine``'s database (in one transaction)."""
-    cfg = alembic_config()
+    ``complete``: ``branches`` + ``known`` cover every installed plugin (the host's view);
+    then any unknown revision means a newer schema."""
+    plan = MigrationPlan(branches, known, complete=complete)
     async with engine.begin() as conn:
-        await conn.run_sync(_upgrade, cfg)
+        await conn.run_sync(plan.upgrade)
 
 
 @contextlib.contextmanager
@@ -139,26 +239,60 @@ def _quiet_alembic() -> Iterator[None]:
         logger.setLevel(old)
 
 
-async def pending_heads(engine: AsyncEngine) -> set[str]:
-    """Heads of the migration tree the database lacks (empty: fully migrated)."""
+async def pending_heads(
+    engine: AsyncEngine,
+    branches: Sequence[MigrationBranch] = (),
+    known: Sequence[MigrationBranch] = (),
+    *,
+    complete: bool = False,
+) -> set[str]:
+    """Head revisions (core + ``branches``) the database lacks (empty: fully migrated).
+
+    Raises:
+        SchemaTooNewError: the database has a revision the tree does not contain (only
+            core revisions count unless ``complete``)."""
+    plan = MigrationPlan(branches, known, complete=complete)
     with _quiet_alembic():
         async with engine.connect() as conn:
-            return await conn.run_sync(_missing_heads)
+            return await conn.run_sync(plan.missing)
 
 
-async def ensure_schema(engine: AsyncEngine, *, auto_migrate: bool, config_hint: str = "") -> None:
+async def branch_status(
+    engine: AsyncEngine,
+    branches: Sequence[MigrationBranch] = (),
+    known: Sequence[MigrationBranch] = (),
+    *,
+    complete: bool = False,
+) -> list[tuple[str, list[str], bool, bool]]:
+    """``[(label, heads, applied, enabled)]`` per branch, for ``servehall db status``."""
+    plan = MigrationPlan(branches, known, complete=complete)
+    with _quiet_alembic():
+        async with engine.connect() as conn:
+            return await conn.run_sync(plan.status)
+
+
+async def ensure_schema(
+    engine: AsyncEngine,
+    *,
+    auto_migrate: bool,
+    config_hint: str = "",
+    branches: Sequence[MigrationBranch] = (),
+    known: Sequence[MigrationBranch] = (),
+    complete: bool = False,
+) -> None:
     """Make sure the schema is current: migrate when ``auto_migrate``, else refuse.
 
     Raises:
         ConfigError: the database is not migrated (the message names the command to run),
-            or cannot be reached.
+            holds revisions of an uninstalled plugin, or cannot be reached.
+        PluginError: a plugin's migration branch is missing or broken.
     """
     try:
-        missing = await pending_heads(engine)
+        missing = await pending_heads(engine, branches, known, complete=complete)
         if missing and auto_migrate:
-            await upgrade_database(engine)
-            missing = await pending_heads(engine)
-    except ConfigError:
+            await upgrade_database(engine, branches, known, complete=complete)
+            missing = await pending_heads(engine, branches, known, complete=complete)
+    except (ConfigError, PluginError):
         raise
     except Exception as exc:
         raise ConfigError(f"database: cannot check the schema: {_brief(exc)}") from None

@@ -4,10 +4,10 @@ Core tables: ``request_log`` (one row per request), ``audit_event`` (hash-chaine
 and security events) and ``audit_chain_head`` (one row: the chain's last hash, so a
 truncated tail is detected). Units: times UTC, durations seconds, tokens counts.
 
-Plugin-owned tables subclass :class:`DbBase` (exported as ``servehall.DbBase``) so they
-share the metadata and its constraint naming convention; their Alembic revisions live
-in ``migrations/versions`` as their own branch rooted at ``0001_base`` (see
-``docs/sql.md``).
+Plugin-owned tables are defined by the plugin (a ``MetaData`` of its own, or subclasses
+of :class:`DbBase`, exported as ``servehall.DbBase``, for its constraint naming
+convention); their Alembic revisions ship in the plugin's package as a branch rooted at
+``0001_base``, declared with ``servehall_migrations`` (see ``docs/plugins.md``).
 """
 
 from __future__ import annotations

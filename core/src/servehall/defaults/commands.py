@@ -1,4 +1,5 @@
-"""Default plugin: the core's CLI commands (``serve``, ``plugins``, ``config``, ``demo-model``)."""
+"""Default plugin: the core's CLI commands (``serve``, ``plugins``, ``config``, ``demo-model``,
+``bench``)."""
 
 from __future__ import annotations
 
@@ -155,13 +156,26 @@ def serve_command(
 def demo_model_command(
     out: Annotated[Path | None, typer.Option("--out", help="Output directory.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Rebuild even if present.")] = False,
+    size: Annotated[
+        str,
+        typer.Option(
+            "--size",
+            help="demo (~1.3 M parameters, seconds) or small (~25 M, about a minute; "
+            "the benchmark model). Default directory: demo-model[-small] in the cache.",
+        ),
+    ] = "demo",
 ) -> None:
     """Build the small local demo model: a tiny Llama-style model trained here in seconds
     on a small built-in corpus, with its own tokenizer. Its text is fluent-looking
     nonsense; it exists to try the platform, not to answer questions."""
-    from servehall.demo import DEFAULT_DEMO_DIR, build_demo_model
+    from servehall.demo import DEFAULT_DEMO_DIR, build_demo_model, default_demo_dir
+    from servehall.demo.model import SIZES
 
-    path = build_demo_model(out or DEFAULT_DEMO_DIR, force=force)
+    if size not in SIZES:
+        typer.echo(f"error: unknown --size {size!r}; known: {', '.join(SIZES)}", err=True)
+        raise typer.Exit(2)
+    default = DEFAULT_DEMO_DIR if size == "demo" else default_demo_dir(size)
+    path = build_demo_model(out or default, force=force, size=size)
     typer.echo(str(path))
 
 
@@ -171,3 +185,10 @@ def servehall_register_commands(cli: typer.Typer) -> None:
     cli.command("plugins")(plugins_command)
     cli.add_typer(config_app, name="config")
     cli.command("demo-model")(demo_model_command)
+    cli.add_typer(_bench_app(), name="bench")
+
+
+def _bench_app() -> typer.Typer:
+    from servehall.bench.cli import bench_app
+
+    return bench_app

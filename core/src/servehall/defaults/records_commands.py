@@ -26,19 +26,19 @@ audit_app = typer.Typer(help="Audit trail and request-log queries.", no_args_is_
 
 def _with_engine(
     config: Path | None,
-    fn: Callable[[Any], Awaitable[T]],
+    fn: Callable[[Any, Any], Awaitable[T]],
     *,
     create: bool = False,
     migrated: bool = True,
 ) -> T:
-    """Load the deployment, open its database, run ``fn(engine)``.
+    """Load the deployment, open its database, run ``fn(engine, plugins)``.
 
     On success prints ``database: URL (where the config came from)`` on stderr (stdout
     stays the command's output, e.g. CSV). Without ``create`` a SQLite file that does not
-    exist is refused (connecting would create an empty one); with ``migrated`` an
-    un-migrated database is refused with the command to run. Every failure — bad config,
-    missing, un-migrated or unreachable database — is one ``error:`` line on stderr
-    naming the database, and exit 2; never a traceback.
+    exist is refused (connecting would create an empty one); with ``migrated`` a database
+    that lacks the core's or an enabled plugin's revisions is refused with the command to
+    run. Every failure — bad config, missing, un-migrated or unreachable database — is one
+    ``error:`` line on stderr naming the database, and exit 2; never a traceback.
     """
     from servehall.bootstrap import load_deployment
     from servehall.db.engine import create_db_engine, database_url
@@ -50,7 +50,7 @@ def _with_engine(
 
     async def go() -> T:
         nonlocal where
-        settings, _ = load_deployment(config)
+        settings, plugins = load_deployment(config)
         url = database_url(settings)
         where = describe_database(url)
         if not create:
@@ -58,14 +58,16 @@ def _with_engine(
         engine = create_db_engine(settings)
         try:
             if migrated:
-                missing = await pending_heads(engine)
+                missing = await pending_heads(
+                    engine, plugins.migrations(), plugins.other_migrations()
+                )
                 if missing:
                     hint = f" --config {config}" if config is not None else ""
                     raise ConfigError(
                         f"database {where} is not migrated (missing: "
                         f"{', '.join(sorted(missing))}); run `{UPGRADE_HINT}{hint}`"
                     )
-            result = await fn(engine)
+            result = await fn(engine, plugins)
         finally:
             await engine.dispose()
         typer.echo(f"database: {where} ({config_source(config)})", err=True)
@@ -104,17 +106,19 @@ def _version_heads(engine: Any) -> Awaitable[list[str]]:
 
 @db_app.command("upgrade")
 def db_upgrade(config: ConfigOpt = None) -> None:
-    """Migrate the database to the newest schema (``alembic upgrade heads``), creating it
-    if needed; says which revisions it was at before and is at now."""
+    """Migrate the database to the newest schema: the core's revisions and the branch of
+    every enabled plugin (a disabled plugin's tables are left as they are), creating it if
+    needed; says which revisions it was at before and is at now."""
     from servehall.db.migrate import pending_heads, upgrade_database
 
-    async def go(engine: Any) -> tuple[list[str], list[str], set[str]]:
+    async def go(engine: Any, plugins: Any) -> tuple[list[str], list[str], set[str]]:
+        branches, known = plugins.migrations(), plugins.other_migrations()
         before = await _version_heads(engine)
-        await upgrade_database(engine)
-        return before, await _version_heads(engine), await pending_heads(engine)
+        await upgrade_database(engine, branches, known)
+        return before, await _version_heads(engine), await pending_heads(engine, branches, known)
 
     before, after, missing = _with_engine(config, go, create=True, migrated=False)
-    if missing:  # pragma: no cover - upgrade heads leaves nothing missing
+    if missing:  # pragma: no cover - upgrading to every target leaves nothing missing
         typer.echo(f"error: still missing {', '.join(sorted(missing))}", err=True)
         raise typer.Exit(1)
     if before == after:
@@ -126,11 +130,22 @@ def db_upgrade(config: ConfigOpt = None) -> None:
 
 @db_app.command("status")
 def db_status(config: ConfigOpt = None) -> None:
-    """Say whether the database is migrated; exit 1 when it is not (2 when it does not
-    exist or cannot be reached). Never creates a database."""
-    from servehall.db.migrate import pending_heads
+    """Show each migration branch (core and plugins) and whether it is applied; exit 1 when
+    the core or an enabled plugin's branch is not (2 when the database does not exist or
+    cannot be reached). Never creates a database."""
+    from servehall.db.migrate import branch_status
 
-    missing = _with_engine(config, pending_heads, migrated=False)
+    async def go(engine: Any, plugins: Any) -> list[tuple[str, list[str], bool, bool]]:
+        return await branch_status(engine, plugins.migrations(), plugins.other_migrations())
+
+    rows = _with_engine(config, go, migrated=False)
+    missing: list[str] = []
+    for label, heads, applied, enabled in rows:
+        state = "applied" if applied else "not applied"
+        role = "core" if label == "servehall" else ("enabled" if enabled else "disabled")
+        typer.echo(f"{label}: {', '.join(heads)} — {state} ({role})")
+        if enabled and not applied:
+            missing.extend(heads)
     if missing:
         hint = f" --config {config}" if config is not None else ""
         typer.echo(
@@ -146,7 +161,10 @@ def audit_verify(config: ConfigOpt = None) -> None:
     """Walk the audit_event hash chain; exit 1 naming the first bad row."""
     from servehall.records.chain import verify_chain
 
-    result = _with_engine(config, verify_chain)
+    async def go(engine: Any, plugins: Any) -> Any:
+        return await verify_chain(engine)
+
+    result = _with_engine(config, go)
     if not result.ok:
         where = f"audit_event id {result.bad_id}" if result.bad_id is not None else "audit_event"
         typer.echo(f"FAILED: {where}: {result.reason} ({result.checked} row(s) verified)")
@@ -220,7 +238,7 @@ def audit_query(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
 
-    async def go(engine: Any) -> tuple[list[str], list[dict[str, Any]]]:
+    async def go(engine: Any, plugins: Any) -> tuple[list[str], list[dict[str, Any]]]:
         return await run_query(engine, name, when, limit)
 
     cols, rows = _with_engine(config, go)

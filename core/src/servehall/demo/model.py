@@ -2,7 +2,8 @@
 
 Architecture (Touvron et al., "Llama 2", 2023): RMSNorm, rotary position embeddings,
 SwiGLU MLP, grouped-query attention (4 query heads, 2 KV heads), tied input/output
-embeddings; about 1.3 M parameters, context length 2048. Weights start from a seeded
+embeddings; about 1.3 M parameters (``small``: 24.6 M, see :data:`SIZES`), context
+length 2048. Weights start from a seeded
 normal initialisation and take a short AdamW run (a few seconds on one CPU thread) over
 the corpus so greedy decoding produces real words rather than one repeated token.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,18 +39,57 @@ TRAIN_SEQ_LEN = 96
 LEARNING_RATE = 4e-3
 
 
-def llama_config(tok: Tokenizer) -> dict[str, Any]:
-    """The ``config.json`` fields of the demo model (a ``LlamaForCausalLM``)."""
+@dataclass(frozen=True, slots=True)
+class ModelSize:
+    """Shape and training budget of one demo-model size (same tokenizer, corpus and recipe).
+
+    Attributes:
+        hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads: the Llama
+            shape (head dim = hidden / heads).
+        train_steps: AdamW steps of the short training run.
+        learning_rate: its peak learning rate.
+    """
+
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    train_steps: int
+    learning_rate: float
+
+
+SIZES: dict[str, ModelSize] = {
+    # ~1.3 M parameters: starts in seconds; the frontend dominates its cost on a CPU.
+    "demo": ModelSize(
+        HIDDEN_SIZE,
+        INTERMEDIATE_SIZE,
+        NUM_LAYERS,
+        NUM_HEADS,
+        NUM_KV_HEADS,
+        TRAIN_STEPS,
+        LEARNING_RATE,
+    ),
+    # ~24.6 M parameters: big enough that the engine, not the frontend, dominates a CPU
+    # (the model the platform ÷ engine budgets are judged on). Fewer training steps keep
+    # the build around a minute; its text is rougher than the demo model's.
+    "small": ModelSize(512, 1408, 8, 8, 4, 40, 1.5e-3),
+}
+"""Model sizes of ``servehall demo-model --size``."""
+
+
+def llama_config(tok: Tokenizer, size: ModelSize = SIZES["demo"]) -> dict[str, Any]:
+    """The ``config.json`` fields of the demo model (a ``LlamaForCausalLM``) of ``size``."""
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
         "vocab_size": tok.get_vocab_size(),
-        "hidden_size": HIDDEN_SIZE,
-        "intermediate_size": INTERMEDIATE_SIZE,
-        "num_hidden_layers": NUM_LAYERS,
-        "num_attention_heads": NUM_HEADS,
-        "num_key_value_heads": NUM_KV_HEADS,
-        "head_dim": HIDDEN_SIZE // NUM_HEADS,
+        "hidden_size": size.hidden_size,
+        "intermediate_size": size.intermediate_size,
+        "num_hidden_layers": size.num_layers,
+        "num_attention_heads": size.num_heads,
+        "num_key_value_heads": size.num_kv_heads,
+        "head_dim": size.hidden_size // size.num_heads,
         "hidden_act": "silu",
         "max_position_embeddings": CONTEXT_LENGTH,
         "initializer_range": 0.02,
@@ -106,14 +147,14 @@ def training_stream(tok: Tokenizer, seed: int) -> list[int]:
     return ids
 
 
-def build_weights(tok: Tokenizer, out: Path, *, seed: int) -> None:
-    """Initialise, briefly train and save the model into ``out`` (``config.json``,
-    ``generation_config.json``, ``model.safetensors``)."""
+def build_weights(tok: Tokenizer, out: Path, *, seed: int, size: ModelSize = SIZES["demo"]) -> None:
+    """Initialise, briefly train and save the model of ``size`` into ``out``
+    (``config.json``, ``generation_config.json``, ``model.safetensors``)."""
     import torch
     from safetensors.torch import save_file
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = llama_config(tok)
+    cfg = llama_config(tok, size)
     prev_threads = torch.get_num_threads()
     prev_det = torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(1)
@@ -122,7 +163,7 @@ def build_weights(tok: Tokenizer, out: Path, *, seed: int) -> None:
         torch.manual_seed(seed)
         config = LlamaConfig(**{k: v for k, v in cfg.items() if k != "architectures"})
         model = LlamaForCausalLM(config).float()
-        _train(model, training_stream(tok, seed), seed)
+        _train(model, training_stream(tok, seed), seed, size)
         state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
         state.pop("lm_head.weight", None)  # tied to model.embed_tokens.weight
     finally:
@@ -134,18 +175,19 @@ def build_weights(tok: Tokenizer, out: Path, *, seed: int) -> None:
     (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
 
 
-def _train(model: Any, stream: list[int], seed: int) -> None:
+def _train(model: Any, stream: list[int], seed: int, size: ModelSize) -> None:
     """A short AdamW run of next-token prediction on random windows of ``stream``."""
     import torch
 
     rng = random.Random(seed)
     data = torch.tensor(stream, dtype=torch.long)
-    opt = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
+    peak, steps = size.learning_rate, size.train_steps
+    opt = torch.optim.AdamW(model.parameters(), lr=peak, weight_decay=0.0)
     model.train()
-    for step in range(TRAIN_STEPS):
+    for step in range(steps):
         starts = [rng.randrange(0, len(stream) - TRAIN_SEQ_LEN - 1) for _ in range(TRAIN_BATCH)]
         batch = torch.stack([data[s : s + TRAIN_SEQ_LEN] for s in starts])
-        lr = LEARNING_RATE * min(1.0, (step + 1) / 20) * (1 - step / TRAIN_STEPS * 0.9)
+        lr = peak * min(1.0, (step + 1) / 20) * (1 - step / steps * 0.9)
         for group in opt.param_groups:
             group["lr"] = lr
         loss = model(input_ids=batch, labels=batch).loss

@@ -12,7 +12,10 @@ Interface used by the request path:
   never raise; call them on the event loop thread;
 * ``bus.check_admission()``: raises :class:`~servehall.errors.ServiceUnavailableError`
   (503, ``Retry-After``, code ``records_unavailable``) while a ``required`` sink cannot
-  write and its buffer is exhausted (fail closed);
+  write and its buffer is exhausted — or, with ``fail_closed = "at_once"``, from its
+  first failed write (fail closed); the refusal's own record is kept and written later;
+* ``bus.unready_sinks()``: ``{sink name: reason}`` for every ``required`` sink that
+  cannot record right now (``/health/ready`` answers 503 naming them);
 * ``await bus.close()``: flush and close at shutdown (unwritten records are saved to
   the spill file and replayed at the next start).
 
@@ -20,9 +23,10 @@ Each sink gets its own :class:`~servehall.records.runner.SinkRunner` (bounded qu
 batches, retry with backoff, spill file, replay). Runner settings come from the sink's
 ``options`` (``buffer``, ``batch_size``, ``linger_s``, ``spill``, ``spill_path``,
 ``spill_max_bytes``, ``retry_initial_s``, ``retry_max_s``, ``retry_after_s``,
-``close_timeout_s``, ``commit_wait_s``); the other options go to the sink's factory.
-With ``commit_wait_s`` on a sink, :meth:`RecordBus.wait_written` holds a response's last
-bytes until that sink has written the request's record.
+``close_timeout_s``, ``commit_wait_s``, ``fail_closed``, ``max_refused``); the other
+options go to the sink's factory. With ``commit_wait_s`` on a sink,
+:meth:`RecordBus.wait_written` holds a response's last bytes until that sink has written
+the request's record.
 """
 
 from __future__ import annotations
@@ -51,8 +55,10 @@ class RecordBus:
     Args:
         runners: one started :class:`SinkRunner` per configured sink (may be empty: the
             bus then keeps nothing, e.g. ``sinks = []`` in tests).
-        store_prompts: ``[database] store_prompts``; when False prompt and completion
-            text are removed from every record before any sink sees it.
+        store_prompts: ``[database] store_prompts``: whether prompt and completion text
+            are kept for records whose own ``store_prompts`` (the principal's
+            ``policy.store_prompts``) is None; otherwise the record's choice wins. Text
+            that is not kept is removed before any sink sees the record.
     """
 
     def __init__(self, runners: list[SinkRunner] | None = None, *, store_prompts: bool = False):
@@ -78,9 +84,8 @@ class RecordBus:
 
     def emit(self, record: RequestRecord) -> None:
         """Queue one request-log record (prompt text dropped unless allowed)."""
-        if (record.prompt_text is not None or record.completion_text is not None) and (
-            not self.store_prompts or record.store_prompts is False
-        ):
+        keep = self.store_prompts if record.store_prompts is None else record.store_prompts
+        if (record.prompt_text is not None or record.completion_text is not None) and not keep:
             record.prompt_text = None
             record.completion_text = None
         self.emitted += 1
@@ -97,11 +102,11 @@ class RecordBus:
     def check_admission(self) -> None:
         """Raise ServiceUnavailableError (503) while a required sink is exhausted."""
         for r in self._required:
-            if r.exhausted:
+            if r.refusing:
+                why = "its buffer is full" if r.exhausted else "it fails closed at once"
                 raise ServiceUnavailableError(
-                    f"Request logging is unavailable (sink {r.name!r} cannot write and its "
-                    "buffer is full); the server does not accept requests it cannot record. "
-                    "Retry later.",
+                    f"Request logging is unavailable (sink {r.name!r} cannot write and {why}); "
+                    "the server does not accept requests it cannot record. Retry later.",
                     code=FAIL_CLOSED_CODE,
                     headers={"Retry-After": str(r.retry_after_s)},
                 )
@@ -109,7 +114,21 @@ class RecordBus:
     @property
     def healthy(self) -> bool:
         """True when every required sink is writing (a readiness signal)."""
-        return all(r.healthy and not r.exhausted for r in self._required)
+        return not self.unready_sinks()
+
+    def unready_sinks(self) -> dict[str, str]:
+        """``{name: reason}`` of each required sink that cannot record now.
+
+        A sink cannot record from its first failed write until a write succeeds again
+        (``reason`` names the last error), or while it is exhausted.
+        """
+        out: dict[str, str] = {}
+        for r in self._required:
+            if not r.healthy:
+                out[r.name] = f"sink cannot write: {r.last_error or 'unknown error'}"
+            elif r.exhausted:
+                out[r.name] = "sink buffer and spill file are full"
+        return out
 
     def stats(self) -> list[dict[str, Any]]:
         """Per-sink counters (queued, spilled bytes, written, dropped, failures)."""

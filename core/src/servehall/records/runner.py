@@ -12,7 +12,16 @@ Order-preserving overflow, oldest first:
    use every new record goes there, and it is replayed in order after ``mem`` drains;
 3. ``tail`` — when memory and spill are both full ("exhausted"). A ``required`` sink
    keeps answered requests' records here (the host stops admitting new requests, see
-   :attr:`SinkRunner.exhausted`); other sinks drop and count records instead.
+   :attr:`SinkRunner.refusing`); other sinks drop and count records instead.
+
+Fail closed (``required`` sinks): by default (``fail_closed = "when_exhausted"``) the
+host refuses new requests only once memory *and* spill file are full — with the
+defaults (10,000 records, 256 MiB of spill) that is minutes of traffic into an outage,
+during which requests are answered and their records wait. ``fail_closed = "at_once"``
+refuses from the first failed write until a write succeeds again. Either way the
+refusals are records too (503 ``records_unavailable``): they are kept (up to
+``max_refused`` of them beyond the buffer, default 100,000, then counted as dropped)
+and written once the sink recovers.
 
 At close, whatever could not be written is saved to the spill file (in order) and
 replayed at the next start.
@@ -55,8 +64,18 @@ RUNNER_OPTIONS = (
     "retry_after_s",
     "close_timeout_s",
     "commit_wait_s",
+    "fail_closed",
+    "max_refused",
 )
 """Keys of a ``[[sinks]] options`` table consumed by the runner, not the sink factory."""
+
+FAIL_CLOSED_MODES = ("when_exhausted", "at_once")
+"""Values of the ``fail_closed`` runner option (see the module docstring)."""
+
+
+def _is_refusal(record: Record) -> bool:
+    """A request record of a fail-closed refusal (503 ``records_unavailable``)."""
+    return isinstance(record, RequestRecord) and record.error_code == FAIL_CLOSED_CODE
 
 
 class SinkRunner:
@@ -77,6 +96,13 @@ class SinkRunner:
         close_timeout_s: how long ``close`` tries to drain before saving to the spill file.
         commit_wait_s: how long a response may wait for its record to be written
             (:meth:`wait_written`); 0 (default) never waits.
+        fail_closed: ``"when_exhausted"`` (refuse once memory and spill are full) or
+            ``"at_once"`` (refuse while writes fail); only for ``required`` sinks.
+        max_refused: most refusal records (503 ``records_unavailable``) kept beyond the
+            buffer while the sink cannot write; more are dropped and counted.
+
+    Raises:
+        ValueError: an unknown ``fail_closed`` value.
     """
 
     def __init__(
@@ -95,7 +121,13 @@ class SinkRunner:
         retry_after_s: int = 5,
         close_timeout_s: float = 10.0,
         commit_wait_s: float = 0.0,
+        fail_closed: str = "when_exhausted",
+        max_refused: int = 100_000,
     ) -> None:
+        if fail_closed not in FAIL_CLOSED_MODES:
+            raise ValueError(
+                f"fail_closed must be one of {', '.join(FAIL_CLOSED_MODES)}, not {fail_closed!r}"
+            )
         self.sink = sink
         self.name = sink.name
         self.required = required
@@ -115,6 +147,9 @@ class SinkRunner:
             raise ValueError("commit_wait_s must be >= 0")
         self._waiters: dict[str, asyncio.Future[None]] = {}
         self.commit_wait_timeouts = 0
+        self.fail_closed = fail_closed
+        self.max_refused = max(0, int(max_refused))
+        self._tail_refused = 0
 
         self.mem: deque[Record] = deque()
         self.tail: deque[Record] = deque()
@@ -187,6 +222,15 @@ class SinkRunner:
         return not self._can_mem() and not self._can_spill()
 
     @property
+    def refusing(self) -> bool:
+        """True while a ``required`` sink makes the host refuse new requests (503)."""
+        if not self.required:
+            return False
+        if self.fail_closed == "at_once" and not self.healthy:
+            return True
+        return self.exhausted
+
+    @property
     def pending(self) -> int:
         """Records not yet written (memory + tail; spilled records not counted)."""
         return len(self.mem) + len(self.tail)
@@ -197,11 +241,10 @@ class SinkRunner:
             self.mem.append(record)
         elif self._can_spill() and self._spill(record):
             pass
-        elif self.required and not (
-            isinstance(record, RequestRecord)
-            and record.error_code == FAIL_CLOSED_CODE
-            and len(self.tail) >= self.buffer
-        ):
+        elif self.required and not _is_refusal(record):
+            self.tail.append(record)  # admitted before the sink failed: never dropped
+        elif self.required and self._tail_refused < self.max_refused:
+            self._tail_refused += 1
             self.tail.append(record)
         else:
             self.dropped += 1
@@ -318,6 +361,7 @@ class SinkRunner:
         """The next batch and, when it comes from the spill file, its end offset."""
         if not self.mem and not self._spill_active and self.tail:
             self.mem, self.tail = self.tail, deque()
+            self._tail_refused = 0
         if self.mem:
             return list(islice(self.mem, 0, self.batch_size)), None
         if self._spill_active:
@@ -420,6 +464,7 @@ class SinkRunner:
         )
         self.mem.clear()
         self.tail.clear()
+        self._tail_refused = 0
 
     def _adopt_spill_file(self) -> None:
         assert self.spill_path is not None
@@ -444,6 +489,7 @@ class SinkRunner:
             "required": self.required,
             "healthy": self.healthy,
             "exhausted": self.exhausted,
+            "refusing": self.refusing,
             "queued": self.pending,
             "spilled_bytes": self._spill_bytes - self._spill_read_pos if self._spill_active else 0,
             "written": self.written,

@@ -21,11 +21,11 @@ class RequestRecord:
     ``finish_reason`` is the OpenAI value of the first choice (``stop``, ``length``,
     ``content_filter``) or ``client_disconnect`` / ``error``. ``filter_verdicts`` is a
     list of ``{"rule", "action", "stage", "count", "monitor"}`` dicts.
-    ``prompt_text`` / ``completion_text`` are kept only when ``database.store_prompts``
-    is on and ``store_prompts`` is not False: the request path sets ``store_prompts``
-    from the principal's per-tenant policy (``principal.attributes["store_prompts"]``,
-    supplied by the auth plugin); None means "follow the global setting". The record
-    bus drops the texts otherwise, before any sink sees the record. ``replica`` names
+    ``prompt_text`` / ``completion_text`` are kept when ``store_prompts`` is True, or
+    when it is None and ``[database] store_prompts`` is on: the request path copies
+    ``store_prompts`` from the principal's policy (``principal.policy.store_prompts``,
+    e.g. ``[auth.tenants.<name>] store_prompts``). The record bus drops the texts
+    otherwise, before any sink sees the record. ``replica`` names
     the servehall replica that served the request (``[server] replica``).
     """
 

@@ -8,6 +8,7 @@ because the client went away) the engine request is aborted, freeing its KV cach
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
@@ -126,7 +127,9 @@ class ChoiceStream:
                     return
         finally:
             if not engine_done:
-                await self.engine.abort(self.request_id)
+                # at once, and to the end even when this task is being cancelled (client
+                # gone, shutdown): an engine in a worker process awaits its IPC here
+                await asyncio.shield(self.engine.abort(self.request_id))
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 await aclose()

@@ -69,6 +69,7 @@ class RequestContext:
         if principal is not None:
             self.record.principal_id = principal.id
             self.record.tenant = principal.tenant
+            self.record.store_prompts = principal.policy.store_prompts
 
     def token(self, at: float) -> None:
         """Note a first token at monotonic time ``at`` (the earliest one counts)."""
@@ -100,7 +101,10 @@ class RequestContext:
         if self.first_token_at is not None:
             rec.ttft_s = self.first_token_at - self.started
         rec.filter_verdicts = [verdict_dict(v) for v in self.verdicts]
-        if self.host.settings.database.store_prompts:
+        keep = rec.store_prompts
+        if keep is None:
+            keep = self.host.settings.database.store_prompts
+        if keep:
             rec.prompt_text = prompt_text
             rec.completion_text = completion_text
         records = self.host.records

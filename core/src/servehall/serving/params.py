@@ -138,6 +138,7 @@ def sampling_params(
             top_k=top_k,
             min_p=min_p,
             repetition_penalty=rep,
+            ignore_eos=bool(getattr(fields, "ignore_eos", False)),
         )
         for i in range(n)
     ]

@@ -3,7 +3,9 @@
 
 :class:`Readiness` runs the probe at startup and again whenever the last success is
 older than ``probe_interval_s``; ``/health/ready`` answers 200 only while every model has
-succeeded within ``max_age_s``.
+succeeded within ``max_age_s`` and every ``required`` record sink can record (a sink
+that cannot is named under ``sinks`` with its reason, so a load balancer sends traffic
+to another replica instead of into fail-closed 503s).
 """
 
 from __future__ import annotations
@@ -126,7 +128,17 @@ class Readiness:
                 },
                 "scheduler": scheduler_report(served.scheduler),
             }
-        return ready, {"status": "ready" if ready else "not_ready", "models": models}
+        body: dict[str, Any] = {"models": models}
+        unready_sinks = getattr(self.host.records, "unready_sinks", None)
+        if unready_sinks is not None:
+            unready = unready_sinks()
+            if unready:
+                ready = False
+                body["sinks"] = {
+                    name: {"ready": False, "required": True, "reason": reason}
+                    for name, reason in unready.items()
+                }
+        return ready, {"status": "ready" if ready else "not_ready", **body}
 
 
 def scheduler_report(scheduler: Any) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from servehall.errors import InvalidRequestError
+from servehall.text.budget import max_token_chars
 from servehall.text.detokenize import IncrementalDetokenizer, make_detokenizer_factory
 
 
@@ -58,6 +59,9 @@ class TextTokenizer:
         if hf.eos_token_id is not None and hf.eos_token_id not in ids:
             ids.append(int(hf.eos_token_id))
         self.eos_token_ids: tuple[int, ...] = tuple(ids)
+        #: most characters one token covers (None: the tokenizer may drop text), for
+        #: refusing over-long prompts before tokenizing them (servehall.text.budget)
+        self.max_token_chars: int | None = max_token_chars(self._plain)
 
     @property
     def has_chat_template(self) -> bool:

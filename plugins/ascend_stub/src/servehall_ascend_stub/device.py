@@ -14,7 +14,7 @@ import os
 from typing import Any, ClassVar
 
 from servehall import ConfigError
-from servehall.engines.torch import TorchDevice, TorchOptions
+from servehall.devices import TorchDevice, TorchOptions
 from servehall_ascend_stub.runtime import NpuRuntime, SimulatedNpuRuntime, TorchNpuRuntime
 
 VISIBLE_ENV = "ASCEND_RT_VISIBLE_DEVICES"

@@ -12,12 +12,12 @@ Backends:
 from __future__ import annotations
 
 from servehall import BackendRegistry, BackendSpec, ProbeResult, hookimpl
-from servehall.engines.torch import torch_engine_factory
+from servehall.devices import torch_engine_factory
 from servehall_ascend_stub.device import NpuDevice, SimulatedNpuDevice
 from servehall_ascend_stub.guard import protect_torch_import
 from servehall_ascend_stub.probe import probe_ascend_cached
 
-SERVEHALL_HOOK_API = (1, 2)
+SERVEHALL_HOOK_API = "2"
 
 ASCEND_AUTO_PRIORITY = 200
 

@@ -106,9 +106,6 @@ class Authenticator:
                 headers={"Retry-After": "1"},
             ) from None
         if outcome in ("ok", "ok_previous") and record is not None:
-            principal = record.principal()
-            if outcome == "ok_previous":
-                principal.attributes["previous_secret"] = True
-            return principal
+            return record.principal()
         self.auditor.failure(outcome, target=public_id(parsed.key_id), **where)
         raise AuthenticationError(_MESSAGES.get(outcome, "Invalid API key."))

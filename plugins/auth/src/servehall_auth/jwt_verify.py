@@ -17,7 +17,7 @@ from typing import Any
 import jwt
 from jwt.algorithms import get_default_algorithms
 
-from servehall import SCOPE_INFERENCE, AuthenticationError, ConfigError, Principal
+from servehall import SCOPE_INFERENCE, AuthenticationError, ConfigError, Limits, Policy, Principal
 from servehall_auth.settings import JwtSettings
 
 _FAMILY = {
@@ -212,20 +212,22 @@ class JwtVerifier:
         for name, claim in (("rpm", cfg.rpm_claim), ("tpm", cfg.tpm_claim)):
             if claim is not None and isinstance(claims.get(claim), int) and claims[claim] > 0:
                 limits[name] = int(claims[claim])
-        attributes: dict[str, Any] = {"issuer": claims.get("iss")}
+        priority = 0
         if cfg.priority_claim is not None and cfg.priority_claim in claims:
             prio = claims[cfg.priority_claim]
             if not isinstance(prio, int) or isinstance(prio, bool) or not -1000 <= prio <= 1000:
                 raise AuthenticationError(
                     "The token's priority claim is malformed.", code="invalid_token"
                 )
-            attributes["priority"] = prio
+            priority = prio
         return Principal(
             id=f"jwt:{sub}",
             tenant=tenant,
-            scopes=scopes,
-            models=models,
             kind="jwt",
-            limits=limits,
-            attributes=attributes,
+            policy=Policy(
+                scopes=scopes,
+                models=models,
+                limits=Limits(rpm=limits.get("rpm"), tpm=limits.get("tpm")),
+                priority=priority,
+            ),
         )

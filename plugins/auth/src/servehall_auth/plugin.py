@@ -4,10 +4,14 @@ Import-light: the database, JWT and HTTP-route modules load when the host starts
 when the plugin is discovered.
 
 * ``servehall_settings_models`` — the ``[auth]`` section (:class:`AuthSettings`);
+* ``servehall_migrations`` — the ``api_key`` table (branch ``auth``, shipped in
+  ``servehall_auth/migrations``);
 * ``servehall_startup`` / ``servehall_shutdown`` — open/close the :class:`AuthRuntime`
-  (key store on the deployment database, JWT keys, in-process rate limiter);
-* ``servehall_authenticate`` — ``Authorization: Bearer`` / ``x-api-key`` → principal;
-* ``servehall_authorize`` — ``inference`` scope, model allow-list, token-aware limits;
+  (key store on the deployment database, JWT keys, in-process rate limiter), kept on
+  ``host.state`` (no module globals);
+* ``servehall_authenticate`` — ``Authorization: Bearer`` / ``x-api-key`` → principal
+  with its tenant's policy (``store_prompts``, ``hide_forbidden_models``);
+* ``servehall_authorize`` — token-aware limits (the core checks scope and models);
 * ``servehall_register_routes`` — ``/admin/keys`` (``admin`` scope);
 * ``servehall_register_commands`` — ``servehall keys create|list|revoke|rotate``.
 """
@@ -23,7 +27,6 @@ from servehall import (
     Reservation,
     RouteRegistry,
     ServiceUnavailableError,
-    Settings,
     hookimpl,
 )
 from servehall_auth.settings import AuthSettings
@@ -35,25 +38,34 @@ if TYPE_CHECKING:
 
     from servehall_auth.runtime import AuthRuntime
 
-SERVEHALL_HOOK_API = (1, 2)
-STATE_KEY = "auth"
-
-_current: AuthRuntime | None = None
+SERVEHALL_HOOK_API = "2"
 
 
-def runtime_for(request: Any = None) -> AuthRuntime:
-    """The runtime of the host serving ``request`` (or of this process).
+def _runtime_class() -> type[AuthRuntime]:
+    from servehall_auth.runtime import AuthRuntime
+
+    return AuthRuntime
+
+
+def runtime_of(host: Host) -> AuthRuntime:
+    """The :class:`AuthRuntime` this plugin keeps on ``host.state``.
 
     Raises:
-        ServiceUnavailableError: the host has not started the plugin (fail closed).
+        ServiceUnavailableError: the host has not started the plugin (fail closed, 503).
     """
-    state = getattr(getattr(request, "app", None), "state", None)
-    host = getattr(state, "host", None) or getattr(getattr(state, "api", None), "host", None)
-    rt = host.state.get(STATE_KEY) if isinstance(host, Host) else None
-    rt = rt or _current
+    rt = host.state.get(_runtime_class())
     if rt is None:
         raise ServiceUnavailableError("Authentication is not ready yet.")
     return rt
+
+
+def runtime_for_request(request: Any) -> AuthRuntime:
+    """The runtime of the host serving an HTTP ``request`` (admin routes)."""
+    api = getattr(getattr(getattr(request, "app", None), "state", None), "api", None)
+    host = getattr(api, "host", None)
+    if not isinstance(host, Host):
+        raise ServiceUnavailableError("Authentication is not ready yet.")
+    return runtime_of(host)
 
 
 @hookimpl
@@ -63,9 +75,21 @@ def servehall_settings_models() -> list[tuple[str, type[BaseModel]]]:
 
 
 @hookimpl
+def servehall_migrations() -> list[Any]:
+    """The ``api_key`` table: branch ``auth`` in ``servehall_auth/migrations``."""
+    from servehall import MigrationBranch
+
+    def metadata() -> Any:
+        from servehall_auth.store import auth_metadata
+
+        return auth_metadata()
+
+    return [MigrationBranch("auth", "servehall_auth:migrations/versions", metadata)]
+
+
+@hookimpl
 async def servehall_startup(host: Host) -> None:
-    """Start the runtime; audit events go to ``host.records``."""
-    global _current
+    """Start the runtime on ``host.state``; audit events go to ``host.records``."""
     from servehall_auth.runtime import AuthRuntime
 
     section = host.settings.section("auth")
@@ -86,25 +110,21 @@ async def servehall_startup(host: Host) -> None:
         undo()
         raise
     rt.on_close(undo)
-    host.state[STATE_KEY] = rt
-    _current = rt
+    host.state.put(rt)
 
 
 @hookimpl
 async def servehall_shutdown(host: Host) -> None:
     """Close the runtime's database pool."""
-    global _current
-    rt = host.state.pop(STATE_KEY, None)
+    rt = host.state.pop(_runtime_class())
     if rt is not None:
         await rt.close()
-        if _current is rt:
-            _current = None
 
 
 @hookimpl
-async def servehall_authenticate(request: Request, settings: Settings) -> Principal | None:
+async def servehall_authenticate(host: Host, request: Request) -> Principal | None:
     """API key or JWT from the request headers (see :mod:`servehall_auth.headers`)."""
-    rt = runtime_for(request)
+    rt = runtime_of(host)
     client = request.client.host if request.client else None
     return await rt.authenticate(
         request.headers.getlist("authorization"),
@@ -115,9 +135,9 @@ async def servehall_authenticate(request: Request, settings: Settings) -> Princi
 
 
 @hookimpl
-async def servehall_authorize(request: AdmissionRequest) -> Reservation | None:
-    """Scope, model allow-list and rate limits (see :meth:`AuthRuntime.authorize`)."""
-    return await runtime_for().authorize(request)
+async def servehall_authorize(host: Host, admission: AdmissionRequest) -> Reservation | None:
+    """Token-aware rate limits (see :meth:`AuthRuntime.authorize`)."""
+    return await runtime_of(host).authorize(admission)
 
 
 @hookimpl
@@ -125,7 +145,7 @@ def servehall_register_routes(router: RouteRegistry) -> None:
     """``/admin/keys`` routes."""
     from servehall_auth.admin_api import build_routes
 
-    for route in build_routes(runtime_for):
+    for route in build_routes(runtime_for_request):
         router.add(route)
 
 

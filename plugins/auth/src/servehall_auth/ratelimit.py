@@ -104,8 +104,8 @@ class RateLimiter:
     def limits_for(self, principal: Principal) -> list[_Limit]:
         """Buckets that apply to ``principal`` (empty when it is unlimited)."""
         out: list[_Limit] = []
-        rpm = principal.limits.get("rpm") or self.settings.default_rpm
-        tpm = principal.limits.get("tpm") or self.settings.default_tpm
+        rpm = principal.policy.limits.rpm or self.settings.default_rpm
+        tpm = principal.policy.limits.tpm or self.settings.default_tpm
         if rpm:
             out.append(_Limit(Bucket(f"p:{principal.id}:requests", float(rpm)), "requests"))
         if tpm:

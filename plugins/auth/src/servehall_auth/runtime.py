@@ -11,16 +11,10 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from servehall import (
-    SCOPE_INFERENCE,
-    AdmissionRequest,
-    AuditEvent,
-    NotFoundError,
-    PermissionDeniedError,
-    Principal,
-)
+from servehall import AdmissionRequest, AuditEvent, Principal
 from servehall_auth.audit import AuditFn, FailureAuditor
 from servehall_auth.authn import Authenticator
 from servehall_auth.limiter import LimiterStore, MemoryLimiterStore
@@ -159,52 +153,42 @@ class AuthRuntime:
     async def authenticate(
         self, authorization: list[str], x_api_key: list[str], *, path: str, client: str | None
     ) -> Principal | None:
-        """See :meth:`Authenticator.authenticate`; adds ``hide_forbidden_models``, the
-        tenant's ``store_prompts`` policy and its scheduling ``priority`` default and
-        ``max_priority`` to the principal's attributes."""
+        """See :meth:`Authenticator.authenticate`; completes the principal's policy with
+        ``[auth] hide_forbidden_models`` and its tenant's ``store_prompts``, scheduling
+        ``priority`` default (when the credential's own priority is 0, i.e. unset) and
+        ``max_priority``."""
         principal = await self.authenticator.authenticate(
             authorization, x_api_key, path=path, client=client
         )
         if principal is None:
             return None
-        principal.attributes["hide_forbidden_models"] = self.settings.hide_forbidden_models
+        store_prompts = principal.policy.store_prompts
         if principal.tenant is not None:
             tenant = self.settings.tenants.get(principal.tenant)
             if tenant is not None and tenant.store_prompts is not None:
-                principal.attributes["store_prompts"] = tenant.store_prompts
-            if tenant is not None and tenant.priority is not None:
-                principal.attributes.setdefault("priority", tenant.priority)
-            if tenant is not None and tenant.max_priority is not None:
-                principal.attributes["max_priority"] = tenant.max_priority
-        return principal
+                store_prompts = tenant.store_prompts
+        priority, max_priority = principal.policy.priority, principal.policy.max_priority
+        if tenant is not None:
+            if tenant.priority is not None and principal.policy.priority == 0:
+                priority = tenant.priority
+            if tenant.max_priority is not None:
+                max_priority = tenant.max_priority
+        policy = replace(
+            principal.policy,
+            hide_forbidden_models=self.settings.hide_forbidden_models,
+            store_prompts=store_prompts,
+            priority=priority,
+            max_priority=max_priority,
+        )
+        return replace(principal, policy=policy)
 
     async def authorize(self, request: AdmissionRequest) -> TokenReservation | None:
-        """Scope and model checks, then the rate-limit reservation.
+        """The rate-limit reservation (scope and model access are the core's:
+        :func:`servehall.access.check_model_access` runs before this hook).
 
         Raises:
-            PermissionDeniedError: no ``inference`` scope, or a model outside the
-                principal's list (403).
-            NotFoundError: a model outside the list with ``hide_forbidden_models`` (404,
-                the same answer as for a model that does not exist).
             RateLimitError: over a limit (429).
         """
-        p = request.principal
-        if not p.has_scope(SCOPE_INFERENCE):
-            raise PermissionDeniedError(
-                "This credential lacks the 'inference' scope.", code="insufficient_scope"
-            )
-        if not p.may_use(request.model):
-            if self.settings.hide_forbidden_models:
-                raise NotFoundError(
-                    f"The model `{request.model}` does not exist or you do not have access to it.",
-                    param="model",
-                    code="model_not_found",
-                )
-            raise PermissionDeniedError(
-                f"This credential may not use the model `{request.model}`.",
-                param="model",
-                code="model_not_allowed",
-            )
         return await self.limiter.reserve(request)
 
 

@@ -50,8 +50,10 @@ class _Section(BaseModel):
 class TenantSettings(_Section):
     """``[auth.tenants.<name>]``: limits shared by all of a tenant's principals
     (requests and tokens per minute; None means unlimited) and the tenant's prompt
-    storage policy (``store_prompts``: None follows ``[database] store_prompts``; passed
-    to the records layer as ``principal.attributes["store_prompts"]``). ``priority`` is
+    storage policy (``store_prompts``: True keeps prompt and completion text in
+    ``request_log`` for the tenant's requests even when ``[database] store_prompts`` is
+    off, False never keeps them, None follows ``[database] store_prompts``; it reaches
+    the records layer as ``principal.policy.store_prompts``). ``priority`` is
     the default scheduling priority of the tenant's principals (those whose JWT carries
     none; larger runs first under ``[scheduler] policy = "priority"``), and
     ``max_priority`` the highest ``priority`` their requests may ask for (None: no higher

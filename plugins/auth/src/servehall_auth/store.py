@@ -1,9 +1,11 @@
 """The ``api_key`` table and the async key store (SQLAlchemy 2, SQLite and PostgreSQL).
 
-The table is created by the Alembic revision ``auth_0001_api_key`` (branch ``auth``);
-:data:`api_key` mirrors it for queries. Only hashes are stored (see
-:mod:`servehall_auth.keys`): ``secret_hash`` for the current secret and, during a
-rotation's overlap window, ``prev_secret_hash`` valid until ``prev_valid_until``.
+The table is created by the Alembic revision ``auth_0001_api_key`` (branch ``auth``,
+shipped in ``servehall_auth/migrations/versions``); :data:`api_key` mirrors it for
+queries, and a test checks the two agree (autogenerate finds no difference). Only
+hashes are stored (see :mod:`servehall_auth.keys`): ``secret_hash`` for the current
+secret and, during a rotation's overlap window, ``prev_secret_hash`` valid until
+``prev_valid_until``.
 Times are timezone-aware UTC.
 """
 
@@ -18,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from servehall import ConfigError, Principal, UTCDateTime, create_db_engine
+from servehall import ConfigError, Limits, Policy, Principal, UTCDateTime, create_db_engine
 from servehall_auth.keys import (
     format_key,
     hash_key,
@@ -34,7 +36,7 @@ metadata = sa.MetaData()
 api_key = sa.Table(
     "api_key",
     metadata,
-    sa.Column("key_id", sa.String(16), primary_key=True),
+    sa.Column("key_id", sa.String(16), nullable=False),
     sa.Column("secret_hash", sa.String(64), nullable=False),
     sa.Column("prev_secret_hash", sa.String(64), nullable=True),
     sa.Column("prev_valid_until", UTCDateTime, nullable=True),
@@ -50,6 +52,8 @@ api_key = sa.Table(
     sa.Column("revoked_at", UTCDateTime, nullable=True),
     sa.Column("rotated_at", UTCDateTime, nullable=True),
     sa.Column("pepper_fp", sa.String(16), nullable=True),
+    sa.PrimaryKeyConstraint("key_id", name="pk_api_key"),
+    sa.Index("ix_api_key_tenant", "tenant"),
 )
 """Mirror of the migrated ``api_key`` table (``pepper_fp`` since ``auth_0002_pepper_fp``)."""
 
@@ -72,6 +76,11 @@ class PepperReport:
         """True when keys with a known pepper exist and none was made with this one:
         every such key will be refused (the pepper was changed or lost)."""
         return self.known > 0 and self.matching == 0
+
+
+def auth_metadata() -> sa.MetaData:
+    """The ``MetaData`` of the auth plugin's tables (for the migration check)."""
+    return metadata
 
 
 def utcnow() -> datetime:
@@ -130,20 +139,18 @@ class KeyRecord:
         return "active"
 
     def principal(self) -> Principal:
-        """The principal this key authenticates as."""
-        limits: dict[str, int] = {}
-        if self.rpm:
-            limits["rpm"] = self.rpm
-        if self.tpm:
-            limits["tpm"] = self.tpm
+        """The principal this key authenticates as (its tenant's policy is added by
+        :meth:`AuthRuntime.authenticate`)."""
         return Principal(
             id=self.public_id,
             tenant=self.tenant,
-            scopes=frozenset(self.scopes),
-            models=frozenset(self.models) if self.models is not None else None,
             kind="api_key",
-            limits=limits,
-            attributes={"key_name": self.name} if self.name else {},
+            name=self.name,
+            policy=Policy(
+                scopes=frozenset(self.scopes),
+                models=frozenset(self.models) if self.models is not None else None,
+                limits=Limits(rpm=self.rpm or None, tpm=self.tpm or None),
+            ),
         )
 
     def as_dict(self, now: datetime | None = None) -> dict[str, Any]:

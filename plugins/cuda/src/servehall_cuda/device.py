@@ -1,6 +1,6 @@
 """The NVIDIA CUDA device adapter for the shared torch engine.
 
-Adds to :class:`~servehall.engines.torch.CudaApiDevice` the checks that depend on the
+Adds to :class:`~servehall.devices.CudaApiDevice` the checks that depend on the
 GPU generation (compute capability ``major.minor``):
 
 * ``bfloat16`` needs Ampere or newer (sm_80+); ``auto`` picks bf16 there, else fp16;
@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from servehall import ConfigError
-from servehall.engines.torch import CudaApiDevice, TorchOptions
+from servehall.devices import CudaApiDevice, TorchOptions
 
 MIN_CAPABILITY: dict[str, tuple[int, int]] = {
     "bfloat16": (8, 0),

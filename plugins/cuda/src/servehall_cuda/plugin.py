@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from servehall import BackendRegistry, BackendSpec, hookimpl
-from servehall.engines.select import engine_factory
+from servehall.devices import engine_factory
 from servehall_cuda.device import CudaDevice
 from servehall_cuda.probe import probe_cuda
 
-SERVEHALL_HOOK_API = (1, 2)
+SERVEHALL_HOOK_API = "2"
 
 CUDA_AUTO_PRIORITY = 300
 """``auto`` preference: GPUs (cuda, rocm: 300) > NPUs (ascend: 200) > optimized CPU

@@ -1,7 +1,7 @@
 """Probe for backend ``cuda``: a CUDA (not ROCm) build of torch and a visible NVIDIA GPU.
 
 Import-light: reads ``torch/version.py`` and asks the driver (``libcuda``) for the device
-count; torch is not imported (see :mod:`servehall.engines.torch.probe`).
+count; torch is not imported (see :func:`servehall.devices.torch_build`).
 """
 
 from __future__ import annotations
@@ -9,8 +9,13 @@ from __future__ import annotations
 import os
 
 from servehall import ProbeResult
-from servehall.engines.onnxruntime import cuda_provider_status
-from servehall.engines.torch import DriverCount, TorchBuild, driver_device_count, torch_build
+from servehall.devices import (
+    DriverCount,
+    TorchBuild,
+    cuda_provider_status,
+    driver_device_count,
+    torch_build,
+)
 
 
 def probe_cuda(
@@ -22,7 +27,7 @@ def probe_cuda(
 
     The torch engine needs a CUDA build of torch and a visible GPU
     (:func:`probe_torch_cuda`); the ONNX Runtime engine needs a CUDA build of ONNX Runtime
-    GenAI and a visible GPU (:func:`servehall.engines.onnxruntime.cuda_provider_status`).
+    GenAI and a visible GPU (:func:`servehall.devices.cuda_provider_status`).
     The reason names both. ``build``/``devices``/``ort_versions`` default to the real
     machine; tests pass fakes.
     """

@@ -188,17 +188,54 @@ class OpenVINOEngine:
         self._ir_dir = resolve_ir_dir(
             self.path, cache_dir=self.options.cache_dir, weight_format=self.options.weight_format
         )
+        self._pipe = self.new_pipeline()
+        self._ov_tensor = ov.Tensor
+        self._gen_config_cls = ov_genai.GenerationConfig
+
+    def new_pipeline(self) -> Any:
+        """A ``ContinuousBatchingPipeline`` of the converted model with this engine's
+        scheduler config and CPU properties (after :meth:`start`: the IR exists)."""
+        import openvino_genai as ov_genai
+
         sc = ov_genai.SchedulerConfig()
         sc.num_kv_blocks = self._num_blocks
         sc.max_num_seqs = self.options.max_num_seqs
         sc.max_num_batched_tokens = max(self.options.max_num_batched_tokens, KV_BLOCK_SIZE)
         sc.enable_prefix_caching = self.options.enable_prefix_caching
         sc.dynamic_split_fuse = self.options.dynamic_split_fuse
-        self._pipe = ov_genai.ContinuousBatchingPipeline(
+        return ov_genai.ContinuousBatchingPipeline(
             str(self._ir_dir), sc, "CPU", self.options.ov_properties()
         )
-        self._ov_tensor = ov.Tensor
-        self._gen_config_cls = ov_genai.GenerationConfig
+
+    # --- servehall bench --native ----------------------------------------------------------
+
+    bench_native_name = "OpenVINO GenAI ContinuousBatchingPipeline"
+
+    async def bench_native(
+        self,
+        prompts: list[list[int]],
+        max_tokens: list[int],
+        *,
+        offsets: list[float] | None,
+        max_concurrency: int | None,
+        ignore_eos: bool,
+        progress: Any,
+    ) -> tuple[list[dict[str, Any]], float]:
+        """``servehall bench engine --native``: the workload on a second pipeline of the
+        same model, driven with OpenVINO GenAI's own API on a thread (see
+        :mod:`servehall_openvino_cpu.native_bench`)."""
+        from servehall_openvino_cpu.native_bench import run_native
+
+        return await asyncio.to_thread(
+            run_native,
+            self,
+            prompts,
+            max_tokens,
+            offsets=offsets,
+            max_concurrency=max_concurrency,
+            ignore_eos=ignore_eos,
+            progress=progress,
+        )
 
     async def health(self) -> EngineHealth:
         """OK while started, not shut down, and the step thread is alive."""

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from servehall import ModelConfig
     from servehall_openvino_cpu.engine import OpenVINOEngine
 
-SERVEHALL_HOOK_API = (1, 2)
+SERVEHALL_HOOK_API = "2"
 
 
 def factory(model: ModelConfig) -> OpenVINOEngine:

@@ -1,7 +1,7 @@
 """The AMD ROCm device adapter for the shared torch engine.
 
 ROCm builds of torch drive AMD GPUs through the ``torch.cuda`` API (device ``cuda:<i>``),
-so this is :class:`~servehall.engines.torch.CudaApiDevice` with ROCm's defaults:
+so this is :class:`~servehall.devices.CudaApiDevice` with ROCm's defaults:
 
 * visible devices: ``HIP_VISIBLE_DEVICES`` (``device_index`` counts among them);
 * attention: ``sdpa`` by default; ``flash_attention_2`` only through the ROCm (Composable
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from servehall.engines.torch import CudaApiDevice
+from servehall.devices import CudaApiDevice
 
 
 class RocmDevice(CudaApiDevice):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from servehall import BackendRegistry, BackendSpec, hookimpl
-from servehall.engines.torch import torch_engine_factory
+from servehall.devices import torch_engine_factory
 from servehall_rocm.device import RocmDevice
 from servehall_rocm.probe import probe_rocm
 
-SERVEHALL_HOOK_API = (1, 2)
+SERVEHALL_HOOK_API = "2"
 
 ROCM_AUTO_PRIORITY = 300
 """Same rank as ``cuda``: a torch build is either CUDA or ROCm, never both."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from servehall import ProbeResult
-from servehall.engines.torch import DriverCount, TorchBuild, driver_device_count, torch_build
+from servehall.devices import DriverCount, TorchBuild, driver_device_count, torch_build
 
 VISIBLE_ENVS = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 

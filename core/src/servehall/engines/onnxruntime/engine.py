@@ -27,7 +27,8 @@ This module drives it the way the ``openvino_cpu`` engine drives OpenVINO GenAI:
   with an engine-level error code) and every open stream then ends with ``error``.
 
 ``SamplingParams`` map onto ``og.TurnOptions``: temperature 0 → greedy; else sampling
-with ``temperature`` and ``top_p`` (top-k off, so only OpenAI's knobs act);
+with ``temperature``, ``top_p`` and ``top_k`` (off unless asked: the builder's config
+says 50, which OpenAI clients do not expect);
 ``max_tokens`` → ``set_max_generated_tokens``; ``ignore_eos`` → ``set_min_generated_tokens``
 (EOS masked until ``max_tokens``); ``seed`` → ``set_seed``, which ONNX Runtime offers only
 with dynamic (paged) batching — elsewhere ``seed`` is not in :attr:`supported_params`.
@@ -113,7 +114,7 @@ class OnnxRuntimeEngine:
             raise ConfigError(f"model {model.name!r}: {self.path} is not a directory")
         self._requested_len = model.max_model_len
         self._info = self._read_info(self.path)
-        params = {"top_p"}
+        params = {"top_p", "top_k"}
         if self.options.paged_attention:
             params.add("seed")  # per-turn reseeding needs ONNX Runtime's dynamic batching
         self.supported_params: frozenset[str] = frozenset(params)
@@ -308,7 +309,7 @@ class OnnxRuntimeEngine:
         opts.set_max_generated_tokens(p.max_tokens)
         if p.ignore_eos:
             opts.set_min_generated_tokens(p.max_tokens)
-        opts.set_top_k(0)
+        opts.set_top_k(max(p.top_k, 0))  # 0 = off (the model config says 50)
         if p.temperature <= 0:
             opts.set_do_sample(False)
         else:

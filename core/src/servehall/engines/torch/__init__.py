@@ -1,18 +1,8 @@
-"""The shared torch engine (extra ``servehall[torch]``) and its device-plugin API.
+"""The shared torch engine (extra ``servehall[torch]``), internal to the core.
 
-This package is the public API for torch device plugins (``cpu`` in the core; ``cuda``,
-``rocm``, ``ascend`` as plugins). Importing it is cheap: torch and transformers load only
-when an engine starts. A device plugin subclasses :class:`TorchDevice` and registers::
-
-    from servehall import BackendSpec, ProbeResult, hookimpl
-    from servehall.engines.torch import TorchDevice, torch_engine_factory
-
-    class MyDevice(TorchDevice):
-        type = "xpu"
-
-    @hookimpl
-    def servehall_register_backends(registry):
-        registry.add(BackendSpec("xpu", probe, torch_engine_factory(MyDevice, "xpu")))
+Plugins reach it only through the public module :mod:`servehall.devices`, which
+re-exports the device-plugin API from here. Importing this package is cheap: torch and
+transformers load only when an engine starts.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Alembic environment for every servehall table (core and plugin-owned).
+"""Alembic environment for every servehall table (core and plugin-owned branches).
+
+Shipped inside the ``servehall`` package; :mod:`servehall.db.migrate` points Alembic at
+it and adds the ``versions`` directory of every plugin branch it applies.
 
 How the connection is chosen, first match wins:
 
@@ -7,10 +10,10 @@ How the connection is chosen, first match wins:
    inside ``AsyncConnection.run_sync``);
 2. ``-x url=...`` or ``sqlalchemy.url`` in the Alembic config;
 3. the servehall config: ``[database] url`` of ``$SERVEHALL_CONFIG``, overridden by
-   ``SERVEHALL_DATABASE__URL`` (so ``alembic -c alembic.ini upgrade heads`` works).
+   ``SERVEHALL_DATABASE__URL``.
 
 Online runs use an async engine (aiosqlite/asyncpg). Plugins add tables as their own
-branches rooted at ``0001_base``; always upgrade to ``heads``.
+branches rooted at ``0001_base`` (see :class:`servehall.MigrationBranch`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,154 @@
+"""A real ``servehall serve`` subprocess for the benchmarks (not a test fixture).
+
+:func:`serving` writes a config (the demo model on ``backend = "auto"`` plus the given
+sections) to a temporary directory, starts ``servehall serve`` on a free 127.0.0.1
+port, waits for ``GET /health/ready`` = 200 and yields a :class:`Server`; on exit it
+sends SIGTERM (SIGKILL after 15 s). The demo model is built once into
+``$SERVEHALL_BENCH_DEMO_DIR`` (default ``~/.cache/servehall/bench-demo``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+
+def demo_dir() -> Path:
+    """The demo model directory (built on first use)."""
+    from servehall.demo import build_demo_model
+
+    where = os.environ.get("SERVEHALL_BENCH_DEMO_DIR") or "~/.cache/servehall/bench-demo"
+    return Path(build_demo_model(Path(where).expanduser()))
+
+
+def _toml(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str | Path):
+        return json.dumps(str(v))
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    if isinstance(v, Mapping):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml(x)}" for k, x in v.items()) + "}"
+    raise TypeError(type(v).__name__)
+
+
+def dump_toml(data: Mapping[str, Any]) -> str:
+    """Top-level tables and arrays of tables (enough for a servehall config)."""
+    lines: list[str] = []
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            lines.append(f"[{key}]")
+            lines.extend(f"{k} = {_toml(x)}" for k, x in value.items())
+        elif isinstance(value, list) and value and all(isinstance(x, Mapping) for x in value):
+            for item in value:
+                lines.append(f"[[{key}]]")
+                lines.extend(f"{k} = {_toml(x)}" for k, x in item.items())
+        else:
+            lines.insert(0, f"{key} = {_toml(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def config(**sections: Any) -> dict[str, Any]:
+    """A config serving the demo model as ``demo`` (openvino_cpu, f32), no sinks."""
+    cfg: dict[str, Any] = {
+        "plugins": {"enabled": ["openvino_cpu"]},
+        "models": [
+            {
+                "name": "demo",
+                "path": str(demo_dir()),
+                "backend": "auto",
+                "options": {"inference_precision": "f32"},
+            }
+        ],
+        "sinks": [],
+    }
+    cfg.update(sections)
+    return cfg
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """A running server: ``base_url``, ``port``, ``process``, ``log_path``."""
+
+    base_url: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the server process (bytes, from /proc)."""
+        with open(f"/proc/{self.process.pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def serving(cfg: Mapping[str, Any], *, env: Mapping[str, str] | None = None) -> Iterator[Server]:
+    """Start ``servehall serve`` with ``cfg`` and yield the :class:`Server`."""
+    tmp = Path(tempfile.mkdtemp(prefix="servehall-bench-"))
+    cfg_path = tmp / "config.toml"
+    cfg_path.write_text(dump_toml(cfg))
+    port = free_port()
+    log_path = tmp / "server.log"
+    cmd = [
+        sys.executable,
+        "-c",
+        "from servehall.cli import main; main()",
+        "serve",
+        "--config",
+        str(cfg_path),
+        "--bind",
+        f"127.0.0.1:{port}",
+    ]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            cmd, cwd=tmp, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
+    srv = Server(f"http://127.0.0.1:{port}", port, proc, log_path)
+    try:
+        end = time.monotonic() + 600
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError("server exited:\n" + srv.log_text()[-3000:])
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(srv.base_url + "/health/ready", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > end:
+                raise RuntimeError("server not ready:\n" + srv.log_text()[-3000:])
+            time.sleep(0.2)
+        yield srv
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -1,0 +1,573 @@
+"""``servehall bench serve | engine | compare`` (Typer), registered by the core's
+``servehall.defaults.commands``.
+
+Every failure the user can cause (an unreachable URL, a refused key, an unknown model,
+``--num-requests 0``, an unknown dataset, a missing file) ends with one line on stderr
+(``error: ...``) and exit status 1 (target failures) or 2 (bad arguments).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import typer
+from rich.console import Console
+
+from servehall.bench.client import Endpoint, TargetError
+from servehall.bench.report import make_console
+from servehall.bench.workload import DATASETS, BenchRequest, WorkloadError
+
+T = TypeVar("T")
+
+bench_app = typer.Typer(
+    help="Measure a server, an engine, or several side by side (vLLM's benchmark metrics).",
+    no_args_is_help=True,
+)
+
+
+class UsageError(Exception):
+    """A bad option value (exit status 2)."""
+
+
+# --- options shared by the three commands -----------------------------------------------
+
+NumRequests = Annotated[int, typer.Option("--num-requests", "-n", help="Requests to send.")]
+Concurrency = Annotated[
+    int | None,
+    typer.Option("--concurrency", help="Most requests in flight (default: no cap)."),
+]
+RequestRate = Annotated[
+    float | None,
+    typer.Option(
+        "--request-rate",
+        help="Requests per second, Poisson arrivals (default: all at once, i.e. inf).",
+    ),
+]
+Burstiness = Annotated[
+    float, typer.Option("--burstiness", help="Gamma shape of arrival gaps (1 = Poisson).")
+]
+Dataset = Annotated[str, typer.Option("--dataset", help=f"One of {', '.join(DATASETS)}.")]
+DatasetPath = Annotated[
+    Path | None, typer.Option("--dataset-path", help="ShareGPT JSON file (--dataset sharegpt).")
+]
+InputLen = Annotated[int, typer.Option("--input-len", help="Prompt tokens (random dataset).")]
+OutputLen = Annotated[
+    int | None,
+    typer.Option(
+        "--output-len",
+        help="max_tokens per request (random default 128; "
+        "sharegpt default: the recorded reply's length).",
+    ),
+]
+RangeRatio = Annotated[
+    float, typer.Option("--range-ratio", help="Random lengths vary by ± this fraction.")
+]
+Seed = Annotated[int, typer.Option("--seed", help="Seed of prompts and arrivals.")]
+EndpointOpt = Annotated[
+    str, typer.Option("--endpoint", help="chat (/v1/chat/completions) or completions.")
+]
+IgnoreEos = Annotated[
+    bool,
+    typer.Option(
+        "--ignore-eos/--no-ignore-eos", help="Ask for exactly max_tokens tokens (ignore_eos)."
+    ),
+]
+Slo = Annotated[
+    str | None,
+    typer.Option("--slo", help="Goodput SLOs in ms, e.g. ttft=500,tpot=50 (ttft|tpot|e2el)."),
+]
+OutputJson = Annotated[Path | None, typer.Option("--output-json", help="Write results as JSON.")]
+PlotOpt = Annotated[
+    Path | None, typer.Option("--plot", help="Write latency CDFs + throughput (PNG).")
+]
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="Deployment config (TOML/YAML).")
+]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """The workload options of one command, checked."""
+
+    num_requests: int
+    concurrency: int | None
+    request_rate: float
+    burstiness: float
+    dataset: str
+    dataset_path: Path | None
+    input_len: int
+    output_len: int | None
+    range_ratio: float
+    seed: int
+    endpoint: Endpoint
+    ignore_eos: bool
+    slo: dict[str, float]
+
+    def requests(self, tokenizer: Any, max_len: int | None = None) -> list[BenchRequest]:
+        from servehall.bench.workload import build_requests
+
+        return build_requests(
+            self.dataset,
+            self.num_requests,
+            input_len=self.input_len,
+            output_len=self.output_len,
+            dataset_path=self.dataset_path,
+            tokenizer=tokenizer,
+            range_ratio=self.range_ratio,
+            max_len=max_len,
+            seed=self.seed,
+        )
+
+    def offsets(self) -> list[float] | None:
+        from servehall.bench.workload import arrival_offsets
+
+        if math.isinf(self.request_rate):
+            return None
+        return arrival_offsets(
+            self.num_requests, self.request_rate, burstiness=self.burstiness, seed=self.seed
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "num_requests": self.num_requests,
+            "concurrency": self.concurrency,
+            "request_rate": None if math.isinf(self.request_rate) else self.request_rate,
+            "burstiness": self.burstiness,
+            "dataset": self.dataset,
+            "dataset_path": str(self.dataset_path) if self.dataset_path else None,
+            "input_len": self.input_len,
+            "output_len": self.output_len,
+            "range_ratio": self.range_ratio,
+            "seed": self.seed,
+            "endpoint": self.endpoint,
+            "ignore_eos": self.ignore_eos,
+            "slo_ms": self.slo,
+        }
+
+
+def workload_spec(
+    num_requests: int,
+    concurrency: int | None,
+    request_rate: float | None,
+    burstiness: float,
+    dataset: str,
+    dataset_path: Path | None,
+    input_len: int,
+    output_len: int | None,
+    range_ratio: float,
+    seed: int,
+    endpoint: str,
+    ignore_eos: bool,
+    slo: str | None,
+) -> WorkloadSpec:
+    """Check the workload options (raises UsageError with one line)."""
+    from servehall.bench.metrics import parse_slo
+
+    if num_requests < 1:
+        raise UsageError(f"--num-requests must be at least 1 (got {num_requests})")
+    if concurrency is not None and concurrency < 1:
+        raise UsageError(f"--concurrency must be at least 1 (got {concurrency})")
+    rate = math.inf if request_rate is None else request_rate
+    if not rate > 0:
+        raise UsageError(f"--request-rate must be positive (got {request_rate})")
+    if not burstiness > 0:
+        raise UsageError(f"--burstiness must be positive (got {burstiness})")
+    if dataset not in DATASETS:
+        raise UsageError(f"unknown dataset {dataset!r}; known: {', '.join(DATASETS)}")
+    if dataset == "sharegpt" and dataset_path is None:
+        raise UsageError("--dataset sharegpt needs --dataset-path FILE")
+    if endpoint not in ("chat", "completions"):
+        raise UsageError(f"--endpoint must be chat or completions (got {endpoint!r})")
+    if input_len < 1:
+        raise UsageError(f"--input-len must be at least 1 (got {input_len})")
+    if output_len is not None and output_len < 1:
+        raise UsageError(f"--output-len must be at least 1 (got {output_len})")
+    if not 0 <= range_ratio < 1:
+        raise UsageError(f"--range-ratio must be in [0, 1) (got {range_ratio})")
+    try:
+        slos = parse_slo(slo)
+    except ValueError as exc:
+        raise UsageError(f"--slo: {exc}") from None
+    ep: Endpoint = "chat" if endpoint == "chat" else "completions"
+    return WorkloadSpec(
+        num_requests,
+        concurrency,
+        rate,
+        burstiness,
+        dataset,
+        dataset_path,
+        input_len,
+        output_len,
+        range_ratio,
+        seed,
+        ep,
+        ignore_eos,
+        slos,
+    )
+
+
+def run_cli(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run ``main()`` on a fresh event loop; expected failures become one line + exit."""
+    from servehall.bench.plot import PlotError
+    from servehall.errors import ServehallError
+
+    try:
+        return asyncio.run(main())
+    except UsageError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except WorkloadError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except (TargetError, PlotError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except ServehallError as exc:
+        typer.echo(
+            f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", err=True
+        )
+        raise typer.Exit(1) from None
+
+
+def checked(fn: Callable[[], T]) -> T:
+    """Call ``fn``; UsageError → one line and exit status 2."""
+    try:
+        return fn()
+    except UsageError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def load_tokenizer_or_fail(path: Path | None) -> Any:
+    """The tokenizer of model directory ``path`` (None → None); TargetError otherwise."""
+    if path is None:
+        return None
+    from servehall.text.tokenizer import load_tokenizer
+
+    try:
+        return load_tokenizer(path)
+    except Exception as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise TargetError(f"cannot load a tokenizer from {path}: {msg}") from None
+
+
+Mode = Literal["serve", "engine"]
+
+
+def finish_run(
+    console: Console,
+    title: str,
+    spec: WorkloadSpec,
+    target: dict[str, Any],
+    result: Any,
+    cpu_s: float | None,
+    output_json: Path | None,
+    plot: Path | None,
+) -> None:
+    """Summarise, print, write JSON and plot one run; exit 1 when nothing succeeded."""
+    from servehall.bench.metrics import summarize
+    from servehall.bench.report import print_summary, write_json
+
+    summary = summarize(result.outputs, result.duration_s, spec.slo, cpu_s=cpu_s)
+    print_summary(console, title, summary)
+    if output_json is not None:
+        data = {"target": target, "workload": spec.describe(), "summary": summary.as_dict()}
+        write_json(output_json, data)
+    if plot is not None:
+        from servehall.bench.plot import plot_runs
+
+        plot_runs(plot, [(title, result.outputs, result.duration_s)], title=title)
+    if summary.completed == 0:
+        first = next((o.error for o in result.outputs if o.error), "no request succeeded")
+        raise TargetError(f"every request failed ({first})")
+
+
+# --- bench serve -------------------------------------------------------------------------
+
+
+@bench_app.command("serve")
+def serve_command(
+    base_url: Annotated[
+        str, typer.Option("--base-url", help="Server root, e.g. http://127.0.0.1:8000.")
+    ],
+    model: Annotated[str, typer.Option("--model", "-m", help="The model field of requests.")],
+    api_key: Annotated[
+        str | None,
+        typer.Option("--api-key", envvar="OPENAI_API_KEY", help="Bearer key (or $OPENAI_API_KEY)."),
+    ] = None,
+    tokenizer: Annotated[
+        Path | None,
+        typer.Option(
+            "--tokenizer",
+            help="Model directory whose tokenizer sizes prompts exactly "
+            "(default: one word per token, approximately).",
+        ),
+    ] = None,
+    http2: Annotated[
+        bool, typer.Option("--http2/--http1", help="HTTP/2 (h2c on http://) or HTTP/1.1.")
+    ] = True,
+    num_requests: NumRequests = 64,
+    concurrency: Concurrency = None,
+    request_rate: RequestRate = None,
+    burstiness: Burstiness = 1.0,
+    dataset: Dataset = "random",
+    dataset_path: DatasetPath = None,
+    input_len: InputLen = 128,
+    output_len: OutputLen = None,
+    range_ratio: RangeRatio = 0.0,
+    seed: Seed = 0,
+    endpoint: EndpointOpt = "chat",
+    ignore_eos: IgnoreEos = True,
+    slo: Slo = None,
+    output_json: OutputJson = None,
+    plot: PlotOpt = None,
+    quiet: Quiet = False,
+) -> None:
+    """Load-test an OpenAI-compatible server (servehall, vllm serve, transformers serve...)
+    with streamed requests: TTFT, TPOT, ITL, E2E, throughput, goodput."""
+    spec = checked(
+        lambda: workload_spec(
+            num_requests,
+            concurrency,
+            request_rate,
+            burstiness,
+            dataset,
+            dataset_path,
+            input_len,
+            output_len,
+            range_ratio,
+            seed,
+            endpoint,
+            ignore_eos,
+            slo,
+        )
+    )
+    if not base_url.startswith(("http://", "https://")):
+        typer.echo(
+            f"error: --base-url must start with http:// or https:// (got {base_url!r})", err=True
+        )
+        raise typer.Exit(2)
+
+    async def main() -> None:
+        from servehall.bench.client import ClientOptions
+        from servehall.bench.targets import run_serve
+
+        tok = load_tokenizer_or_fail(tokenizer)
+        requests = spec.requests(tok)
+        opts = ClientOptions(
+            base_url, model, api_key, spec.endpoint, http2=http2, ignore_eos=spec.ignore_eos
+        )
+        console = make_console()
+        result = await run_serve(opts, spec, requests, quiet=quiet)
+        proto = "h2" if http2 else "http/1.1"
+        target = {"kind": "serve", "base_url": opts.root, "model": model, "protocol": proto}
+        title = f"bench serve {opts.root} ({proto}, model {model})"
+        finish_run(console, title, spec, target, result, None, output_json, plot)
+
+    run_cli(main)
+
+
+# --- bench engine ------------------------------------------------------------------------
+
+
+@bench_app.command("engine")
+def engine_command(
+    model: Annotated[str, typer.Option("--model", "-m", help="A [[models]] name of the config.")],
+    config: ConfigOpt = None,
+    num_requests: NumRequests = 64,
+    concurrency: Concurrency = None,
+    request_rate: RequestRate = None,
+    burstiness: Burstiness = 1.0,
+    dataset: Dataset = "random",
+    dataset_path: DatasetPath = None,
+    input_len: InputLen = 128,
+    output_len: OutputLen = None,
+    range_ratio: RangeRatio = 0.0,
+    seed: Seed = 0,
+    endpoint: EndpointOpt = "chat",
+    ignore_eos: IgnoreEos = True,
+    slo: Slo = None,
+    native: Annotated[
+        bool,
+        typer.Option(
+            "--native",
+            help="Drive the backend's own API (e.g. OpenVINO GenAI's "
+            "ContinuousBatchingPipeline) instead of the Engine protocol, where it exposes one.",
+        ),
+    ] = False,
+    output_json: OutputJson = None,
+    plot: PlotOpt = None,
+    quiet: Quiet = False,
+) -> None:
+    """The same workload straight into a model's engine, in-process (no HTTP, no host):
+    the denominator of platform ÷ engine ratios."""
+    spec = checked(
+        lambda: workload_spec(
+            num_requests,
+            concurrency,
+            request_rate,
+            burstiness,
+            dataset,
+            dataset_path,
+            input_len,
+            output_len,
+            range_ratio,
+            seed,
+            endpoint,
+            ignore_eos,
+            slo,
+        )
+    )
+
+    async def main() -> None:
+        from servehall.bench.engine_driver import loaded_engine
+        from servehall.bench.targets import run_engine
+
+        console = make_console()
+        async with loaded_engine(config, model) as loaded:
+            requests = spec.requests(loaded.tokenizer, max_len=None)
+            result, cpu_s, how = await run_engine(
+                loaded, spec, requests, native=native, quiet=quiet
+            )
+        target = {"kind": "engine", "model": model, "backend": loaded.backend, "api": how}
+        title = f"bench engine {model} ({loaded.backend}, {how})"
+        finish_run(console, title, spec, target, result, cpu_s, output_json, plot)
+
+    run_cli(main)
+
+
+# --- bench compare -----------------------------------------------------------------------
+
+
+@bench_app.command("compare")
+def compare_command(
+    targets: Annotated[
+        list[str],
+        typer.Argument(
+            help="engine:MODEL | engine-native:MODEL | serve:URL[,h1][,pid=N] | launch:h2 | "
+            "launch:h1; ratios are against the first."
+        ),
+    ],
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="Model name (the [[models]] name for servehall).")
+    ],
+    config: ConfigOpt = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option("--api-key", envvar="OPENAI_API_KEY", help="Bearer key for serve targets."),
+    ] = None,
+    tokenizer: Annotated[
+        Path | None,
+        typer.Option(
+            "--tokenizer",
+            help="Model directory for prompt sizing (default: the config's model path).",
+        ),
+    ] = None,
+    num_requests: NumRequests = 64,
+    concurrency: Concurrency = None,
+    request_rate: RequestRate = None,
+    burstiness: Burstiness = 1.0,
+    dataset: Dataset = "random",
+    dataset_path: DatasetPath = None,
+    input_len: InputLen = 128,
+    output_len: OutputLen = None,
+    range_ratio: RangeRatio = 0.0,
+    seed: Seed = 0,
+    endpoint: EndpointOpt = "chat",
+    ignore_eos: IgnoreEos = True,
+    slo: Slo = None,
+    output_json: OutputJson = None,
+    plot: PlotOpt = None,
+    quiet: Quiet = False,
+) -> None:
+    """Run several targets on the same workload, one after the other; print ratios against
+    the first and CPU per token (frontend CPU = server CPU − engine CPU)."""
+    from servehall.bench.compare import parse_target
+
+    spec = checked(
+        lambda: workload_spec(
+            num_requests,
+            concurrency,
+            request_rate,
+            burstiness,
+            dataset,
+            dataset_path,
+            input_len,
+            output_len,
+            range_ratio,
+            seed,
+            endpoint,
+            ignore_eos,
+            slo,
+        )
+    )
+
+    def parse_all() -> list[Any]:
+        if not targets:
+            raise UsageError("give at least one target")
+        try:
+            parsed = [parse_target(t) for t in targets]
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if any(t.kind in ("engine", "launch") for t in parsed) and config is None:
+            raise UsageError("engine: and launch: targets need --config FILE")
+        return parsed
+
+    parsed = checked(parse_all)
+
+    async def main() -> None:
+        from contextlib import ExitStack
+
+        from servehall.bench.compare import comparison_rows, launched_server, run_target
+        from servehall.bench.report import comparison_table, print_summary, write_json
+
+        tok_dir = tokenizer
+        if tok_dir is None and config is not None:
+            from servehall.config.settings import load_settings
+
+            mc = next((m for m in load_settings(config).models if m.name == model), None)
+            tok_dir = mc.path if mc is not None else None
+        requests = spec.requests(load_tokenizer_or_fail(tok_dir))
+        console = make_console()
+        runs = []
+        with ExitStack() as stack:
+            launched = None
+            if any(t.kind == "launch" for t in parsed):
+                assert config is not None
+                launched = stack.enter_context(launched_server(config))
+            for t in parsed:
+                run = await run_target(
+                    t,
+                    spec,
+                    requests,
+                    config=config,
+                    model=model,
+                    api_key=api_key,
+                    launched=launched,
+                    quiet=quiet,
+                )
+                runs.append(run)
+                print_summary(console, t.label, run.summary)
+        rows = comparison_rows(runs)
+        console.print(comparison_table(rows, parsed[0].label))
+        if output_json is not None:
+            write_json(
+                output_json,
+                {
+                    "workload": spec.describe(),
+                    "rows": rows,
+                    "summaries": {r.target.label: r.summary.as_dict() for r in runs},
+                },
+            )
+        if plot is not None:
+            from servehall.bench.plot import plot_runs
+
+            plot_runs(plot, [(r.target.label, r.result.outputs, r.result.duration_s) for r in runs])
+
+    run_cli(main)

@@ -1,0 +1,281 @@
+"""``servehall bench compare``: several targets, one workload, one after the other.
+
+Targets (positional arguments):
+
+* ``engine:MODEL`` — the ``[[models]]`` entry ``MODEL`` of ``--config``, in-process
+  through the ``Engine`` protocol (``engine-native:MODEL`` for the backend's own API);
+* ``serve:URL`` — any OpenAI-compatible server; suffixes ``,h1`` / ``,h2`` pick the HTTP
+  version (default h2) and ``,pid=N`` names the server process whose CPU time (with its
+  child processes) is recorded;
+* ``launch:h2`` / ``launch:h1`` — the bench starts ``servehall serve --config CONFIG``
+  itself on a free 127.0.0.1 port (once, shared by every ``launch`` target), records its
+  CPU time, and stops it at the end.
+
+Ratios are against the first target. CPU per output token is ``cpu_s ÷ output tokens``;
+for a server target, **frontend CPU per token** = server CPU per token − engine CPU per
+token, the engine figure coming from the first ``engine`` target of the same run (the
+engine target's CPU is this process's CPU during its run, all threads). Each target gets
+one short unmeasured warm-up request first (the
+preflight request of a server target).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from servehall.bench.client import ClientOptions, TargetError
+from servehall.bench.metrics import BenchSummary, summarize
+from servehall.bench.report import ratio
+from servehall.bench.runner import RunResult
+from servehall.bench.workload import BenchRequest
+
+if TYPE_CHECKING:
+    from servehall.bench.cli import WorkloadSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One parsed target (see the module docstring)."""
+
+    spec: str
+    kind: str  # "engine" | "serve" | "launch"
+    model: str = ""
+    url: str = ""
+    http2: bool = True
+    pid: int | None = None
+    native: bool = False
+
+    @property
+    def label(self) -> str:
+        return self.spec
+
+
+def parse_target(text: str) -> Target:
+    """Parse one target string. Raises ValueError with a one-line reason."""
+    kind, sep, rest = text.partition(":")
+    if not sep or not rest:
+        raise ValueError(
+            f"target {text!r} is not engine:MODEL, serve:URL[,h1][,pid=N] or launch:h2|h1"
+        )
+    if kind in ("engine", "engine-native"):
+        return Target(text, "engine", model=rest, native=kind == "engine-native")
+    if kind == "launch":
+        if rest not in ("h1", "h2"):
+            raise ValueError(f"target {text!r}: launch takes h1 or h2")
+        return Target(text, "launch", http2=rest == "h2")
+    if kind == "serve":
+        url, *opts = rest.split(",")
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"target {text!r}: the URL must start with http:// or https://")
+        http2, pid = True, None
+        for opt in opts:
+            if opt in ("h1", "h2"):
+                http2 = opt == "h2"
+            elif opt.startswith("pid="):
+                try:
+                    pid = int(opt[4:])
+                except ValueError:
+                    raise ValueError(f"target {text!r}: {opt!r} is not pid=NUMBER") from None
+            else:
+                raise ValueError(f"target {text!r}: unknown option {opt!r} (h1, h2, pid=N)")
+        return Target(text, "serve", url=url, http2=http2, pid=pid)
+    raise ValueError(
+        f"target {text!r}: unknown kind {kind!r} (engine, engine-native, serve, launch)"
+    )
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` and its live descendants (engine worker
+    processes included). Raises TargetError when the process does not exist."""
+    try:
+        import psutil
+    except ImportError:
+        raise TargetError("CPU accounting needs psutil (pip install 'servehall[bench]')") from None
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error as exc:
+        raise TargetError(f"cannot read the CPU time of process {pid}: {exc}") from None
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (the kernel's choice)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def launched_server(config: Path, *, timeout_s: float = 300.0) -> Iterator[tuple[str, int]]:
+    """Start ``servehall serve --config CONFIG`` on a free port; yield ``(url, pid)`` once
+    ``/health/ready`` answers 200; SIGTERM it on exit. Raises TargetError when it exits
+    or is not ready within ``timeout_s`` (with the last line of its stderr)."""
+    import httpx
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [
+        sys.executable,
+        "-c",
+        "from servehall.cli import main; main()",
+        "serve",
+        "--config",
+        str(config),
+        "--bind",
+        f"127.0.0.1:{port}",
+    ]
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"servehall-bench-{port}.log"
+    with log.open("wb") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                tail = log.read_text(errors="replace").strip().splitlines()
+                raise TargetError(
+                    f"servehall serve exited with status {proc.returncode}: "
+                    f"{tail[-1] if tail else 'no output'}"
+                )
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise TargetError(f"servehall serve was not ready within {timeout_s:g} s")
+            time.sleep(0.2)
+        yield url, proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.unlink(missing_ok=True)
+
+
+@dataclass(slots=True)
+class TargetRun:
+    """The outcome of one target: its summary, raw result and CPU seconds."""
+
+    target: Target
+    summary: BenchSummary
+    result: RunResult
+    cpu_s: float | None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def comparison_rows(runs: Sequence[TargetRun]) -> list[dict[str, Any]]:
+    """One dict per run: figures, ratios to the first run, CPU per token and frontend CPU
+    per token (see the module docstring)."""
+    if not runs:
+        return []
+    base = runs[0].summary
+    engine_us = next(
+        (
+            r.cpu_s / r.summary.total_output_tokens * 1e6
+            for r in runs
+            if r.target.kind == "engine" and r.cpu_s is not None and r.summary.total_output_tokens
+        ),
+        None,
+    )
+    rows = []
+    for r in runs:
+        s = r.summary
+        cpu_us = (
+            r.cpu_s / s.total_output_tokens * 1e6
+            if r.cpu_s is not None and s.total_output_tokens
+            else None
+        )
+        frontend = (
+            cpu_us - engine_us
+            if cpu_us is not None and engine_us is not None and r.target.kind != "engine"
+            else None
+        )
+        rows.append(
+            {
+                "target": r.target.label,
+                "kind": r.target.kind,
+                "sent": s.completed + s.failed,
+                "completed": s.completed,
+                "output_throughput": s.output_throughput,
+                "throughput_ratio": ratio(s.output_throughput, base.output_throughput),
+                "ttft_p50_ms": s.ttft_ms.median,
+                "tpot_p50_ms": s.tpot_ms.median,
+                "itl_p50_ms": s.itl_ms.median,
+                "itl_p50_ratio": ratio(s.itl_ms.median, base.itl_ms.median),
+                "e2el_p50_ms": s.e2el_ms.median,
+                "e2el_p50_added_ms": s.e2el_ms.median - base.e2el_ms.median,
+                "cpu_s": r.cpu_s,
+                "cpu_us_per_token": cpu_us,
+                "frontend_cpu_us_per_token": frontend,
+                **r.info,
+            }
+        )
+    return rows
+
+
+async def run_target(
+    target: Target,
+    spec: WorkloadSpec,
+    requests: Sequence[BenchRequest],
+    *,
+    config: Path | None,
+    model: str,
+    api_key: str | None,
+    launched: tuple[str, int] | None,
+    quiet: bool,
+) -> TargetRun:
+    """Warm up, run and summarise one target."""
+    from servehall.bench.targets import run_engine, run_serve
+
+    if target.kind == "engine":
+        from servehall.bench.engine_driver import loaded_engine
+
+        async with loaded_engine(config, target.model) as loaded:
+            result, cpu_s, api = await run_engine(
+                loaded, spec, requests, native=target.native, quiet=quiet, label=target.label
+            )
+        info = {"backend": loaded.backend, "api": api}
+        return TargetRun(
+            target,
+            summarize(result.outputs, result.duration_s, spec.slo, cpu_s),
+            result,
+            cpu_s,
+            info,
+        )
+    pid: int | None = target.pid
+    url = target.url
+    if target.kind == "launch":
+        assert launched is not None
+        url, pid = launched
+    opts = ClientOptions(
+        url, model, api_key, spec.endpoint, http2=target.http2, ignore_eos=spec.ignore_eos
+    )
+    cpu0: list[float] = []
+
+    def mark() -> None:
+        if pid is not None:
+            cpu0.append(process_cpu_s(pid))
+
+    result = await run_serve(
+        opts, spec, requests, quiet=quiet, label=target.label, after_preflight=mark
+    )
+    serve_cpu_s = process_cpu_s(pid) - cpu0[0] if pid is not None and cpu0 else None
+    info = {"protocol": "h2" if target.http2 else "http/1.1"}
+    summary = summarize(result.outputs, result.duration_s, spec.slo, serve_cpu_s)
+    return TargetRun(target, summary, result, serve_cpu_s, info)

@@ -1,0 +1,121 @@
+"""servehall.api.disconnect: the send guard, the watcher and the closed-write log filter."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from servehall.api.disconnect import (
+    CLOSED_WRITE_MESSAGE,
+    ClientGone,
+    ClosedWriteFilter,
+    DisconnectWatch,
+)
+
+
+class FakeChannel:
+    """An ASGI receive/send pair: after ``fail_after`` body sends the "connection" is lost
+    and, as Hypercorn does, ``http.disconnect`` is queued on the receive channel while
+    later sends are dropped silently. Sends never yield (a socket with room to write)."""
+
+    def __init__(self, fail_after: int) -> None:
+        self.fail_after = fail_after
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.sent = 0
+        self.dropped = 0
+
+    async def receive(self) -> dict[str, Any]:
+        return await self.inbox.get()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if self.sent >= self.fail_after:
+            self.dropped += 1
+            if self.dropped == 1:
+                self.inbox.put_nowait({"type": "http.disconnect"})
+            return
+        self.sent += 1
+
+
+async def _backlog(watch: DisconnectWatch, n: int) -> int:
+    """Send ``n`` streamed events back to back (deltas already queued); the count sent."""
+    done = 0
+    for _ in range(n):
+        await watch.send({"type": "http.response.body", "body": b"data: x\n\n", "more_body": True})
+        done += 1
+    return done
+
+
+async def test_a_backlog_stops_at_the_first_failed_write() -> None:
+    ch = FakeChannel(fail_after=3)
+    watch = DisconnectWatch(ch.receive, ch.send)
+    watch.start()
+    with pytest.raises(ClientGone):
+        await _backlog(watch, 1000)
+    assert watch.gone
+    assert ch.sent == 3 and ch.dropped == 1  # nothing written after the loss was noticed
+    await watch.stop()
+
+
+async def test_without_the_guard_a_backlog_is_written_into_the_dead_stream() -> None:
+    """The control: sending straight to the channel never notices the disconnect."""
+    ch = FakeChannel(fail_after=3)
+    for _ in range(1000):
+        await ch.send({"type": "http.response.body", "body": b"x", "more_body": True})
+    assert ch.dropped == 997
+
+
+async def test_receive_path_disconnect_refuses_the_next_send() -> None:
+    ch = FakeChannel(fail_after=10**6)
+    watch = DisconnectWatch(ch.receive, ch.send)
+    task = watch.start()
+    ch.inbox.put_nowait({"type": "http.request", "body": b"", "more_body": False})
+    ch.inbox.put_nowait({"type": "http.disconnect"})
+    await asyncio.wait_for(task, 5)
+    with pytest.raises(ClientGone):
+        await watch.send({"type": "http.response.start", "status": 200, "headers": []})
+    assert ch.sent == 0
+
+
+async def test_stop_cancels_the_watcher() -> None:
+    ch = FakeChannel(fail_after=1)
+    watch = DisconnectWatch(ch.receive, ch.send)
+    task = watch.start()
+    await watch.stop()
+    assert task.cancelled() and not watch.gone
+
+
+def test_closed_write_warnings_become_one_counted_line(caplog: pytest.LogCaptureFixture) -> None:
+    flt = ClosedWriteFilter(interval_s=3600)
+    logger = logging.getLogger("test.asyncio.closed-writes")
+    logger.addFilter(flt)
+    try:
+        with caplog.at_level(logging.WARNING):
+            for _ in range(1000):
+                logger.warning(CLOSED_WRITE_MESSAGE)
+            logger.warning("something else")
+    finally:
+        logger.removeFilter(flt)
+    messages = [r.getMessage() for r in caplog.records]
+    assert CLOSED_WRITE_MESSAGE not in messages
+    assert flt.total == 1000
+    summaries = [m for m in messages if "already closed by the client" in m]
+    assert summaries == [
+        "1 write(s) to connection(s) already closed by the client were dropped "
+        "(logged at most once per 3600 s)"
+    ]
+    assert "something else" in messages
+
+
+async def test_disconnect_after_the_last_body_is_not_a_client_leaving() -> None:
+    """Hypercorn queues http.disconnect itself once the response is complete."""
+    ch = FakeChannel(fail_after=10**6)
+    watch = DisconnectWatch(ch.receive, ch.send)
+    task = watch.start()
+    await watch.send({"type": "http.response.body", "body": b"x", "more_body": True})
+    await watch.send({"type": "http.response.body", "body": b"", "more_body": False})
+    ch.inbox.put_nowait({"type": "http.disconnect"})
+    await asyncio.wait_for(task, 5)
+    assert watch.complete and not watch.gone

@@ -1,0 +1,253 @@
+"""Case P01: servehall works installed from wheels, not only from a checkout.
+
+Builds a wheel of every workspace member and of the example plugin
+(``pip wheel --no-deps``), installs them — not editable — into a fresh virtual
+environment in an empty temporary directory, and drives the installed ``servehall``
+console script: ``db upgrade``, ``plugins``, ``keys create``, ``serve --demo`` with the
+auth and example plugins enabled, one authenticated request whose record lands in the
+example's ``webhook_delivery`` table (posted to a local webhook that fails once, so the
+retry runs), and ``audit verify``. Bad input: a plugin whose migration branch is
+missing stops ``db upgrade`` and ``serve`` with one line naming it.
+
+Third-party dependencies (torch, transformers, openvino, …) are not downloaded again:
+the fresh environment sees this environment's site-packages through a ``.pth`` file
+pointing at a directory of links that leaves out every ``servehall*`` distribution, so
+every servehall module the CLI runs comes from the wheels (the test asserts that).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import sysconfig
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+import pytest
+
+from tests.conftest import free_port, start_server
+
+ROOT = Path(__file__).resolve().parents[1]
+MEMBERS = [
+    ROOT / "core",
+    *sorted(p for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").is_file()),
+    ROOT / "examples" / "webhook_sink",
+]
+PEPPER = "wheel-test-pepper-0123456789"
+
+pytestmark = pytest.mark.slow
+
+
+class _Hook(BaseHTTPRequestHandler):
+    received: ClassVar[list[dict[str, Any]]] = []
+    fail_next: ClassVar[int] = 1
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("content-length", "0")))
+        if type(self).fail_next > 0:
+            type(self).fail_next -= 1
+            self.send_response(503)
+            self.end_headers()
+            return
+        type(self).received.append(json.loads(body))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def webhook() -> Iterator[str]:
+    _Hook.received = []
+    _Hook.fail_next = 1
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/hook"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with every member installed from its wheel; returns its bin dir."""
+    root = tmp_path_factory.mktemp("wheels")
+    wheelhouse = root / "wheelhouse"
+    # build from clean copies: setuptools writes build/ and *.egg-info next to the sources
+    skip = shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__", "tests")
+    sources = [root / "src" / m.name for m in MEMBERS]
+    for member, copy in zip(MEMBERS, sources, strict=True):
+        shutil.copytree(member, copy, ignore=skip)
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(wheelhouse), *map(str, sources)],
+        capture_output=True, text=True, cwd=root, timeout=600,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr[-3000:]
+    wheels = sorted(wheelhouse.glob("*.whl"))
+    assert len(wheels) == len(MEMBERS), wheels
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    vpy = venv / "bin" / "python"
+    inst = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(vpy), "install", "-q", "--no-deps",
+         "--no-index", *map(str, wheels)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert inst.returncode == 0, inst.stderr[-3000:]
+    # third-party packages of this environment, without any servehall distribution
+    deps = root / "deps"
+    deps.mkdir()
+    site = Path(sysconfig.get_paths()["purelib"])
+    for entry in site.iterdir():
+        low = entry.name.lower()
+        if low.startswith(("servehall", "__editable__", "_servehall")) or low.endswith(".pth"):
+            continue
+        (deps / entry.name).symlink_to(entry)
+    vsite = Path(
+        subprocess.check_output(
+            [str(vpy), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            text=True,
+        ).strip()
+    )
+    (vsite / "zz_servehall_test_deps.pth").write_text(str(deps) + "\n")
+    where = subprocess.check_output(
+        [str(vpy), "-c",
+         "import servehall, servehall_auth, servehall_webhook_sink, servehall.migrations as m;"
+         "print(servehall.__file__); print(servehall_auth.__file__); print(m.__path__[0])"],
+        text=True,
+    ).split()  # fmt: skip
+    for path in where:
+        assert path.startswith(str(vsite)), where  # from the wheels, not the checkout
+    assert (Path(where[2]) / "versions" / "0001_base.py").is_file()
+    return venv / "bin"
+
+
+def _config(work: Path, port: int, hook_url: str, *, enabled: list[str]) -> Path:
+    cfg = work / "deploy.toml"
+    cfg.write_text(
+        f"""
+[plugins]
+enabled = {json.dumps(enabled)}
+[server]
+bind = ["127.0.0.1:{port}"]
+[database]
+url = "sqlite+aiosqlite:///{work / "servehall.db"}"
+[auth]
+pepper = "{PEPPER}"
+[[sinks]]
+name = "sql"
+[[sinks]]
+name = "webhook"
+[webhook_sink]
+url = "{hook_url}"
+max_attempts = 3
+backoff_s = 0.05
+"""
+    )
+    return cfg
+
+
+def _run(bin_dir: Path, work: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SERVEHALL_CONFIG")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    return subprocess.run(
+        [str(bin_dir / "servehall"), *args], capture_output=True, text=True, cwd=work,
+        env=env, timeout=300,
+    )  # fmt: skip
+
+
+def test_p01_installed_wheels_serve_with_auth_and_example_plugin(
+    installed: Path, tmp_path: Path, webhook: str
+) -> None:
+    work = tmp_path / "empty"
+    work.mkdir()
+    port = free_port()
+    cfg = _config(work, port, webhook, enabled=["auth", "webhook_sink"])
+
+    up = _run(installed, work, "db", "upgrade", "--config", str(cfg))
+    assert up.returncode == 0, up.stderr
+    assert "schema is up to date (servehall, auth, webhook_sink)" in up.stdout
+
+    listed = _run(installed, work, "plugins", "--json", "--config", str(cfg))
+    assert listed.returncode == 0, listed.stderr
+    plugins = {p["name"]: p for p in json.loads(listed.stdout)["plugins"]}
+    for name, dist in [("auth", "servehall-auth"), ("webhook_sink", "servehall-webhook-sink")]:
+        assert plugins[name]["enabled"] and plugins[name]["loaded"], plugins[name]
+        assert plugins[name]["distribution"] == dist and plugins[name]["error"] is None
+    assert "servehall_migrations" in plugins["webhook_sink"]["hooks"]
+
+    key = _run(installed, work, "keys", "create", "--tenant", "acme", "--config", str(cfg))
+    assert key.returncode == 0, key.stderr
+    secret = key.stdout.strip().splitlines()[-1]
+    assert secret.startswith("sh-")
+
+    env = {"PATH": f"{installed}{os.pathsep}{os.environ.get('PATH', '')}"}
+    text = cfg.read_text()
+    server = start_server(
+        text, work / "srv", env=env, extra_args=["--demo"], name="wheels",
+        command=[str(installed / "servehall")],
+    )  # fmt: skip
+    with server, httpx.Client(base_url=server.base_url, timeout=60) as c:
+        denied = c.post("/v1/chat/completions", json={"model": "demo", "messages": []})
+        assert denied.status_code == 401
+        r = c.post(
+            "/v1/chat/completions",
+            headers={"authorization": f"Bearer {secret}"},
+            json={"model": "demo", "max_tokens": 4,
+                  "messages": [{"role": "user", "content": "hello"}]},
+        )  # fmt: skip
+        assert r.status_code == 200, r.text
+        request_id = r.json()["id"]
+    # SIGTERM flushed the record sinks
+    db = sqlite3.connect(work / "servehall.db")
+    rows = db.execute(
+        "SELECT delivered, attempts, status_code FROM webhook_delivery WHERE request_id = ?",
+        (request_id,),
+    ).fetchall()
+    assert rows and rows[0][0] == 1 and rows[0][2] == 204, rows
+    # the webhook answered 503 to the very first POST: that record was retried, delivered
+    everything = db.execute("SELECT delivered, attempts FROM webhook_delivery").fetchall()
+    assert all(d == 1 for d, _ in everything) and max(a for _, a in everything) == 2
+    assert any(rec["request_id"] == request_id for rec in _Hook.received)
+    tenant = db.execute(
+        "SELECT tenant FROM request_log WHERE request_id = ?", (request_id,)
+    ).fetchone()
+    assert tenant == ("acme",)
+    db.close()
+
+    verify = _run(installed, work, "audit", "verify", "--config", str(cfg))
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert verify.stdout.startswith("OK:")
+
+
+def test_installed_plugin_with_missing_branch_is_one_line(
+    installed: Path, tmp_path: Path, webhook: str
+) -> None:
+    vsite = next(installed.parent.glob("lib/python*/site-packages"))
+    versions = vsite / "servehall_webhook_sink" / "migrations" / "versions"
+    hidden = tmp_path / "hidden"
+    shutil.move(str(versions), str(hidden))
+    try:
+        work = tmp_path / "w"
+        work.mkdir()
+        cfg = _config(work, free_port(), webhook, enabled=["auth", "webhook_sink"])
+        for args in (["db", "upgrade"], ["serve", "--demo"]):
+            out = _run(installed, work, *args, "--config", str(cfg))
+            assert out.returncode == 2, out.stdout + out.stderr
+            lines = out.stderr.strip().splitlines()
+            assert len(lines) == 1 and "plugin 'webhook_sink'" in lines[0], out.stderr
+            assert "migration branch 'webhook_sink' is missing" in lines[0]
+    finally:
+        shutil.move(str(hidden), str(versions))
