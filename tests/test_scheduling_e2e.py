@@ -36,6 +36,10 @@ PEPPER_ENV = "SERVEHALL_E2E_SCHED_PEPPER"
 # surely queue behind it; the demo model decodes ~2000 tokens/s.
 HOLD = {"model": "demo", "prompt": "ABCDEFGH ABCDEFGH ABC", "temperature": 0}
 HOLD |= {"max_tokens": 1900, "n": 4, "stream": True}
+PACED: dict[str, Any] = {"backend": "null", "options": {"tokens_per_s": 100}}
+"""The order tests run on the built-in ``null`` engine at 100 tokens/s per sequence: the
+holder (4 × 1900 tokens) then keeps its slot for ~19 s whatever the machine's speed, so
+the backlog is surely queued behind it; the scheduler, not the engine, is under test."""
 SHORT = {"model": "demo", "temperature": 0, "max_tokens": 8}
 SHORT |= {"messages": [{"role": "user", "content": "Hi"}]}
 
@@ -69,6 +73,7 @@ def _deploy(
     work: Path,
     scheduler: dict[str, Any],
     options: dict[str, Any] | None = None,
+    backend: str | None = None,
     **auth: Any,
 ) -> tuple[Any, Deployment]:
     cfg = demo_config(
@@ -78,7 +83,11 @@ def _deploy(
         scheduler=scheduler,
         auth={"pepper": {"env": PEPPER_ENV}, "key_cache_ttl_s": 0, **auth},
     )
-    cfg["models"][0]["options"].update(options or {})
+    if backend is not None:  # e.g. the null backend: a paced engine, options of its own
+        cfg["models"][0]["backend"] = backend
+        cfg["models"][0]["options"] = dict(options or {})
+    else:
+        cfg["models"][0]["options"].update(options or {})
     config = work / "deploy.toml"
     config.write_text(dump_toml(cfg))
     env = {PEPPER_ENV: PEPPER}
@@ -140,6 +149,7 @@ def fair(
         demo_model_dir,
         tmp_path_factory.mktemp("sched-fair"),
         {"policy": "fair", "max_concurrency": 1, "max_queue": 32, "queue_timeout_s": 600},
+        **PACED,
     )
     with server:
         yield d
@@ -173,6 +183,7 @@ def test_fcfs_control_b_waits_behind_a(
         demo_model_dir,
         tmp_path,
         {"policy": "fcfs", "max_concurrency": 1, "max_queue": 32, "queue_timeout_s": 600},
+        **PACED,
     )
     with server:
         order = asyncio.run(_flood_then_short(d))

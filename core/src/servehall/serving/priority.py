@@ -3,9 +3,9 @@
 The only place the request path reads scheduling facts from a :class:`Principal`:
 ``principal.policy.priority`` (a JWT's priority claim or its tenant's default, set by the
 auth plugin; 0 when absent) and ``principal.policy.max_priority`` (the highest priority a
-request may ask for; None: no higher than ``priority``). Without an auth plugin every caller is the anonymous principal;
-nobody is more trusted than anybody else, so its requests may ask for any priority (as on
-vLLM).
+request may ask for; None: no higher than ``priority``). Without an auth plugin every
+caller is the anonymous principal; nobody is more trusted than anybody else, so its
+requests may ask for any priority (as on vLLM).
 """
 
 from __future__ import annotations
