@@ -453,5 +453,12 @@ async def test_metric_labels_carry_no_identity_or_input(tok_dir: Path) -> None:
     assert (
         'servehall_requests_total{endpoint="/v1/chat/completions",model="m",status="200"}' in text
     )
-    for leak in ("k1", "t1", "evil-model-name", "path-xyz", "Bearer"):
+    for leak in ("k1", "evil-model-name", "path-xyz", "Bearer"):
         assert leak not in text
+    # the tenant is a label of the two scheduler families only (issue #12), nowhere else
+    tenant_lines = [line for line in text.splitlines() if "t1" in line]
+    assert tenant_lines and all(
+        line.startswith(("servehall_scheduler_queue{", "servehall_scheduler_service_tokens"))
+        and 'tenant="t1"' in line
+        for line in tenant_lines
+    )

@@ -45,6 +45,9 @@ MSG = [{"role": "user", "content": "hi"}]
         ("seed", "1"),
         ("stream", "yes"),
         ("model", 5),
+        ("priority", 1.5),
+        ("priority", "high"),
+        ("priority", 1001),
     ],
 )
 def test_bad_fields_name_the_param(field: str, value: Any) -> None:

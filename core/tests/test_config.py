@@ -143,7 +143,7 @@ def test_unknown_policy_sink_and_backend_names(tmp_path: Path) -> None:
     assert res.exit_code == 1
     for key in ("scheduler.policy", "sinks[0].name", "models[0].backend"):
         assert key in res.output
-    assert "known: fcfs" in res.output
+    assert "known: fair, fcfs, priority" in res.output
 
 
 def test_plugins_lists_backends_of_plugins_not_enabled() -> None:

@@ -137,6 +137,23 @@ async def test_gate_waits_for_a_restarting_engine_then_503() -> None:
     assert not isinstance(info.value, QueueTimeoutError)
 
 
+async def test_gate_keeps_the_fair_policy_visible_and_charged() -> None:
+    """Behind the gate (worker mode), the fair policy's per-tenant state still reaches
+    metrics and health, and a slot granted after a restart still reports its tokens."""
+    from servehall.schedulers.fair import FairScheduler
+
+    settings = SchedulerSettings(policy="fair", queue_timeout_s=5)
+    gate = EngineGate(FairScheduler(settings), FakeRestartable(False, True), "m", settings)
+    slot = await gate.acquire(Ticket(request_id="r", model="m", tenant="t", prompt_tokens=7))
+    generated = 0
+    slot.track(lambda: generated)  # type: ignore[attr-defined]
+    generated = 5
+    states = gate.tenant_states()  # type: ignore[attr-defined]
+    assert states["t"].running == 1 and states["t"].service_tokens >= 7
+    slot.release()
+    assert gate.tenant_states()["t"].service_tokens == 12  # type: ignore[attr-defined]
+
+
 def test_engine_failure_codes() -> None:
     assert type(engine_failure(TokenDelta((), "error", "x"))) is EngineError
     e = engine_failure(TokenDelta((), "error", "gone", "engine_unavailable"))

@@ -7,6 +7,7 @@ from pathlib import Path
 from servehall.config.settings import Settings, load_settings, validate_plugin_sections
 from servehall.errors import ConfigError
 from servehall.plugins import PluginHost
+from servehall.scheduling import SchedulerSpec
 
 
 def load_deployment(
@@ -43,7 +44,8 @@ def check_names(settings: Settings, plugins: PluginHost) -> None:
     errs: list[tuple[str, str]] = []
     idle = sorted(i.name for i in plugins.infos.values() if not i.enabled and not i.default)
     hint = f" (installed but not enabled in [plugins] enabled: {', '.join(idle)})" if idle else ""
-    policies = plugins.schedulers().names()
+    schedulers = plugins.schedulers()
+    policies = schedulers.names()
     if settings.scheduler.policy not in policies:
         errs.append(
             (
@@ -51,6 +53,8 @@ def check_names(settings: Settings, plugins: PluginHost) -> None:
                 f"unknown policy {settings.scheduler.policy!r}; known: {', '.join(policies)}{hint}",
             )
         )
+    else:
+        errs.extend(check_scheduler_tenants(settings, schedulers.get(settings.scheduler.policy)))
     sinks = plugins.sinks().names()
     for i, sink in enumerate(settings.sinks):
         if sink.name not in sinks:
@@ -70,3 +74,19 @@ def check_names(settings: Settings, plugins: PluginHost) -> None:
     if errs:
         lines = "\n".join(f"  {k}: {m}" for k, m in errs)
         raise ConfigError(f"{len(errs)} config error(s):\n{lines}", errs)
+
+
+def check_scheduler_tenants(settings: Settings, spec: SchedulerSpec) -> list[tuple[str, str]]:
+    """``(key_path, message)`` for each ``[scheduler.tenants.<name>]`` setting the chosen
+    policy does not read (a whole section when the policy reads none)."""
+    errs: list[tuple[str, str]] = []
+    policy = spec.name
+    for tenant, section in settings.scheduler.tenants.items():
+        path = f"scheduler.tenants.{tenant}"
+        if not spec.tenant_settings:
+            errs.append((path, f"policy {policy!r} has no tenant settings"))
+            continue
+        for key in sorted(section.model_fields_set - spec.tenant_settings):
+            known = ", ".join(sorted(spec.tenant_settings))
+            errs.append((f"{path}.{key}", f"not used by policy {policy!r} (it reads: {known})"))
+    return errs

@@ -1,12 +1,15 @@
 """Prometheus metrics of the request path (``GET /metrics``).
 
 Names follow Prometheus conventions (base units, ``_total`` counters). Labels are only
-``model``, ``endpoint``, ``status`` (and ``reason`` for aborts and engine restarts):
-never a key, a principal id or a tenant, so no secret or identity can reach a metric
-label. Engine gauges (running, waiting, KV-cache usage) are read from
-``Engine.stats()`` at scrape time; for models whose engine runs in a worker process
-(``isolation = "process"``), ``servehall_engine_up{model}`` and
-``servehall_engine_restarts_total{model,reason}`` come from its supervisor.
+``model``, ``endpoint``, ``status`` (and ``reason`` for aborts and engine restarts),
+plus ``tenant`` on the two scheduler families: never a key or a principal id, so no
+secret or caller identity can reach a metric label. Engine gauges (running, waiting,
+KV-cache usage) are read from ``Engine.stats()`` at scrape time; for models whose engine
+runs in a worker process (``isolation = "process"``), ``servehall_engine_up{model}`` and
+``servehall_engine_restarts_total{model,reason}`` come from its supervisor; the scheduler
+families (``servehall_scheduler_queue{model,tenant}``,
+``servehall_scheduler_service_tokens_total{model,tenant}``) from the scheduler's
+``tenant_states()`` at scrape time, for policies that offer it (the built-in ones).
 
 Each :class:`Metrics` owns its own ``CollectorRegistry`` so several apps can live in one
 process (tests) without clashing.
@@ -61,6 +64,16 @@ class _EngineCollector(Collector):
             "Engine worker restarts, by the reason the worker was lost",
             labels=["model", "reason"],
         )
+        queue = GaugeMetricFamily(
+            "servehall_scheduler_queue",
+            "Requests waiting in the admission queue, per tenant",
+            labels=["model", "tenant"],
+        )
+        service = CounterMetricFamily(
+            "servehall_scheduler_service_tokens",
+            "Tokens served per tenant: prompt tokens at admission plus generated tokens",
+            labels=["model", "tenant"],
+        )
         host = self._host_ref()
         for name, served in (host.models if host else {}).items():
             counts = getattr(served.engine, "restart_counts", None)
@@ -68,6 +81,11 @@ class _EngineCollector(Collector):
                 up.add_metric([name], 1.0 if served.engine.worker_up else 0.0)  # type: ignore[attr-defined]
                 for reason, n in sorted(counts.items()):
                     restarts.add_metric([name, reason], n)
+            tenant_states = getattr(served.scheduler, "tenant_states", None)
+            if tenant_states is not None:
+                for tenant, st in tenant_states().items():
+                    queue.add_metric([name, tenant], st.waiting)
+                    service.add_metric([name, tenant], st.service_tokens)
             try:
                 s = served.engine.stats()
             except Exception:  # a scrape must never fail because of one engine
@@ -77,7 +95,7 @@ class _EngineCollector(Collector):
             total = s.kv_cache_blocks_total
             kv.add_metric([name], (s.kv_cache_blocks_used / total) if total else 0.0)
             kv_used.add_metric([name], s.kv_cache_blocks_used)
-        return [running, waiting, kv, kv_used, up, restarts]
+        return [running, waiting, kv, kv_used, up, restarts, queue, service]
 
 
 class Metrics:

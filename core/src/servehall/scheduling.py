@@ -4,6 +4,9 @@ A scheduler decides when an admitted request may start engine work. The host ask
 slot with :meth:`Scheduler.acquire` and releases it when the request ends; a full queue
 raises :class:`~servehall.errors.QueueFullError` (503 + Retry-After), a wait past the
 queue timeout raises :class:`~servehall.errors.QueueTimeoutError` (503).
+
+The built-in policies (``fcfs``, ``priority``, ``fair``) live in :mod:`servehall.schedulers`
+and are documented in ``docs/scheduling.md``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ class Ticket:
         principal_id: principal id, or None.
         priority: larger runs first under the ``priority`` policy (default 0).
         cost_tokens: estimated work: prompt tokens + max_tokens (× n).
+        prompt_tokens: prompt tokens, charged to the tenant on admission by ``fair``.
     """
 
     request_id: str
@@ -32,11 +36,40 @@ class Ticket:
     principal_id: str | None = None
     priority: int = 0
     cost_tokens: int = 0
+    prompt_tokens: int = 0
+
+
+DEFAULT_TENANT = "default"
+"""The tenant of requests whose principal has none (they share one queue and counter)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TenantState:
+    """One tenant's scheduler state, for ``/metrics``.
+
+    Attributes:
+        waiting: requests queued for a slot.
+        running: slots held.
+        service_tokens: tokens served since start: prompt tokens of admitted requests plus
+            generated tokens so far (unweighted).
+        virtual_tokens: the ``fair`` policy's virtual token counter (weighted, lifted);
+            None under other policies.
+    """
+
+    waiting: int
+    running: int
+    service_tokens: int
+    virtual_tokens: float | None = None
 
 
 @runtime_checkable
 class Slot(Protocol):
-    """A granted admission; release exactly once (``release`` is idempotent)."""
+    """A granted admission; release exactly once (``release`` is idempotent).
+
+    The built-in slots also offer ``track(generated: Callable[[], int])``: the request
+    path passes a function returning the tokens generated so far, which the scheduler
+    reads when it decides (never per token). It is optional for other policies' slots.
+    """
 
     queue_time_s: float
 
@@ -71,8 +104,13 @@ class Scheduler(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class SchedulerSpec:
-    """A policy a plugin offers: ``factory(settings: SchedulerSettings) -> Scheduler``."""
+    """A policy a plugin offers: ``factory(settings: SchedulerSettings) -> Scheduler``.
+
+    ``tenant_settings`` lists the keys the policy reads from ``[scheduler.tenants.<name>]``
+    (empty: the policy has no tenant sections and ``config check`` refuses them).
+    """
 
     name: str
     factory: Callable[..., Scheduler]
     description: str = ""
+    tenant_settings: frozenset[str] = frozenset()

@@ -161,3 +161,20 @@ async def test_tenant_prompt_policy_reaches_the_principal(runtime: AuthRuntime) 
     assert p1 is not None and p1.policy.store_prompts is True
     assert p2 is not None and p2.policy.store_prompts is None
     assert p1.policy.hide_forbidden_models is True
+
+
+async def test_tenant_priority_default_reaches_the_principal(runtime: AuthRuntime) -> None:
+    from servehall_auth.settings import TenantSettings
+
+    assert runtime.keys is not None
+    runtime.settings = runtime.settings.model_copy(
+        update={"tenants": {"gold": TenantSettings(priority=5, max_priority=8)}}
+    )
+    _, gold = await runtime.keys.create(tenant="gold")
+    _, plain = await runtime.keys.create(tenant="plain")
+    p1 = await runtime.authenticate([], [gold], path="/", client=None)
+    p2 = await runtime.authenticate([], [plain], path="/", client=None)
+    assert p1 is not None and p1.policy.priority == 5
+    assert p1.policy.max_priority == 8
+    assert p2 is not None and p2.policy.priority == 0
+    assert p2.policy.max_priority is None

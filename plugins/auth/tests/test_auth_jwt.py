@@ -208,3 +208,17 @@ def test_config_refuses_private_keys_and_missing_keys(tmp_path: Path, rsa_key: A
         JwtVerifier(
             JwtSettings(issuer=ISS, audience=AUD, algorithms=["RS256"], public_key_files=[bad])
         )
+
+
+def test_priority_claim(jwks_file: Path, rsa_key: Any) -> None:
+    v = verifier(jwks_file, priority_claim="prio")
+    t = jwt.encode(claims(prio=3), rsa_key, "RS256", headers={"kid": "r1"})
+    assert v.verify(t).policy.priority == 3
+    t = jwt.encode(claims(), rsa_key, "RS256", headers={"kid": "r1"})
+    assert v.verify(t).policy.priority == 0
+    for bad in ("high", 1.5, True, 5000):
+        t = jwt.encode(claims(prio=bad), rsa_key, "RS256", headers={"kid": "r1"})
+        expect_401(v, t)
+    # without priority_claim configured the claim is ignored
+    t = jwt.encode(claims(prio=3), rsa_key, "RS256", headers={"kid": "r1"})
+    assert verifier(jwks_file).verify(t).policy.priority == 0

@@ -55,6 +55,7 @@ from servehall.scheduling import Slot, Ticket
 from servehall.serving.choice import ChoiceStream
 from servehall.serving.context import RequestContext
 from servehall.serving.params import check_unsupported, resolve_max_tokens, sampling_params
+from servehall.serving.priority import request_priority
 from servehall.text.budget import check_prompt_chars
 from servehall.text.stops import StopMatcher
 from servehall.usage import AdmissionRequest, Reservation
@@ -245,6 +246,7 @@ class InferenceEndpoint:
             n=n,
             stream=req.stream,
         )
+        priority = request_priority(run.principal, req.priority)
         reservations: list[Reservation] = await host.plugins.authorize(host, admission)
         slot: Slot | None = None
         try:
@@ -256,8 +258,9 @@ class InferenceEndpoint:
                     model=name,
                     tenant=run.principal.tenant,
                     principal_id=run.principal.id,
-                    priority=run.principal.policy.priority,
+                    priority=priority,
                     cost_tokens=admission.token_estimate,
+                    prompt_tokens=len(prompt_ids),
                 )
             )
         except BaseException:
@@ -287,6 +290,10 @@ class InferenceEndpoint:
                 )
                 for i, p in enumerate(params)
             ]
+            track = getattr(slot, "track", None)
+            if track is not None:  # the scheduler reads generated tokens when it decides
+                choices = run.choices
+                track(lambda: sum(c.completion_tokens for c in choices))
             echo = run.prompt_text if isinstance(req, CompletionRequest) and req.echo else ""
             if req.stream:
                 await send_stream(run, self.kind, req, send, headers, echo)

@@ -47,6 +47,7 @@ _INTEGRAL = BeforeValidator(_integral)
 MaxTokens = Annotated[int, Field(strict=True, ge=1), _INTEGRAL]
 Seed = Annotated[int, Field(strict=True, ge=-(2**63), le=2**64 - 1), _INTEGRAL]
 N = Annotated[int, Field(strict=True, ge=1, le=128), _INTEGRAL]
+Priority = Annotated[int, Field(strict=True, ge=-1000, le=1000), _INTEGRAL]
 #: Non-OpenAI sampling extensions (vLLM/TGI names): ``top_k`` -1 or 0 = off;
 #: ``min_p`` 0 = off; ``repetition_penalty`` 1 = off.
 TopK = Annotated[int, Field(strict=True, ge=-1, le=2**31 - 1), _INTEGRAL]
@@ -159,6 +160,9 @@ class _SamplingFields(_Model):
     stream: Annotated[bool, Field(strict=True)] = False
     stream_options: StreamOptions | None = None
     user: StrictText | None = None
+    # scheduling priority (vLLM's extension field; larger runs first here); see
+    # servehall.serving.priority for who may raise it
+    priority: Priority | None = None
     ignore_eos: Annotated[bool, Field(strict=True)] = False  # vLLM extension (benchmarks)
 
     def stop_list(self) -> list[str]:

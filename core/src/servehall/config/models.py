@@ -83,14 +83,36 @@ class ModelConfig(_Section):
         return v.expanduser()
 
 
+class SchedulerTenantSettings(_Section):
+    """``[scheduler.tenants.<name>]``: one tenant's scheduling settings.
+
+    ``weight`` (``fair`` only, > 0): the tenant's share of service relative to others
+    (2 = twice the tokens of a weight-1 tenant while both are backlogged). ``max_queue``
+    (``fair`` and ``priority``): this tenant's queue cap, overriding
+    ``[scheduler] max_queue_per_tenant``. See docs/scheduling.md.
+    """
+
+    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    max_queue: int | None = Field(default=None, ge=0)
+
+
 class SchedulerSettings(_Section):
-    """``[scheduler]``: policy name, concurrency and queue limits (per model)."""
+    """``[scheduler]``: policy name, concurrency and queue limits (per model).
+
+    ``max_queue_per_tenant`` caps each tenant's queued requests (None: only ``max_queue``).
+    ``aging_s`` (``priority``): seconds of waiting worth one priority level, so low
+    priority always progresses (0: strict priority). ``tenants`` holds per-tenant
+    sections for policies that read them (docs/scheduling.md).
+    """
 
     policy: str = "fcfs"
     max_concurrency: int = Field(default=16, ge=1)
     max_queue: int = Field(default=256, ge=0)
     queue_timeout_s: float = Field(default=30.0, gt=0)
     retry_after_s: int = Field(default=1, ge=1)
+    max_queue_per_tenant: int | None = Field(default=None, ge=0)
+    aging_s: float = Field(default=10.0, ge=0, allow_inf_nan=False)
+    tenants: dict[str, SchedulerTenantSettings] = Field(default_factory=dict)
 
 
 class DatabaseSettings(_Section):

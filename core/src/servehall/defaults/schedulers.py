@@ -4,10 +4,28 @@ from __future__ import annotations
 
 from servehall.hookimpl import hookimpl
 from servehall.registries import SchedulerRegistry
+from servehall.schedulers.fair import FairScheduler
 from servehall.schedulers.fcfs import FcfsScheduler
+from servehall.schedulers.priority import PriorityScheduler
 from servehall.scheduling import SchedulerSpec
 
 
 @hookimpl
 def servehall_register_schedulers(registry: SchedulerRegistry) -> None:
     registry.add(SchedulerSpec("fcfs", FcfsScheduler, "first come, first served; bounded queue"))
+    registry.add(
+        SchedulerSpec(
+            "priority",
+            PriorityScheduler,
+            "higher priority first, FCFS within a level, aging against starvation",
+            tenant_settings=frozenset({"max_queue"}),
+        )
+    )
+    registry.add(
+        SchedulerSpec(
+            "fair",
+            FairScheduler,
+            "token-weighted fair queueing across tenants (virtual token counters)",
+            tenant_settings=frozenset({"weight", "max_queue"}),
+        )
+    )

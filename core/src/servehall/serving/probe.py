@@ -126,10 +126,7 @@ class Readiness:
                     "kv_cache_blocks_used": s.kv_cache_blocks_used,
                     "kv_cache_blocks_total": s.kv_cache_blocks_total,
                 },
-                "scheduler": {
-                    "running": served.scheduler.running,
-                    "waiting": served.scheduler.waiting,
-                },
+                "scheduler": scheduler_report(served.scheduler),
             }
         body: dict[str, Any] = {"models": models}
         unready_sinks = getattr(self.host.records, "unready_sinks", None)
@@ -142,3 +139,20 @@ class Readiness:
                     for name, reason in unready.items()
                 }
         return ready, {"status": "ready" if ready else "not_ready", **body}
+
+
+def scheduler_report(scheduler: Any) -> dict[str, Any]:
+    """The scheduler part of ``/health/ready``: policy, running, waiting, and how many
+    tenants are waiting or running. No tenant names: the route needs no credential
+    (per-tenant figures are in ``/metrics``)."""
+    out: dict[str, Any] = {
+        "policy": getattr(scheduler, "name", None),
+        "running": scheduler.running,
+        "waiting": scheduler.waiting,
+    }
+    tenant_states = getattr(scheduler, "tenant_states", None)
+    if tenant_states is not None:
+        states = tenant_states().values()
+        out["tenants_waiting"] = sum(1 for t in states if t.waiting)
+        out["tenants_running"] = sum(1 for t in states if t.running)
+    return out

@@ -11,7 +11,8 @@ not back in time — or is in a crash loop, or shut down — the request gets
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from servehall.config.models import SchedulerSettings
 from servehall.errors import EngineUnavailableError
@@ -39,6 +40,13 @@ class _GatedSlot:
 
     def release(self) -> None:
         self._inner.release()
+
+    def track(self, generated: Callable[[], int]) -> None:
+        """Pass the request's generated-token counter on to the policy's slot (the
+        ``fair`` policy charges tenants with it); a no-op for policies without one."""
+        track = getattr(self._inner, "track", None)
+        if track is not None:
+            track(generated)
 
 
 class EngineGate:
@@ -68,6 +76,12 @@ class EngineGate:
     @property
     def running(self) -> int:
         return self.inner.running
+
+    def __getattr__(self, name: str) -> Any:
+        """Everything else (e.g. ``tenant_states`` for metrics and health) is the policy's."""
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
     async def acquire(self, ticket: Ticket) -> Slot:
         """Wait for the engine (if down), then for a slot of the inner policy.

@@ -212,6 +212,14 @@ class JwtVerifier:
         for name, claim in (("rpm", cfg.rpm_claim), ("tpm", cfg.tpm_claim)):
             if claim is not None and isinstance(claims.get(claim), int) and claims[claim] > 0:
                 limits[name] = int(claims[claim])
+        priority = 0
+        if cfg.priority_claim is not None and cfg.priority_claim in claims:
+            prio = claims[cfg.priority_claim]
+            if not isinstance(prio, int) or isinstance(prio, bool) or not -1000 <= prio <= 1000:
+                raise AuthenticationError(
+                    "The token's priority claim is malformed.", code="invalid_token"
+                )
+            priority = prio
         return Principal(
             id=f"jwt:{sub}",
             tenant=tenant,
@@ -220,5 +228,6 @@ class JwtVerifier:
                 scopes=scopes,
                 models=models,
                 limits=Limits(rpm=limits.get("rpm"), tpm=limits.get("tpm")),
+                priority=priority,
             ),
         )

@@ -154,7 +154,9 @@ class AuthRuntime:
         self, authorization: list[str], x_api_key: list[str], *, path: str, client: str | None
     ) -> Principal | None:
         """See :meth:`Authenticator.authenticate`; completes the principal's policy with
-        ``[auth] hide_forbidden_models`` and its tenant's ``store_prompts``."""
+        ``[auth] hide_forbidden_models`` and its tenant's ``store_prompts``, scheduling
+        ``priority`` default (when the credential's own priority is 0, i.e. unset) and
+        ``max_priority``."""
         principal = await self.authenticator.authenticate(
             authorization, x_api_key, path=path, client=client
         )
@@ -165,10 +167,18 @@ class AuthRuntime:
             tenant = self.settings.tenants.get(principal.tenant)
             if tenant is not None and tenant.store_prompts is not None:
                 store_prompts = tenant.store_prompts
+        priority, max_priority = principal.policy.priority, principal.policy.max_priority
+        if tenant is not None:
+            if tenant.priority is not None and principal.policy.priority == 0:
+                priority = tenant.priority
+            if tenant.max_priority is not None:
+                max_priority = tenant.max_priority
         policy = replace(
             principal.policy,
             hide_forbidden_models=self.settings.hide_forbidden_models,
             store_prompts=store_prompts,
+            priority=priority,
+            max_priority=max_priority,
         )
         return replace(principal, policy=policy)
 

@@ -14,6 +14,8 @@ Example::
     [auth.tenants.team-a]                         # optional per-tenant limits
     rpm = 1200
     tpm = 500000
+    priority = 5                                  # default scheduling priority
+    max_priority = 8                              # requests may ask for up to 8
 
     [auth.jwt]
     issuer = "https://idp.example"
@@ -51,11 +53,17 @@ class TenantSettings(_Section):
     storage policy (``store_prompts``: True keeps prompt and completion text in
     ``request_log`` for the tenant's requests even when ``[database] store_prompts`` is
     off, False never keeps them, None follows ``[database] store_prompts``; it reaches
-    the records layer as ``principal.policy.store_prompts``)."""
+    the records layer as ``principal.policy.store_prompts``). ``priority`` is
+    the default scheduling priority of the tenant's principals (those whose JWT carries
+    none; larger runs first under ``[scheduler] policy = "priority"``), and
+    ``max_priority`` the highest ``priority`` their requests may ask for (None: no higher
+    than their own; more is clamped)."""
 
     rpm: int | None = Field(default=None, ge=1)
     tpm: int | None = Field(default=None, ge=1)
     store_prompts: bool | None = None
+    priority: int | None = Field(default=None, ge=-1000, le=1000)
+    max_priority: int | None = Field(default=None, ge=-1000, le=1000)
 
 
 class JwtSettings(_Section):
@@ -66,7 +74,9 @@ class JwtSettings(_Section):
     type); ``leeway_s`` (seconds) applies to ``exp`` and ``nbf``. Claims map to the
     principal: ``subject_claim`` → id, ``tenant_claim`` → tenant, ``scopes_claim`` →
     scopes (space-separated string or list), ``models_claim`` → allowed models (absent
-    means every model). ``rpm_claim``/``tpm_claim`` may carry per-subject limits.
+    means every model). ``rpm_claim``/``tpm_claim`` may carry per-subject limits,
+    ``priority_claim`` a scheduling priority (an integer in [-1000, 1000]; else the
+    tenant's default).
     """
 
     issuer: str = Field(min_length=1)
@@ -81,6 +91,7 @@ class JwtSettings(_Section):
     models_claim: str | None = "models"
     rpm_claim: str | None = None
     tpm_claim: str | None = None
+    priority_claim: str | None = None
     default_scopes: list[str] = Field(default_factory=lambda: [SCOPE_INFERENCE])
     required_claims: list[str] = Field(default_factory=lambda: ["exp", "iat", "sub"])
 
