@@ -12,7 +12,6 @@ must all be answered, and the server log must not gain a line per failed write.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
 import socket
