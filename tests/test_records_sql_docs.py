@@ -125,8 +125,14 @@ def test_cli_db_and_audit_commands(tmp_path: Path):
     db = tmp_path / "cli.db"
     cfg = tmp_path / "deploy.toml"
     cfg.write_text(f'[database]\nurl = "sqlite+aiosqlite:///{db}"\n')
+    r = cli("db", "status", config=cfg)  # no database file: exit 2, nothing created
+    assert r.returncode == 2 and "servehall db upgrade" in r.stderr, r
+    assert not db.exists()
+    import sqlite3
+
+    sqlite3.connect(db).close()  # an empty, un-migrated database: exit 1
     r = cli("db", "status", config=cfg)
-    assert r.returncode == 1 and "servehall db upgrade" in r.stdout
+    assert r.returncode == 1 and "servehall db upgrade" in r.stdout, r
     r = cli("db", "upgrade", config=cfg)
     assert r.returncode == 0, r.stderr
     assert "up to date" in r.stdout
