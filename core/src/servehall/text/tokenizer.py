@@ -27,6 +27,12 @@ from servehall.errors import InvalidRequestError
 from servehall.text.budget import max_token_chars
 from servehall.text.detokenize import IncrementalDetokenizer, make_detokenizer_factory
 
+_MARK = re.compile("\ue000[0-9a-f]{12}[0-9]+\ue001")
+"""A message placeholder of :meth:`TextTokenizer.render_chat` (nonce, then index)."""
+
+TEMPLATE_CACHE_SIZE = 256
+"""Template pieces whose ids :class:`TextTokenizer` keeps (cleared when full)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ChatTurn:
@@ -62,6 +68,7 @@ class TextTokenizer:
         #: most characters one token covers (None: the tokenizer may drop text), for
         #: refusing over-long prompts before tokenizing them (servehall.text.budget)
         self.max_token_chars: int | None = max_token_chars(self._plain)
+        self._template_cache: dict[str, tuple[int, ...]] = {}
 
     @property
     def has_chat_template(self) -> bool:
@@ -109,18 +116,29 @@ class TextTokenizer:
         if not isinstance(rendered, str):
             raise InvalidRequestError("chat template did not render text", param="messages")
         ids: list[int] = []
-        pattern = re.compile("|".join(re.escape(m) for m in marks))
         pos = 0
-        for match in pattern.finditer(rendered):
+        for match in _MARK.finditer(rendered):
+            content = marks.get(match.group(0))
+            if content is None:  # not one of ours (cannot come from the messages)
+                continue
             if match.start() > pos:
-                ids.extend(self.encode_template(rendered[pos : match.start()]))
-            content = marks[match.group(0)]
+                ids.extend(self._template_ids(rendered[pos : match.start()]))
             if content:
                 ids.extend(self.encode_plain(content))
             pos = match.end()
         if pos < len(rendered):
-            ids.extend(self.encode_template(rendered[pos:]))
+            ids.extend(self._template_ids(rendered[pos:]))
         return ids
+
+    def _template_ids(self, text: str) -> list[int]:
+        """:meth:`encode_template`, cached: a template renders the same few pieces (role
+        headers, generation prompt) for every request."""
+        ids = self._template_cache.get(text)
+        if ids is None:
+            if len(self._template_cache) >= TEMPLATE_CACHE_SIZE:
+                self._template_cache.clear()  # a template with per-request text (dates)
+            ids = self._template_cache[text] = tuple(self.encode_template(text))
+        return list(ids)
 
 
 def _generation_eos(path: Path) -> list[int]:

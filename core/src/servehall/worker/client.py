@@ -312,7 +312,7 @@ class ProcessEngine:
         import zmq
 
         with contextlib.suppress(zmq.ZMQError):
-            gen.commands.send(command_encoder.encode(cmds), copy=False)
+            gen.commands.send(command_encoder.encode(cmds))  # small: copying beats zero-copy
 
     def _unavailable(self) -> TokenDelta:
         return TokenDelta(

@@ -153,7 +153,7 @@ class _Worker:
     def send(self, message: Any) -> None:
         from servehall.worker.messages import report_encoder
 
-        self.reports.send(report_encoder.encode(message), copy=False)
+        self.reports.send(report_encoder.encode(message))  # small: copying beats zero-copy
 
     async def run(self) -> int:
         from servehall.worker.messages import StartFailed, WorkerReady
