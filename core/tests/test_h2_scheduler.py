@@ -88,7 +88,8 @@ def port() -> Iterator[int]:
 
 def test_many_streams_with_bodies_and_priority_frames_on_one_connection(port: int) -> None:
     """32 uploads (within the connection window) and 32 GETs interleaved on one
-    connection, some streams reprioritized by PRIORITY frames: every stream is answered in full and the connection stays usable."""
+    connection, some streams reprioritized by PRIORITY frames: every stream is answered
+    in full and the connection stays usable."""
     with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
         client = H2Client(s)
         client.read_settings()
