@@ -94,3 +94,19 @@ async def test_onnxruntime_refuses_what_it_cannot_do(servers: dict[str, str]) ->
         assert r.status_code == 200, r.text  # top_k is honoured
         info = (await client.get("/v1/models")).json()
         assert [m["id"] for m in info["data"]] == ["demo"]
+
+
+async def test_ignore_eos_runs_both_engines_to_max_tokens(servers: dict[str, str]) -> None:
+    """``ignore_eos`` (the benchmarks' workload) drops the model's EOS ids from the stop
+    set on every engine: a prompt whose greedy continuation ends with EOS after a few
+    tokens runs to ``max_tokens`` instead (the torch engine used to stop at EOS anyway,
+    because the EOS ids also travelled as stop token ids)."""
+    body = {"model": "demo", "prompt": "Hello", "max_tokens": 48, "temperature": 0}
+    for engine, url in servers.items():
+        async with httpx.AsyncClient(http1=False, http2=True, base_url=url, timeout=120) as c:
+            control = (await c.post("/v1/completions", json=body)).json()
+            forced = (await c.post("/v1/completions", json={**body, "ignore_eos": True})).json()
+        assert control["choices"][0]["finish_reason"] == "stop", (engine, control)
+        assert control["usage"]["completion_tokens"] < 48, (engine, control)
+        assert forced["choices"][0]["finish_reason"] == "length", (engine, forced)
+        assert forced["usage"]["completion_tokens"] == 48, (engine, forced)

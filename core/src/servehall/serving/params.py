@@ -113,7 +113,15 @@ def resolve_max_tokens(
 def sampling_params(
     fields: Any, n: int, max_tokens: int, stop_token_ids: tuple[int, ...] = ()
 ) -> list[SamplingParams]:
-    """One :class:`SamplingParams` per choice (seed + i)."""
+    """One :class:`SamplingParams` per choice (seed + i).
+
+    ``stop_token_ids`` are the model's EOS ids (from its tokenizer and generation
+    config); a request with ``ignore_eos`` gets none of them, so that every engine
+    generates to ``max_tokens`` (the benchmarks' workload).
+    """
+    ignore_eos = bool(getattr(fields, "ignore_eos", False))
+    if ignore_eos:
+        stop_token_ids = ()
     temperature = 1.0 if fields.temperature is None else float(fields.temperature)
     top_p = 1.0 if fields.top_p is None else float(fields.top_p)
     top_k = 0 if fields.top_k is None else max(int(fields.top_k), 0)
@@ -138,7 +146,7 @@ def sampling_params(
             top_k=top_k,
             min_p=min_p,
             repetition_penalty=rep,
-            ignore_eos=bool(getattr(fields, "ignore_eos", False)),
+            ignore_eos=ignore_eos,
         )
         for i in range(n)
     ]
