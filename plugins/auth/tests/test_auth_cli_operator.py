@@ -131,3 +131,26 @@ async def test_pepper_report_counts(keystore: object) -> None:
     assert (report.active, report.known, report.matching, report.mismatch) == (1, 1, 1, False)
     other = KeyStore(keystore.engine, "another-pepper-0123456789")
     assert (await other.pepper_report()).mismatch is True
+
+
+@pytest.mark.parametrize("spelling", ["-c", "-cFILE", "--config=FILE"])
+def test_plugin_commands_load_with_every_spelling_of_the_config_option(
+    tmp_path: Path, spelling: str
+) -> None:
+    """``keys`` is the auth plugin's command: it exists only when the config that enables
+    the plugin is found before the command line is parsed, whichever way it is named."""
+    config = _config(tmp_path, f"sqlite+aiosqlite:///{tmp_path / 'x.db'}")
+    option = (
+        [spelling, str(config)] if spelling == "-c" else [spelling.replace("FILE", str(config))]
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SERVEHALL_")}
+    cmd = [sys.executable, "-c", "from servehall.cli import main; main()"]
+    proc = subprocess.run(
+        [*cmd, "keys", "list", *option, "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "keys list" in proc.stdout

@@ -12,11 +12,15 @@ from servehall.errors import ServehallError
 
 
 def _preparse_config(argv: list[str]) -> str | None:
+    """The config path named on the command line (``--config F``, ``--config=F``, ``-c F``,
+    ``-cF``: every command spells its option so), else ``SERVEHALL_CONFIG``."""
     for i, arg in enumerate(argv):
-        if arg == "--config" and i + 1 < len(argv):
+        if arg in ("--config", "-c") and i + 1 < len(argv):
             return argv[i + 1]
         if arg.startswith("--config="):
             return arg.split("=", 1)[1]
+        if arg.startswith("-c") and len(arg) > 2 and not arg.startswith("--"):
+            return arg[2:]
     return os.environ.get("SERVEHALL_CONFIG")
 
 
