@@ -194,3 +194,23 @@ def test_isolation_config(tmp_path: Path) -> None:
         WorkerSettings(restart_backoff_s=10, restart_backoff_max_s=5)
     with pytest.raises(pydantic.ValidationError):
         WorkerSettings(unknown=1)  # type: ignore[call-arg]
+
+
+async def test_request_sent_to_a_worker_that_just_died_never_blocks_the_loop(
+    tiny_model: ModelConfig,
+) -> None:
+    """The worker dies and, before its exit is handled, a request arrives: its command
+    must not block the event loop (a PUSH socket without a peer blocks a plain send
+    forever); the request ends with ``engine_unavailable`` once the exit is seen."""
+    engine = ProcessEngine(tiny_model, "cpu", (), settings=WorkerSettings(restart_backoff_s=60))
+    await engine.start()
+    try:
+        proc = engine._gen.proc  # type: ignore[union-attr]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(10)  # dead and disconnected, and the loop has not run since
+        assert proc.exitcode is not None
+        stream = engine.add_request("late", [3, 4, 5], GREEDY)
+        deltas = await asyncio.wait_for(collect(stream), 30)
+        assert deltas[-1].finish_reason == "error" and deltas[-1].code == "engine_unavailable"
+    finally:
+        await engine.shutdown()

@@ -311,8 +311,19 @@ class ProcessEngine:
             return
         import zmq
 
-        with contextlib.suppress(zmq.ZMQError):
-            gen.commands.send(command_encoder.encode(cmds))  # small: copying beats zero-copy
+        # Never block the event loop: a PUSH socket with no connected peer (the worker just
+        # died and its exit is not handled yet) blocks a plain send forever. Dropped
+        # commands are moot then: the exit handler ends every stream of that worker.
+        try:
+            gen.commands.send(command_encoder.encode(cmds), zmq.NOBLOCK)  # small: copied
+        except zmq.Again:
+            log.warning(
+                "model %s: %d engine command(s) dropped: the worker is not connected",
+                self.name,
+                len(cmds),
+            )
+        except zmq.ZMQError:
+            pass
 
     def _unavailable(self) -> TokenDelta:
         return TokenDelta(
