@@ -74,6 +74,8 @@ RESTART_REASONS = (
 """Label values of ``servehall_engine_restarts_total{reason}``."""
 
 WATCH_INTERVAL_S = 0.1
+RESEND_DELAY_S = 0.01
+"""Retry delay of commands a live but not yet connected worker could not take."""
 STDERR_TAIL_LINES = 40
 
 EventFn = Callable[[str, dict[str, Any]], None]
@@ -311,17 +313,19 @@ class ProcessEngine:
             return
         import zmq
 
-        # Never block the event loop: a PUSH socket with no connected peer (the worker just
-        # died and its exit is not handled yet) blocks a plain send forever. Dropped
-        # commands are moot then: the exit handler ends every stream of that worker.
+        # Never block the event loop: a PUSH socket with no connected peer blocks a plain
+        # send forever — when the worker just died and its exit is not handled yet, and
+        # for a moment while a new worker's connection is being set up.
         try:
             gen.commands.send(command_encoder.encode(cmds), zmq.NOBLOCK)  # small: copied
         except zmq.Again:
-            log.warning(
-                "model %s: %d engine command(s) dropped: the worker is not connected",
-                self.name,
-                len(cmds),
-            )
+            if gen.proc is not None and gen.proc.exitcode is None and self._loop is not None:
+                # alive, not connected yet: send them first, a moment later
+                self._commands[:0] = cmds
+                if not self._flush_scheduled:
+                    self._flush_scheduled = True
+                    self._loop.call_later(RESEND_DELAY_S, self._flush_commands)
+            # a dead worker's commands are moot: its exit handler ends its streams
         except zmq.ZMQError:
             pass
 
