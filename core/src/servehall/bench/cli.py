@@ -151,6 +151,30 @@ class WorkloadSpec:
         }
 
 
+_WORKLOAD_OPTIONS = (
+    "num_requests",
+    "concurrency",
+    "request_rate",
+    "burstiness",
+    "dataset",
+    "dataset_path",
+    "input_len",
+    "output_len",
+    "range_ratio",
+    "seed",
+    "endpoint",
+    "ignore_eos",
+    "slo",
+)
+"""The parameters of :func:`workload_spec`: shared by ``bench serve|engine|compare``."""
+
+
+def workload_from(options: dict[str, Any]) -> WorkloadSpec:
+    """:func:`workload_spec` of the workload options among a command's parameters (the
+    same names in every bench command)."""
+    return workload_spec(**{name: options[name] for name in _WORKLOAD_OPTIONS})
+
+
 def workload_spec(
     num_requests: int,
     concurrency: int | None,
@@ -331,23 +355,8 @@ def serve_command(
 ) -> None:
     """Load-test an OpenAI-compatible server (servehall, vllm serve, transformers serve...)
     with streamed requests: TTFT, TPOT, ITL, E2E, throughput, goodput."""
-    spec = checked(
-        lambda: workload_spec(
-            num_requests,
-            concurrency,
-            request_rate,
-            burstiness,
-            dataset,
-            dataset_path,
-            input_len,
-            output_len,
-            range_ratio,
-            seed,
-            endpoint,
-            ignore_eos,
-            slo,
-        )
-    )
+    options = dict(locals())  # the command line, before any other local
+    spec = checked(lambda: workload_from(options))
     if not base_url.startswith(("http://", "https://")):
         typer.echo(
             f"error: --base-url must start with http:// or https:// (got {base_url!r})", err=True
@@ -409,23 +418,8 @@ def engine_command(
 ) -> None:
     """The same workload straight into a model's engine, in-process (no HTTP, no host):
     the denominator of platform ÷ engine ratios."""
-    spec = checked(
-        lambda: workload_spec(
-            num_requests,
-            concurrency,
-            request_rate,
-            burstiness,
-            dataset,
-            dataset_path,
-            input_len,
-            output_len,
-            range_ratio,
-            seed,
-            endpoint,
-            ignore_eos,
-            slo,
-        )
-    )
+    options = dict(locals())  # the command line, before any other local
+    spec = checked(lambda: workload_from(options))
 
     async def main() -> None:
         from servehall.bench.engine_driver import loaded_engine
@@ -490,25 +484,10 @@ def compare_command(
 ) -> None:
     """Run several targets on the same workload, one after the other; print ratios against
     the first and CPU per token (frontend CPU = server CPU − engine CPU)."""
+    options = dict(locals())  # the command line, before any other local
     from servehall.bench.compare import parse_target
 
-    spec = checked(
-        lambda: workload_spec(
-            num_requests,
-            concurrency,
-            request_rate,
-            burstiness,
-            dataset,
-            dataset_path,
-            input_len,
-            output_len,
-            range_ratio,
-            seed,
-            endpoint,
-            ignore_eos,
-            slo,
-        )
-    )
+    spec = checked(lambda: workload_from(options))
 
     def parse_all() -> list[Any]:
         if not targets:
