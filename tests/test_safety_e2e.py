@@ -345,12 +345,22 @@ def test_output_block_streaming(tenants: Tenants, baseline: Baseline) -> None:
 def test_output_block_non_streaming(tenants: Tenants, baseline: Baseline) -> None:
     with client(tenants.server) as c:
         body = complete_chat(c, tenants.auth("team-word"))
+        # the same request with room for 1500 tokens that EOS cannot end: unaborted, the
+        # engine would report exactly 1500; the block aborts it right after the word (a
+        # 40-token limit could be reached before the abort lands on a loaded machine)
+        r = c.post(
+            "/v1/chat/completions",
+            json={**chat_body(False), "max_tokens": 1500, "ignore_eos": True},
+            headers=tenants.auth("team-word"),
+        )
+        assert r.status_code == 200, r.text
+        long = r.json()
     text = baseline.stream.text
-    choice = body["choices"][0]
-    assert choice["finish_reason"] == "content_filter"
-    assert choice["message"]["content"] == text[: first_word_at(text, baseline.word)]
-    # the engine request was aborted soon after the word, long before max_tokens
-    assert body["usage"]["completion_tokens"] < baseline.completion["usage"]["completion_tokens"]
+    for b in (body, long):
+        choice = b["choices"][0]
+        assert choice["finish_reason"] == "content_filter"
+        assert choice["message"]["content"] == text[: first_word_at(text, baseline.word)]
+    assert long["usage"]["completion_tokens"] < 1500
 
 
 def test_output_phrase_split_across_chunks(tenants: Tenants, baseline: Baseline) -> None:

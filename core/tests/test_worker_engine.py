@@ -4,8 +4,10 @@ random Llama), the admission gate, exit reasons, the fault-hook parser, config."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import time
 from pathlib import Path
 
 import pydantic
@@ -24,6 +26,7 @@ from servehall.schedulers.fcfs import FcfsScheduler
 from servehall.scheduling import Ticket
 from servehall.serving.choice import engine_failure
 from servehall.worker import ProcessEngine
+from servehall.worker.client import WATCH_INTERVAL_S
 from servehall.worker.exits import describe_exit, signal_name, with_stderr
 from servehall.worker.gate import EngineGate
 from servehall.worker.main import parse_fault
@@ -212,5 +215,40 @@ async def test_request_sent_to_a_worker_that_just_died_never_blocks_the_loop(
         stream = engine.add_request("late", [3, 4, 5], GREEDY)
         deltas = await asyncio.wait_for(collect(stream), 30)
         assert deltas[-1].finish_reason == "error" and deltas[-1].code == "engine_unavailable"
+    finally:
+        await engine.shutdown()
+
+
+async def test_a_busy_api_loop_is_not_mistaken_for_a_silent_worker(
+    tiny_model: ModelConfig,
+) -> None:
+    """The API process's event loop is blocked for three heartbeat timeouts (a loaded
+    machine, a long synchronous call): the worker's heartbeats wait on the socket, so the
+    watch must read them before judging, not restart a healthy worker; a worker that
+    really goes silent (SIGSTOP) is still declared lost."""
+    settings = WorkerSettings(heartbeat_interval_s=0.05, heartbeat_timeout_s=0.3)
+    engine = ProcessEngine(tiny_model, "cpu", (), settings=settings)
+    await engine.start()
+    try:
+        for _ in range(3):
+            time.sleep(3 * settings.heartbeat_timeout_s)  # blocks the loop on purpose
+            engine._judge()  # the watch's tick comes before the reader's turn
+            await asyncio.sleep(2 * WATCH_INTERVAL_S)
+        assert sum(engine.restart_counts.values()) == 0, engine.restart_counts
+        assert (await engine.health()).ok
+        deltas = await asyncio.wait_for(collect(engine.add_request("r", [3, 4, 5], GREEDY)), 30)
+        assert deltas[-1].finish_reason == "length"
+
+        proc = engine._gen.proc  # type: ignore[union-attr]
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            for _ in range(100):
+                await asyncio.sleep(0.05)
+                if engine.restart_counts["heartbeat_timeout"]:
+                    break
+            assert engine.restart_counts["heartbeat_timeout"] == 1
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)
     finally:
         await engine.shutdown()

@@ -598,27 +598,49 @@ class ProcessEngine:
         self._up.set()
 
     async def _watch_loop(self) -> None:
-        s = self.settings
         while True:
-            await asyncio.sleep(min(WATCH_INTERVAL_S, s.heartbeat_interval_s))
-            if self._state not in ("up", "probing"):
-                continue
-            now = time.monotonic()
-            gen = self._gen
-            if gen is not None and gen.proc is not None and gen.proc.exitcode is not None:
-                self._on_exit(gen)
-                continue
-            silent = now - self._last_hb
-            if silent > s.heartbeat_timeout_s:
-                self._lost("heartbeat_timeout", f"worker missed heartbeats for {silent:.1f} s")
-            elif self._streams and now - self._last_progress > s.step_timeout_s:
-                self._lost(
-                    "step_stalled",
-                    f"engine step stalled: no output for {now - self._last_progress:.1f} s "
-                    f"with {len(self._streams)} request(s) in flight",
-                )
-            elif self._consecutive and now - self._up_since > s.crash_loop_window_s:
-                self._consecutive = 0  # stayed up long enough: back to the first delay
+            await asyncio.sleep(min(WATCH_INTERVAL_S, self.settings.heartbeat_interval_s))
+            self._judge()
+
+    def _judge(self) -> None:
+        """One look at the worker: exited, silent, stalled, or up long enough."""
+        s = self.settings
+        if self._state not in ("up", "probing"):
+            return
+        now = time.monotonic()
+        gen = self._gen
+        if gen is not None and gen.proc is not None and gen.proc.exitcode is not None:
+            self._on_exit(gen)
+            return
+        silent = now - self._last_hb
+        if silent > s.heartbeat_timeout_s and not self._reports_pending(gen):
+            self._lost("heartbeat_timeout", f"worker missed heartbeats for {silent:.1f} s")
+        elif self._streams and now - self._last_progress > s.step_timeout_s:
+            self._lost(
+                "step_stalled",
+                f"engine step stalled: no output for {now - self._last_progress:.1f} s "
+                f"with {len(self._streams)} request(s) in flight",
+            )
+        elif self._consecutive and now - self._up_since > s.crash_loop_window_s:
+            self._consecutive = 0  # stayed up long enough: back to the first delay
+
+    @staticmethod
+    def _reports_pending(gen: _Generation | None) -> bool:
+        """Whether reports wait unread on the socket (ZeroMQ's ``EVENTS`` & ``POLLIN``).
+
+        Then the silence is this process's own: its event loop was busy or starved
+        (ZeroMQ's I/O thread kept receiving), and the worker is not judged until the
+        reader has caught up. A silent worker leaves nothing pending.
+        """
+        import zmq
+
+        sock = None if gen is None else gen.reports
+        if sock is None:
+            return False
+        try:
+            return bool(sock.get(zmq.EVENTS) & zmq.POLLIN)
+        except zmq.ZMQError:
+            return False
 
     def _lost(self, kind: str, reason: str) -> None:
         """The worker failed (any state): end in-flight work, restart or give up."""
