@@ -493,11 +493,13 @@ def test_admin_api_needs_admin_scope(deployment: Deployment) -> None:
 def test_admin_api_lifecycle_with_rotation_overlap(deployment: Deployment) -> None:
     admin = {"x-api-key": deployment.key("admin")}
     with deployment.client(headers=admin) as c:
-        r = c.post(
-            "/admin/keys", json={"tenant": "team-z", "name": "svc", "models": ["demo"], "rpm": 100}
-        )
+        body = {"tenant": "team-z", "name": "svc", "models": ["demo"], "rpm": 100}
+        r = c.post("/admin/keys", json={**body, "priority": 3, "max_priority": 5})
         assert r.status_code == 201, r.text
         made = r.json()
+        assert (made["priority"], made["max_priority"]) == (3, 5)
+        bad = c.post("/admin/keys", json={**body, "priority": 1001})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "priority"
         key, kid = made["key"], made["id"]
         assert key.startswith(kid + "-") and made["status"] == "active"
         listed = c.get("/admin/keys", params={"tenant": "team-z"}).json()["data"]
@@ -538,6 +540,9 @@ def test_admin_api_lifecycle_with_rotation_overlap(deployment: Deployment) -> No
     )
     got = [a["action"] for a in actions]
     assert got[:4] == ["key.created", "key.viewed", "key.rotated", "key.revoked"], got
+    created = actions[0]["details"]
+    created = json.loads(created) if isinstance(created, str) else created
+    assert created["priority"] == 3 and created["max_priority"] == 5
     assert {a["actor"] for a in actions[:4]} == {deployment.keys["admin"]["id"]}
     text = repr(actions)
     assert key not in text and new not in text

@@ -6,9 +6,10 @@ plugin, two tenants' API keys (made with the real CLI), the demo model over HTTP
   all of A's queue. Asserted on completion order and counts, read with the scheduler's
   own ``/metrics`` families (``servehall_scheduler_queue``,
   ``servehall_scheduler_service_tokens_total``), never on wall-clock thresholds.
-* ``priority``: a tenant's default priority (``[auth.tenants.<name>] priority``) puts
-  its request ahead of a lower tenant's backlog; a request may not raise its priority
-  beyond its tenant's ``max_priority`` (clamped).
+* ``priority``: a tenant's default priority (``[auth.tenants.<name>] priority``) or a
+  key's own (``keys create --priority``) puts its request ahead of a lower tenant's
+  backlog; a request may not raise its priority beyond its key's or tenant's
+  ``max_priority`` (clamped).
 * Case C13 (long prompt vs short streams) under ``fair``.
 """
 
@@ -74,6 +75,7 @@ def _deploy(
     scheduler: dict[str, Any],
     options: dict[str, Any] | None = None,
     backend: str | None = None,
+    key_args: dict[str, list[str]] | None = None,
     **auth: Any,
 ) -> tuple[Any, Deployment]:
     cfg = demo_config(
@@ -95,7 +97,10 @@ def _deploy(
     assert proc.returncode == 0, proc.stderr
     keys = {}
     for who, tenant in (("a", "team-a"), ("b", "team-b")):
-        proc = run_cli(config, "keys", "create", "--tenant", tenant, "--json", env=env, cwd=work)
+        extra = (key_args or {}).get(who, [])
+        proc = run_cli(
+            config, "keys", "create", "--tenant", tenant, *extra, "--json", env=env, cwd=work
+        )
         assert proc.returncode == 0, proc.stderr
         keys[who] = json.loads(proc.stdout)["key"]
     server = servehall_server(config.read_text(), env=env, name=f"sched-{scheduler['policy']}")
@@ -214,6 +219,27 @@ def test_priority_tenant_default_and_raise_rules(
                 "/v1/chat/completions", json={**SHORT, "priority": "high"}, headers=d.headers("a")
             )
             assert r.status_code == 400 and r.json()["error"]["param"] == "priority"
+
+
+def test_priority_of_the_key_itself(
+    servehall_server: Any, demo_model_dir: Path, tmp_path: Path
+) -> None:
+    """No tenant settings: B's key was made with ``--priority 5``, A's with
+    ``--max-priority 8``. A's backlog asking for 100 runs at 8, before B; asking for 4,
+    after B."""
+    server, d = _deploy(
+        servehall_server,
+        demo_model_dir,
+        tmp_path,
+        {"policy": "priority", "max_concurrency": 1, "max_queue": 32, "queue_timeout_s": 600},
+        **PACED,
+        key_args={"b": ["--priority", "5"], "a": ["--max-priority", "8"]},
+    )
+    with server:
+        order = asyncio.run(_flood_then_short(d, n_backlog=2, a_body={"priority": 100}))
+        assert order[-1] == "b", order
+        order = asyncio.run(_flood_then_short(d, n_backlog=2, a_body={"priority": 4}))
+        assert order[0] == "b", order
 
 
 # --- C13 under fair --------------------------------------------------------------------------

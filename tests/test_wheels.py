@@ -179,7 +179,7 @@ def test_p01_installed_wheels_serve_with_auth_and_example_plugin(
     up = _run(installed, work, "db", "upgrade", "--config", str(cfg))
     assert up.returncode == 0, up.stderr
     assert "the schema is up to date" in up.stdout, up.stdout
-    assert "auth_0002_pepper_fp" in up.stdout and "webhook_sink_0001" in up.stdout
+    assert "auth_0003_key_priority" in up.stdout and "webhook_sink_0001" in up.stdout
 
     listed = _run(installed, work, "plugins", "--json", "--config", str(cfg))
     assert listed.returncode == 0, listed.stderr

@@ -178,3 +178,41 @@ async def test_tenant_priority_default_reaches_the_principal(runtime: AuthRuntim
     assert p1.policy.max_priority == 8
     assert p2 is not None and p2.policy.priority == 0
     assert p2.policy.max_priority is None
+
+
+async def test_a_keys_own_priority_overrides_its_tenants_default(runtime: AuthRuntime) -> None:
+    from servehall_auth.settings import TenantSettings
+
+    assert runtime.keys is not None
+    runtime.settings = runtime.settings.model_copy(
+        update={"tenants": {"gold": TenantSettings(priority=5, max_priority=8)}}
+    )
+    rec, own = await runtime.keys.create(tenant="gold", priority=-2, max_priority=20)
+    assert (rec.priority, rec.max_priority) == (-2, 20)
+    _, half = await runtime.keys.create(tenant="gold", max_priority=6)
+    p_own = await runtime.authenticate([], [own], path="/", client=None)
+    p_half = await runtime.authenticate([], [half], path="/", client=None)
+    assert p_own is not None and (p_own.policy.priority, p_own.policy.max_priority) == (-2, 20)
+    assert p_own.policy.request_priority(30) == 20  # clamped to the key's own ceiling
+    # only the ceiling is the key's own: the priority is the tenant's default
+    assert p_half is not None and (p_half.policy.priority, p_half.policy.max_priority) == (5, 6)
+    listed = {r.key_id: r for r in await runtime.keys.list()}
+    assert listed[rec.key_id].as_dict()["priority"] == -2
+    with pytest.raises(ValueError, match="priority must be in"):
+        await runtime.keys.create(tenant="gold", priority=1001)
+
+
+async def test_a_principal_without_a_tenant_gets_no_tenant_defaults(
+    runtime: AuthRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A JWT need not name a tenant: its principal keeps its own policy (this merge
+    raised UnboundLocalError, a 500, for a tenant-less principal)."""
+    bare = Principal(id="jwt:svc", tenant=None, kind="jwt", policy=Policy(priority=3))
+
+    async def authenticate(*_: Any, **__: Any) -> Principal:
+        return bare
+
+    monkeypatch.setattr(runtime.authenticator, "authenticate", authenticate)
+    p = await runtime.authenticate(["Bearer a.b.c"], [], path="/", client=None)
+    assert p is not None and p.tenant is None
+    assert (p.policy.priority, p.policy.max_priority, p.policy.store_prompts) == (3, None, None)

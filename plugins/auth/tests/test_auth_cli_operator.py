@@ -91,6 +91,22 @@ def test_keys_create_prints_no_none_and_names_the_database(tmp_path: Path) -> No
     assert data["name"] is None  # JSON keeps null
     rows = sqlite3.connect(db).execute("SELECT pepper_fp FROM api_key").fetchall()
     assert rows == [(pepper_fingerprint(PEPPER),)] * 2
+    assert "priority: the tenant's" in made.stderr
+
+
+def test_keys_create_with_a_priority_of_its_own(tmp_path: Path) -> None:
+    db = tmp_path / "keys.db"
+    config = _config(tmp_path, f"sqlite+aiosqlite:///{db}")
+    assert _cli(config, "db", "upgrade").returncode == 0
+    made = _cli(
+        config, "keys", "create", "--tenant", "t", "--priority", "-3", "--max-priority", "7"
+    )
+    assert made.returncode == 0, made.stderr
+    assert "priority: -3" in made.stderr and "max_priority: 7" in made.stderr
+    listed = json.loads(_cli(config, "keys", "list", "--json").stdout)
+    assert [(k["priority"], k["max_priority"]) for k in listed] == [(-3, 7)]
+    bad = _cli(config, "keys", "create", "--tenant", "t", "--priority", "1001")
+    assert bad.returncode == 2 and "1001" in bad.stderr and "Traceback" not in bad.stderr
 
 
 async def test_runtime_warns_when_no_key_matches_the_pepper(

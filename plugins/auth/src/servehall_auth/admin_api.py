@@ -3,7 +3,8 @@
 ============================================  =============================================
 ``GET    /admin/keys[?tenant=T&all=true]``     list keys (``all``: include revoked)
 ``POST   /admin/keys``                         create; body ``{"tenant", "name", "scopes",
-                                               "models", "rpm", "tpm", "expires_at"}``;
+                                               "models", "rpm", "tpm", "priority",
+                                               "max_priority", "expires_at"}``;
                                                201 with ``key`` (shown only here, once)
 ``GET    /admin/keys/{id}``                    one key (``id`` = ``sh-<key_id>`` or bare)
 ``POST   /admin/keys/{id}/revoke``             revoke (also ``DELETE /admin/keys/{id}``)
@@ -43,7 +44,14 @@ from servehall import (
     ServehallError,
     ServiceUnavailableError,
 )
-from servehall_auth.store import KeyNotFoundError, KeyRecord, KeyStore, utcnow
+from servehall_auth.settings import PRIORITY_LIMIT
+from servehall_auth.store import (
+    AUDITED_KEY_FIELDS,
+    KeyNotFoundError,
+    KeyRecord,
+    KeyStore,
+    utcnow,
+)
 
 if TYPE_CHECKING:
     from servehall_auth.runtime import AuthRuntime
@@ -62,6 +70,8 @@ class CreateKeyBody(BaseModel):
     models: list[str] | None = None
     rpm: int | None = Field(default=None, ge=1)
     tpm: int | None = Field(default=None, ge=1)
+    priority: int | None = Field(default=None, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
+    max_priority: int | None = Field(default=None, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
     expires_at: datetime | None = None
 
 
@@ -113,7 +123,7 @@ def _validate(model: type[BaseModel], data: Any) -> Any:
 
 def _key_details(rec: KeyRecord) -> dict[str, Any]:
     d = rec.as_dict()
-    return {k: d[k] for k in ("tenant", "name", "scopes", "models", "rpm", "tpm", "expires_at")}
+    return {k: d[k] for k in AUDITED_KEY_FIELDS}
 
 
 Handler = Callable[[Request], Awaitable[JSONResponse]]
@@ -159,6 +169,8 @@ def build_routes(runtime_of: Any) -> list[Route]:
             tpm=body.tpm,
             expires_at=body.expires_at,
             created_by=who.id,
+            priority=body.priority,
+            max_priority=body.max_priority,
         )
         r.audit(
             AuditEvent(

@@ -24,6 +24,7 @@ from typing import Annotated, Any
 import typer
 
 from servehall import ConfigError
+from servehall_auth.settings import PRIORITY_LIMIT
 
 keys_app = typer.Typer(help="Manage API keys (auth plugin).", no_args_is_help=True)
 
@@ -187,6 +188,8 @@ _UNSET = {
     "models": "* (every model)",
     "rpm": "[auth] default",
     "tpm": "[auth] default",
+    "priority": "the tenant's",
+    "max_priority": "the tenant's",
     "expires_at": "never",
 }
 
@@ -238,6 +241,25 @@ def create(
     ] = None,
     rpm: Annotated[int | None, typer.Option("--rpm", min=1, help="Requests per minute.")] = None,
     tpm: Annotated[int | None, typer.Option("--tpm", min=1, help="Tokens per minute.")] = None,
+    priority: Annotated[
+        int | None,
+        typer.Option(
+            "--priority",
+            min=-PRIORITY_LIMIT,
+            max=PRIORITY_LIMIT,
+            help="Scheduling priority of the key's requests (policy priority; "
+            "default: the tenant's).",
+        ),
+    ] = None,
+    max_priority: Annotated[
+        int | None,
+        typer.Option(
+            "--max-priority",
+            min=-PRIORITY_LIMIT,
+            max=PRIORITY_LIMIT,
+            help="Highest priority a request may ask for (default: the tenant's).",
+        ),
+    ] = None,
     expires: Annotated[
         str | None, typer.Option("--expires", help="Expiry: 2027-01-31, ISO date-time, or 30d.")
     ] = None,
@@ -254,6 +276,8 @@ def create(
     session = _Session(config)
 
     async def run() -> tuple[dict[str, Any], str]:
+        from servehall_auth.store import AUDITED_KEY_FIELDS
+
         async with session as s:
             rec, key = await s.keys.create(
                 tenant=tenant,
@@ -264,16 +288,12 @@ def create(
                 tpm=tpm,
                 expires_at=expires_at,
                 created_by=s.actor,
+                priority=priority,
+                max_priority=max_priority,
             )
             d = rec.as_dict()
-            s.audit(
-                "key.created",
-                rec.public_id,
-                {
-                    k: d[k]
-                    for k in ("tenant", "name", "scopes", "models", "rpm", "tpm", "expires_at")
-                },
-            )
+            fields = {k: d[k] for k in AUDITED_KEY_FIELDS}
+            s.audit("key.created", rec.public_id, fields)
             return d, key
 
     rec, key = asyncio.run(run())

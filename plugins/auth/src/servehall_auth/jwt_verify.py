@@ -18,7 +18,7 @@ import jwt
 from jwt.algorithms import get_default_algorithms
 
 from servehall import SCOPE_INFERENCE, AuthenticationError, ConfigError, Limits, Policy, Principal
-from servehall_auth.settings import JwtSettings
+from servehall_auth.settings import PRIORITY_LIMIT, JwtSettings
 
 _FAMILY = {
     "RS": "RSA",
@@ -215,7 +215,11 @@ class JwtVerifier:
         priority = 0
         if cfg.priority_claim is not None and cfg.priority_claim in claims:
             prio = claims[cfg.priority_claim]
-            if not isinstance(prio, int) or isinstance(prio, bool) or not -1000 <= prio <= 1000:
+            if (
+                not isinstance(prio, int)
+                or isinstance(prio, bool)
+                or not -PRIORITY_LIMIT <= prio <= PRIORITY_LIMIT
+            ):
                 raise AuthenticationError(
                     "The token's priority claim is malformed.", code="invalid_token"
                 )

@@ -154,24 +154,24 @@ class AuthRuntime:
         self, authorization: list[str], x_api_key: list[str], *, path: str, client: str | None
     ) -> Principal | None:
         """See :meth:`Authenticator.authenticate`; completes the principal's policy with
-        ``[auth] hide_forbidden_models`` and its tenant's ``store_prompts``, scheduling
-        ``priority`` default (when the credential's own priority is 0, i.e. unset) and
-        ``max_priority``."""
+        ``[auth] hide_forbidden_models`` and its tenant's ``store_prompts``, and, where
+        the credential (the key's ``priority`` / ``max_priority``, the JWT's priority
+        claim) sets none, the tenant's scheduling ``priority`` (a credential priority of
+        0 counts as none) and ``max_priority``."""
         principal = await self.authenticator.authenticate(
             authorization, x_api_key, path=path, client=client
         )
         if principal is None:
             return None
-        store_prompts = principal.policy.store_prompts
-        if principal.tenant is not None:
-            tenant = self.settings.tenants.get(principal.tenant)
-            if tenant is not None and tenant.store_prompts is not None:
-                store_prompts = tenant.store_prompts
-        priority, max_priority = principal.policy.priority, principal.policy.max_priority
+        own = principal.policy
+        store_prompts, priority, max_priority = own.store_prompts, own.priority, own.max_priority
+        tenant = self.settings.tenants.get(principal.tenant) if principal.tenant else None
         if tenant is not None:
-            if tenant.priority is not None and principal.policy.priority == 0:
+            if tenant.store_prompts is not None:
+                store_prompts = tenant.store_prompts
+            if tenant.priority is not None and own.priority == 0:
                 priority = tenant.priority
-            if tenant.max_priority is not None:
+            if tenant.max_priority is not None and own.max_priority is None:
                 max_priority = tenant.max_priority
         policy = replace(
             principal.policy,

@@ -36,6 +36,10 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 
 from servehall import SCOPE_INFERENCE, Secret
 
+PRIORITY_LIMIT = 1000
+"""Scheduling priorities (tenant defaults, keys, JWT claims) are integers in
+[-PRIORITY_LIMIT, PRIORITY_LIMIT], the range of a request's ``priority`` field."""
+
 #: Asymmetric algorithms a deployment may pin. ``none`` and the HMAC family are not
 #: offered: tokens are verified with public keys only, and the token never picks.
 JwtAlgorithm = Literal[
@@ -62,8 +66,8 @@ class TenantSettings(_Section):
     rpm: int | None = Field(default=None, ge=1)
     tpm: int | None = Field(default=None, ge=1)
     store_prompts: bool | None = None
-    priority: int | None = Field(default=None, ge=-1000, le=1000)
-    max_priority: int | None = Field(default=None, ge=-1000, le=1000)
+    priority: int | None = Field(default=None, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
+    max_priority: int | None = Field(default=None, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
 
 
 class JwtSettings(_Section):

@@ -30,6 +30,7 @@ from servehall_auth.keys import (
     public_id,
     verify_key,
 )
+from servehall_auth.settings import PRIORITY_LIMIT
 
 metadata = sa.MetaData()
 
@@ -52,6 +53,8 @@ api_key = sa.Table(
     sa.Column("revoked_at", UTCDateTime, nullable=True),
     sa.Column("rotated_at", UTCDateTime, nullable=True),
     sa.Column("pepper_fp", sa.String(16), nullable=True),
+    sa.Column("priority", sa.Integer, nullable=True),
+    sa.Column("max_priority", sa.Integer, nullable=True),
     sa.PrimaryKeyConstraint("key_id", name="pk_api_key"),
     sa.Index("ix_api_key_tenant", "tenant"),
 )
@@ -102,12 +105,28 @@ def _utc(dt: datetime | None) -> datetime | None:
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
 
 
+AUDITED_KEY_FIELDS = (
+    "tenant",
+    "name",
+    "scopes",
+    "models",
+    "rpm",
+    "tpm",
+    "priority",
+    "max_priority",
+    "expires_at",
+)
+"""The :meth:`KeyRecord.as_dict` fields a ``key.created`` audit event carries."""
+
+
 @dataclass(frozen=True, slots=True)
 class KeyRecord:
     """One API key's settings (never its secret or hash).
 
     ``models`` None means every model. ``status(now)`` is ``active``, ``expired`` or
-    ``revoked``.
+    ``revoked``. ``priority`` (None or 0: the tenant's default) and ``max_priority``
+    (None: the tenant's) are the key's own scheduling priority and request ceiling
+    (``[scheduler] policy = "priority"``).
     """
 
     key_id: str
@@ -123,6 +142,8 @@ class KeyRecord:
     revoked_at: datetime | None
     rotated_at: datetime | None
     prev_valid_until: datetime | None
+    priority: int | None = None
+    max_priority: int | None = None
 
     @property
     def public_id(self) -> str:
@@ -150,6 +171,8 @@ class KeyRecord:
                 scopes=frozenset(self.scopes),
                 models=frozenset(self.models) if self.models is not None else None,
                 limits=Limits(rpm=self.rpm or None, tpm=self.tpm or None),
+                priority=self.priority or 0,
+                max_priority=self.max_priority,
             ),
         )
 
@@ -168,6 +191,8 @@ class KeyRecord:
             "models": list(self.models) if self.models is not None else None,
             "rpm": self.rpm,
             "tpm": self.tpm,
+            "priority": self.priority,
+            "max_priority": self.max_priority,
             "created_at": iso(self.created_at),
             "created_by": self.created_by,
             "expires_at": iso(self.expires_at),
@@ -200,6 +225,8 @@ def _row(m: Any) -> _Row:
         revoked_at=_aware(m["revoked_at"]),
         rotated_at=_aware(m["rotated_at"]),
         prev_valid_until=_aware(m["prev_valid_until"]),
+        priority=m["priority"],
+        max_priority=m["max_priority"],
     )
     return _Row(rec, m["secret_hash"], m["prev_secret_hash"])
 
@@ -285,8 +312,20 @@ class KeyStore:
         tpm: int | None = None,
         expires_at: datetime | None = None,
         created_by: str | None = None,
+        priority: int | None = None,
+        max_priority: int | None = None,
     ) -> tuple[KeyRecord, str]:
-        """Create a key; returns its record and the full key text (shown once)."""
+        """Create a key; returns its record and the full key text (shown once).
+
+        ``priority`` / ``max_priority``: the key's own scheduling priority and request
+        ceiling (see :class:`KeyRecord`), integers in [-1000, 1000].
+
+        Raises:
+            ValueError: a priority outside [-1000, 1000].
+        """
+        for label, value in (("priority", priority), ("max_priority", max_priority)):
+            if value is not None and not -PRIORITY_LIMIT <= value <= PRIORITY_LIMIT:
+                raise ValueError(f"{label} must be in [-1000, 1000], got {value}")
         now = utcnow()
         expires_at = _utc(expires_at)
         for _ in range(5):
@@ -309,6 +348,8 @@ class KeyStore:
                 "revoked_at": None,
                 "rotated_at": None,
                 "pepper_fp": self.pepper_fp,
+                "priority": priority,
+                "max_priority": max_priority,
             }
             try:
                 async with self.engine.begin() as conn:
