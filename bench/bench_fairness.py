@@ -3,7 +3,8 @@
 Usage::
 
     python bench/bench_fairness.py [--model-dir DIR] [--cap 4] [--duration 12]
-        [--prompt-tokens 1500] [--out-tokens 256] [--b-interval 1] [--json FILE]
+        [--prompt-tokens 1500] [--out-tokens 256] [--b-interval 1]
+        [--idle-tenant-slots N] [--max-num-batched-tokens T] [--json FILE]
 
 Starts real ``servehall serve`` subprocesses (the auth plugin on, one SQLite key store,
 three tenants' keys made with the real CLI) serving the demo model (built into a temp
@@ -104,6 +105,17 @@ class Bench:
         self.prompt_tokens = args.prompt_tokens  # measured by calibrate()
 
     def config(self, policy: str) -> Path:
+        options: dict[str, Any] = {"inference_precision": "f32"}
+        if self.args.max_num_batched_tokens:
+            options["max_num_batched_tokens"] = self.args.max_num_batched_tokens
+        scheduler: dict[str, Any] = {
+            "policy": policy,
+            "max_concurrency": self.args.cap,
+            "max_queue": 1024,
+            "queue_timeout_s": 600,
+        }
+        if policy == "fair" and self.args.idle_tenant_slots:
+            scheduler["idle_tenant_slots"] = self.args.idle_tenant_slots
         cfg = {
             "plugins": {"enabled": ["openvino_cpu", "auth"]},
             "server": {"log_level": "warning"},
@@ -112,15 +124,10 @@ class Bench:
                     "name": "demo",
                     "path": str(self.model_dir),
                     "backend": "auto",
-                    "options": {"inference_precision": "f32"},
+                    "options": options,
                 }
             ],
-            "scheduler": {
-                "policy": policy,
-                "max_concurrency": self.args.cap,
-                "max_queue": 1024,
-                "queue_timeout_s": 600,
-            },
+            "scheduler": scheduler,
             "database": {"url": f"sqlite+aiosqlite:///{self.work / 'bench.db'}"},
             "sinks": [{"name": "jsonl", "options": {"path": str(self.records(policy))}}],
             "auth": {"pepper": {"env": PEPPER_ENV}},
@@ -466,6 +473,18 @@ def main() -> None:
     ap.add_argument("--prompt-tokens", type=int, default=1500)
     ap.add_argument("--out-tokens", type=int, default=256)
     ap.add_argument("--b-interval", type=float, default=1.0, help="seconds between B's requests")
+    ap.add_argument(
+        "--idle-tenant-slots",
+        type=int,
+        default=0,
+        help="[scheduler] idle_tenant_slots of the fair phase (0: not set)",
+    )
+    ap.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=0,
+        help="openvino_cpu options.max_num_batched_tokens, both phases (0: the default)",
+    )
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="servehall-fair-") as tmp:

@@ -247,6 +247,48 @@ async def test_fair_serves_a_newcomer_at_the_next_slot() -> None:
     assert engine.admitted[:3] == ["a0", "a1", "b0"]
 
 
+async def test_fair_idle_tenant_slot_starts_a_newcomer_at_once() -> None:
+    """With ``idle_tenant_slots = 1`` B's first request starts while A holds every slot;
+    B's second waits (B is no longer idle); the slot above the cap is not handed over
+    when a request ends, so the engine is back at ``max_concurrency`` after it."""
+    sched = FairScheduler(_settings(max_concurrency=2, idle_tenant_slots=1), clock=FakeClock())
+    engine = FakeEngine(sched)
+    for i in range(6):
+        engine.submit(f"a{i}", "a", prompt=100, max_tokens=20)
+    await settle()
+    await engine.step()
+    engine.submit("b0", "b", prompt=5, max_tokens=3)
+    await settle()
+    assert engine.admitted == ["a0", "a1", "b0"] and sched.running == 3
+    engine.submit("b1", "b", prompt=5, max_tokens=3)
+    await settle()
+    assert engine.admitted == ["a0", "a1", "b0"]  # b0 runs: b1 is not an idle tenant's
+    peak = 0
+    for _ in range(40):
+        await engine.step()
+        peak = max(peak, sched.running) if "b0" not in [r.name for r in engine.running] else 0
+    # after b0 ended (its slot was the one above the cap), never more than the cap again
+    assert peak <= 2 and sched.running <= 2
+    await engine.drain()
+    assert engine.admitted.index("b1") < engine.admitted.index("a5")
+    assert sched.running == 0 and sched.waiting == 0
+
+
+async def test_no_slot_above_the_cap_by_default_or_under_fcfs() -> None:
+    for sched in (
+        FairScheduler(_settings(max_concurrency=2), clock=FakeClock()),
+        FcfsScheduler(_settings(max_concurrency=2, idle_tenant_slots=1), clock=FakeClock()),
+    ):
+        engine = FakeEngine(sched)
+        for i in range(4):
+            engine.submit(f"a{i}", "a", prompt=100, max_tokens=20)
+        await settle()
+        engine.submit("b0", "b", prompt=5, max_tokens=3)
+        await settle()
+        assert engine.admitted == ["a0", "a1"] and sched.running == 2, sched.name
+        await engine.drain()
+
+
 async def test_fair_counter_lift_gives_no_credit_for_idling() -> None:
     clock = FakeClock()
     s = FairScheduler(_settings(max_concurrency=1), clock=clock)
@@ -400,6 +442,16 @@ def test_config_errors_name_their_key_path() -> None:
     assert errs[0][0] == "scheduler.tenants.a.weight" and "priority" in errs[0][1]
     errs = _check({"policy": "fair", "tenants": {"a": {"wieght": 2}}})
     assert errs[0][0] == "scheduler.tenants.a.wieght"
+    assert _check({"policy": "fair", "idle_tenant_slots": 1}) == []
+    assert _check({"policy": "priority", "aging_s": 5}) == []
+    errs = _check({"policy": "fcfs", "idle_tenant_slots": 1})
+    assert errs == [("scheduler.idle_tenant_slots", "not used by policy 'fcfs' (it reads: none)")]
+    errs = _check({"policy": "fair", "aging_s": 5})
+    assert errs == [
+        ("scheduler.aging_s", "not used by policy 'fair' (it reads: idle_tenant_slots)")
+    ]
+    errs = _check({"policy": "fair", "idle_tenant_slots": -1})
+    assert errs[0][0] == "scheduler.idle_tenant_slots"
 
 
 def test_config_check_command_reports_scheduler_errors(tmp_path: Path) -> None:

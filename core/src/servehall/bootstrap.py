@@ -7,7 +7,7 @@ from pathlib import Path
 from servehall.config.settings import Settings, load_settings, validate_plugin_sections
 from servehall.errors import ConfigError
 from servehall.plugins import PluginHost
-from servehall.scheduling import SchedulerSpec
+from servehall.scheduling import POLICY_SETTINGS, SchedulerSpec
 
 
 def load_deployment(
@@ -78,9 +78,16 @@ def check_names(settings: Settings, plugins: PluginHost) -> None:
 
 def check_scheduler_tenants(settings: Settings, spec: SchedulerSpec) -> list[tuple[str, str]]:
     """``(key_path, message)`` for each ``[scheduler.tenants.<name>]`` setting the chosen
-    policy does not read (a whole section when the policy reads none)."""
+    policy does not read (a whole section when the policy reads none), and each
+    policy-specific ``[scheduler]`` key (:data:`~servehall.scheduling.POLICY_SETTINGS`)
+    set for a policy that does not read it."""
     errs: list[tuple[str, str]] = []
     policy = spec.name
+    own = sorted(spec.settings) or ["none"]
+    for key in sorted((settings.scheduler.model_fields_set & POLICY_SETTINGS) - spec.settings):
+        errs.append(
+            (f"scheduler.{key}", f"not used by policy {policy!r} (it reads: {', '.join(own)})")
+        )
     for tenant, section in settings.scheduler.tenants.items():
         path = f"scheduler.tenants.{tenant}"
         if not spec.tenant_settings:

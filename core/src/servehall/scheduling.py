@@ -108,9 +108,17 @@ class SchedulerSpec:
 
     ``tenant_settings`` lists the keys the policy reads from ``[scheduler.tenants.<name>]``
     (empty: the policy has no tenant sections and ``config check`` refuses them).
+    ``settings`` lists the policy-specific ``[scheduler]`` keys it reads (of
+    :data:`POLICY_SETTINGS`); ``config check`` refuses the others when they are set.
     """
 
     name: str
     factory: Callable[..., Scheduler]
     description: str = ""
     tenant_settings: frozenset[str] = frozenset()
+    settings: frozenset[str] = frozenset()
+
+
+POLICY_SETTINGS = frozenset({"aging_s", "idle_tenant_slots"})
+"""``[scheduler]`` keys that only some policies read (``priority``: ``aging_s``;
+``fair``: ``idle_tenant_slots``)."""

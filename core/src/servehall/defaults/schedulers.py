@@ -19,6 +19,7 @@ def servehall_register_schedulers(registry: SchedulerRegistry) -> None:
             PriorityScheduler,
             "higher priority first, FCFS within a level, aging against starvation",
             tenant_settings=frozenset({"max_queue"}),
+            settings=frozenset({"aging_s"}),
         )
     )
     registry.add(
@@ -27,5 +28,6 @@ def servehall_register_schedulers(registry: SchedulerRegistry) -> None:
             FairScheduler,
             "token-weighted fair queueing across tenants (virtual token counters)",
             tenant_settings=frozenset({"weight", "max_queue"}),
+            settings=frozenset({"idle_tenant_slots"}),
         )
     )

@@ -14,7 +14,10 @@ tokens (:meth:`_admitted`, :meth:`_generated`). Rules every policy keeps:
   :class:`~servehall.errors.QueueTimeoutError` (503 + ``Retry-After``);
 * a waiter cancelled (client gone) leaves the queue and is never granted;
 * a released slot goes straight to the waiter the policy picks, so a newcomer never
-  overtakes the queue.
+  overtakes the queue — except, under a policy that allows it (``fair``), the first
+  request of a tenant with nothing running or queued, which may take one of
+  ``idle_tenant_slots`` slots above the cap; while slots above the cap are held, a
+  released slot is not handed over, so the total returns to ``max_concurrency``.
 
 Generated tokens reach the scheduler without any per-token call: the request path hands
 the slot a function returning its tokens so far (:meth:`Grant.track`), and the scheduler
@@ -108,11 +111,14 @@ class QueueScheduler:
     """
 
     name = "queue"
+    idle_tenant_burst = False
+    """Whether ``idle_tenant_slots`` applies to this policy (``fair``)."""
 
     def __init__(self, settings: SchedulerSettings, *, clock: Clock = time.monotonic) -> None:
         self.settings = settings
         self.clock = clock
         self._running = 0
+        self._over_cap = 0  # slots held above max_concurrency (idle_tenant_slots)
         self._queued = 0
         self._seq = itertools.count()
         self._active: set[Grant] = set()
@@ -222,6 +228,15 @@ class QueueScheduler:
         if self._running < self.settings.max_concurrency and not self._queued:
             self._running += 1
             return self._grant(ticket, tenant, 0.0)
+        if (
+            self.idle_tenant_burst
+            and self._over_cap < self.settings.idle_tenant_slots
+            and not self._tenant_running[tenant]
+            and not self._tenant_waiting[tenant]
+        ):
+            self._running += 1
+            self._over_cap += 1
+            return self._grant(ticket, tenant, 0.0)
         if self._queued >= self.settings.max_queue:
             raise QueueFullError(
                 "The server is at capacity and its queue is full; retry later.",
@@ -269,6 +284,10 @@ class QueueScheduler:
         self._tenant_running[grant.tenant] -= 1
         if not self._tenant_running[grant.tenant]:
             del self._tenant_running[grant.tenant]
+        if self._over_cap:  # back toward the cap: this slot is not handed over
+            self._over_cap -= 1
+            self._running -= 1
+            return
         while True:
             waiter = self._pop()
             if waiter is None:
