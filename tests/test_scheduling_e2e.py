@@ -180,6 +180,48 @@ def test_fair_serves_b_while_a_backlog_waits(fair: Deployment) -> None:
     assert "team-a" not in json.dumps(ready)  # no tenant names on the unauthenticated route
 
 
+def test_fair_idle_tenant_slot_serves_b_while_a_holds_every_slot(
+    servehall_server: Any, demo_model_dir: Path, tmp_path: Path
+) -> None:
+    """``idle_tenant_slots = 1``: A's holder keeps the one slot (~19 s on the paced
+    engine) and two more of A's requests queue; B's request is answered while the holder
+    still runs and A's backlog is still queued."""
+    server, d = _deploy(
+        servehall_server,
+        demo_model_dir,
+        tmp_path,
+        {"policy": "fair", "max_concurrency": 1, "idle_tenant_slots": 1, "queue_timeout_s": 600},
+        **PACED,
+    )
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(base_url=d.url, http2=True, timeout=120) as c:
+
+            async def hold() -> None:
+                async with c.stream(
+                    "POST", "/v1/completions", json=HOLD, headers=d.headers("a")
+                ) as r:
+                    async for _ in r.aiter_bytes():
+                        pass
+
+            async def a_short() -> None:
+                await c.post("/v1/chat/completions", json=SHORT, headers=d.headers("a"))
+
+            holder = asyncio.ensure_future(hold())
+            await _wait(lambda: "team-a" in d.metrics())
+            backlog = [asyncio.ensure_future(a_short()) for _ in range(2)]
+            await _wait(lambda: d.queued("team-a") == 2)
+            r = await c.post("/v1/chat/completions", json=SHORT, headers=d.headers("b"))
+            assert r.status_code == 200, r.text
+            assert not holder.done() and d.queued("team-a") == 2
+            for task in (holder, *backlog):
+                task.cancel()
+            await asyncio.gather(holder, *backlog, return_exceptions=True)
+
+    with server:
+        asyncio.run(scenario())
+
+
 def test_fcfs_control_b_waits_behind_a(
     servehall_server: Any, demo_model_dir: Path, tmp_path: Path
 ) -> None:
