@@ -29,12 +29,13 @@ class SwitchableSink:
         self.up = True
         self.rows: list[str] = []
         self.batches: list[int] = []
+        self.write_s = 0.0  # how long a write takes (a transaction's round trips)
 
     async def start(self) -> None:
         pass
 
     async def write(self, records: Sequence[Record]) -> None:
-        await asyncio.sleep(0)
+        await asyncio.sleep(self.write_s)
         if not self.up:
             raise ConnectionError("storage is down")
         self.batches.append(len(records))
@@ -87,6 +88,26 @@ async def test_batches_and_order(tmp_path: Path):
     await r.close()
     assert sink.rows == [f"r{i}" for i in range(50)]
     assert len(sink.batches) < 5  # batched, not one write per record
+
+
+async def test_steady_load_is_written_in_groups_not_one_transaction_each(tmp_path: Path):
+    """Records arriving one per millisecond, each write taking 5 ms: after every batch
+    smaller than ``batch_size`` the runner lingers again (group commit). Without that,
+    records that arrived during a write are written at once, a few per transaction,
+    since the queue is never empty for the wake-up linger to apply."""
+    sink = SwitchableSink()
+    sink.write_s = 0.005
+    r = runner(sink, tmp_path, buffer=1000, linger_s=0.02, batch_size=500)
+    await r.start()
+    for i in range(300):
+        r.put(rec(i))
+        await asyncio.sleep(0.001)
+    await wait_for(lambda: len(sink.rows) == 300)
+    await r.close()
+    assert sink.rows == [f"r{i}" for i in range(300)]
+    # ~25 ms per round (20 ms linger + the write): about a dozen writes; one write per
+    # 5 ms write time (no linger between back-to-back batches) would be 60 or more
+    assert len(sink.batches) <= 30, sink.batches
 
 
 async def test_outage_spills_then_replays_in_order(tmp_path: Path):

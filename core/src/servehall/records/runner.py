@@ -86,7 +86,8 @@ class SinkRunner:
         required: fail closed when exhausted (``[[sinks]] required``).
         buffer: records held in memory before spilling.
         batch_size: most records per ``sink.write`` call (one transaction for ``sql``).
-        linger_s: after the queue wakes up, wait this long to gather a bigger batch.
+        linger_s: after the queue wakes up, and after a write of less than a full
+            batch, wait this long to gather a bigger batch (group commit).
         spill: False disables the spill file.
         spill_path: spill file (default ``servehall-spill-<sink>.jsonl`` in the working
             directory).
@@ -419,6 +420,23 @@ class SinkRunner:
                     self.mem.popleft()
             else:
                 self._spill_read_pos = spill_pos
+            if self._group_commit(len(batch)):
+                await asyncio.sleep(self.linger_s)
+
+    def _group_commit(self, written: int) -> bool:
+        """Whether to linger after a write of ``written`` records before the next one.
+
+        Under steady load the queue is never empty, so without this each write would
+        take only what arrived during the previous one (a few records per transaction).
+        Not after a full batch (a backlog: write on), while closing, or when responses
+        wait for their records (``commit_wait_s``).
+        """
+        return (
+            self.linger_s > 0
+            and written < self.batch_size
+            and not self._closing
+            and not self.commit_wait_s
+        )
 
     # --- persistence at close / start ----------------------------------------------------
 
