@@ -15,7 +15,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -715,8 +715,16 @@ def test_every_route_needs_a_credential(
 
 
 def test_key_expiry(deployment: Deployment) -> None:
-    made = create_key(deployment.config, "team-exp", "--expires", "3s")
+    # made through the admin API, not the CLI: a CLI process that starts slowly on a
+    # loaded machine could use up a short expiry before the first request is sent
+    admin = {"x-api-key": deployment.key("admin")}
+    expires_at = datetime.now(UTC) + timedelta(seconds=5)
+    with deployment.client(headers=admin) as c:
+        r = c.post("/admin/keys", json={"tenant": "team-exp", "expires_at": expires_at.isoformat()})
+        assert r.status_code == 201, r.text
+    made = r.json()
     until = datetime.fromisoformat(made["expires_at"])
+    assert abs((until - expires_at).total_seconds()) < 0.01
     with deployment.client(headers={"x-api-key": made["key"]}) as c:
         first = c.get("/v1/models")
         assert first.status_code == 200, (first.text, until, datetime.now(UTC))
