@@ -29,7 +29,7 @@ from servehall.worker import ProcessEngine
 from servehall.worker.client import WATCH_INTERVAL_S
 from servehall.worker.exits import describe_exit, signal_name, with_stderr
 from servehall.worker.gate import EngineGate
-from servehall.worker.main import parse_fault
+from servehall.worker.main import FAULT_ENV, STALL_LOOP_S, parse_fault
 
 GREEDY = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
 
@@ -251,4 +251,52 @@ async def test_a_busy_api_loop_is_not_mistaken_for_a_silent_worker(
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGCONT)
     finally:
+        await engine.shutdown()
+
+
+async def test_a_starved_worker_loop_still_heartbeats(
+    tiny_model: ModelConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's event loop is blocked for five heartbeat timeouts mid-request (as
+    when the engine's compute threads take every core): its heartbeat thread goes on, so
+    the worker is not restarted and the request finishes."""
+    monkeypatch.setenv(FAULT_ENV, "stall_loop")
+    settings = WorkerSettings(heartbeat_interval_s=0.05, heartbeat_timeout_s=0.3)
+    assert 5 * settings.heartbeat_timeout_s <= STALL_LOOP_S
+    engine = ProcessEngine(tiny_model, "cpu", (), settings=settings)
+    await engine.start()
+    try:
+        params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+        t0 = time.monotonic()
+        deltas = await asyncio.wait_for(collect(engine.add_request("r", [3, 4, 5], params)), 30)
+        assert time.monotonic() - t0 >= STALL_LOOP_S  # the stall did happen
+        assert deltas[-1].finish_reason == "length"
+        assert sum(len(d.token_ids) for d in deltas) == 8
+        assert sum(engine.restart_counts.values()) == 0, engine.restart_counts
+        assert (await engine.health()).ok
+    finally:
+        await engine.shutdown()
+
+
+async def test_a_machine_wide_stall_gives_the_worker_time_to_be_heard(
+    tiny_model: ModelConfig,
+) -> None:
+    """Both processes stop for five heartbeat timeouts (a suspended VM, CPU steal): when
+    the API process runs again, the worker gets two heartbeat intervals to be heard
+    before its silence is judged, so it is not restarted."""
+    settings = WorkerSettings(heartbeat_interval_s=0.05, heartbeat_timeout_s=0.3)
+    engine = ProcessEngine(tiny_model, "cpu", (), settings=settings)
+    await engine.start()
+    try:
+        proc = engine._gen.proc  # type: ignore[union-attr]
+        for _ in range(3):
+            os.kill(proc.pid, signal.SIGSTOP)
+            time.sleep(5 * settings.heartbeat_timeout_s)  # this loop is frozen too
+            os.kill(proc.pid, signal.SIGCONT)
+            await asyncio.sleep(10 * settings.heartbeat_interval_s)
+        assert sum(engine.restart_counts.values()) == 0, engine.restart_counts
+        assert (await engine.health()).ok
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGCONT)
         await engine.shutdown()

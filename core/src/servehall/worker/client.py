@@ -10,8 +10,10 @@ go. ``health()`` and ``stats()`` answer from the last heartbeat, without a round
 Supervision (``[[models]] worker``, :class:`~servehall.config.worker.WorkerSettings`):
 
 * the worker is watched for exit (its process sentinel, at once), missed heartbeats
-  (``heartbeat_timeout_s``) and stalled steps (requests in flight but no step output
-  for ``step_timeout_s``), polled every 0.1 s;
+  (no report at all for ``heartbeat_timeout_s``; the worker sends them from a thread of
+  its own, so a busy worker event loop is not mistaken for a dead one) and stalled
+  steps (requests in flight but no step output for ``step_timeout_s``), polled every
+  0.1 s;
 * when it is lost, every in-flight request ends at once with ``finish_reason="error"``
   and ``code="engine_unavailable"`` (the host answers 503 + ``Retry-After``, or one SSE
   error event then ``[DONE]``); ``health()`` turns false with the reason;
@@ -152,6 +154,7 @@ class ProcessEngine:
         self._hb: Heartbeat | None = None
         self._counters = (0, 0, 0)
         self._last_hb = 0.0
+        self._hb_grace_until = 0.0  # no heartbeat verdict before (monotonic s)
         self._last_progress = 0.0
         self._up_since = 0.0
         self._failures: collections.deque[float] = collections.deque()
@@ -476,7 +479,7 @@ class ProcessEngine:
         if gen is not self._gen:
             return
         if isinstance(msg, StepOutput):
-            self._last_progress = time.monotonic()
+            self._last_progress = self._last_hb = time.monotonic()  # output is life too
             self._counters = msg.counters
             streams = self._streams
             for rid, tokens, finish, error, code in msg.deltas:
@@ -598,8 +601,16 @@ class ProcessEngine:
         self._up.set()
 
     async def _watch_loop(self) -> None:
+        interval = min(WATCH_INTERVAL_S, self.settings.heartbeat_interval_s)
         while True:
-            await asyncio.sleep(min(WATCH_INTERVAL_S, self.settings.heartbeat_interval_s))
+            asleep = time.monotonic()
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            if now - asleep > interval + self.settings.heartbeat_interval_s:
+                # this process was not running (a stopped or starved machine, a blocked
+                # loop): the worker may have been frozen with it, so it gets two of its
+                # heartbeat intervals to be heard before its silence is judged
+                self._hb_grace_until = now + 2 * self.settings.heartbeat_interval_s
             self._judge()
 
     def _judge(self) -> None:
@@ -613,7 +624,11 @@ class ProcessEngine:
             self._on_exit(gen)
             return
         silent = now - self._last_hb
-        if silent > s.heartbeat_timeout_s and not self._reports_pending(gen):
+        if (
+            silent > s.heartbeat_timeout_s
+            and now >= self._hb_grace_until
+            and not self._reports_pending(gen)
+        ):
             self._lost("heartbeat_timeout", f"worker missed heartbeats for {silent:.1f} s")
         elif self._streams and now - self._last_progress > s.step_timeout_s:
             self._lost(

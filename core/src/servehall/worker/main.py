@@ -15,7 +15,12 @@
 3. serves commands: every delta its engine pushes during one event-loop turn (an engine
    posts one step's deltas in one callback) goes out as one
    :class:`~servehall.worker.messages.StepOutput`; a heartbeat with ``stats()`` and
-   ``health()`` goes out every ``heartbeat_interval_s``.
+   ``health()`` goes out every ``heartbeat_interval_s``. The event loop takes that
+   snapshot; a thread of its own, on its own ZeroMQ socket, sends it. A loop starved of
+   CPU by the engine's own compute threads (seen: 0.3 s turns with OpenVINO on 2 cores,
+   over 1 s under a loaded CI machine) then does not look like a dead worker: the
+   heartbeat says the process is alive, and a wedged engine or loop is caught by the
+   host's stalled-step check (requests in flight, no step output).
 
 Input the worker refuses (token ids outside the vocabulary, an engine's ``ValueError``
 or ``EngineError`` from ``add_request``) ends that request with ``code =
@@ -27,7 +32,9 @@ Test fault hook (honoured only when the environment variable
 ``KIND[@GEN[+]]`` applies ``KIND`` to the worker of generation ``GEN`` (1 = the first
 worker of a model; ``+`` = that one and every later one; default ``@1``). Kinds:
 ``hang_step`` — after the first step output the engine's step never returns as far as
-the host can see (no more step output; heartbeats go on); ``exit_after_ready`` — the
+the host can see (no more step output; heartbeats go on); ``stall_loop`` — after the
+first step output the worker's event loop is blocked once for ``STALL_LOOP_S`` (as a
+loop starved of CPU would be; the engine goes on); ``exit_after_ready`` — the
 worker exits with status 7 right after reporting ready.
 """
 
@@ -40,6 +47,8 @@ import logging
 import os
 import signal
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -53,6 +62,7 @@ FAULT_ENV = "SERVEHALL_TEST_WORKER_FAULT"
 PR_SET_PDEATHSIG = 1
 EXIT_START_FAILED = 3
 EXIT_FAULT = 7
+STALL_LOOP_S = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +159,8 @@ class _Worker:
         self.steps_sent = 0
         self.pumps: set[asyncio.Task[None]] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.beat: Any = None  # the latest Heartbeat snapshot (set on the loop)
+        self.beating = threading.Event()  # set = the heartbeat thread must stop
 
     def send(self, message: Any) -> None:
         from servehall.worker.messages import report_encoder
@@ -184,11 +196,15 @@ class _Worker:
             log.error("test fault: exiting after ready")
             self._close()
             return EXIT_FAULT
-        heartbeat = asyncio.ensure_future(self._heartbeats())
+        snapshots = asyncio.ensure_future(self._snapshots())
+        beater = threading.Thread(target=self._beat, name="servehall-heartbeat", daemon=True)
+        beater.start()
         try:
             await self._serve()
         finally:
-            heartbeat.cancel()
+            snapshots.cancel()
+            self.beating.set()
+            beater.join()
             with contextlib.suppress(BaseException):
                 await engine.shutdown()
             self._flush()
@@ -296,16 +312,19 @@ class _Worker:
         if self.fault == "hang_step" and not self.hung:
             log.error("test fault: the engine step hangs from now on")
             self.hung = True
+        elif self.fault == "stall_loop":
+            self.fault = None
+            log.error("test fault: the event loop stalls for %g s", STALL_LOOP_S)
+            time.sleep(STALL_LOOP_S)
 
-    async def _heartbeats(self) -> None:
+    async def _snapshots(self) -> None:
+        """Every ``heartbeat_interval_s``: the engine's ``health()`` and ``stats()`` as the
+        next :class:`~servehall.worker.messages.Heartbeat` (sent by :meth:`_beat`)."""
         from servehall.worker.messages import Heartbeat
 
         assert self.engine is not None
         engine = self.engine
         while True:
-            if os.getppid() != self.spec.parent_pid:
-                log.error("the API process is gone; exiting")
-                os._exit(1)
             try:
                 health = await engine.health()
                 ok, reason = health.ok, health.reason
@@ -313,21 +332,45 @@ class _Worker:
                 ok, reason = False, f"health check raised {type(exc).__name__}: {exc}"
             try:
                 s = engine.stats()
-                self.send(
-                    Heartbeat(
-                        s.running,
-                        s.waiting,
-                        s.kv_cache_blocks_used,
-                        s.kv_cache_blocks_total,
-                        s.device_memory_used_bytes,
-                        s.device_memory_total_bytes,
-                        ok,
-                        reason,
-                    )
+                self.beat = Heartbeat(
+                    s.running,
+                    s.waiting,
+                    s.kv_cache_blocks_used,
+                    s.kv_cache_blocks_total,
+                    s.device_memory_used_bytes,
+                    s.device_memory_total_bytes,
+                    ok,
+                    reason,
                 )
             except Exception as exc:
-                self.send(Heartbeat(0, 0, 0, 0, None, None, False, f"stats raised {exc}"))
+                self.beat = Heartbeat(0, 0, 0, 0, None, None, False, f"stats raised {exc}")
             await asyncio.sleep(self.spec.heartbeat_interval_s)
+
+    def _beat(self) -> None:
+        """The heartbeat thread: every ``heartbeat_interval_s`` it checks that the API
+        process is still its parent (else exits the process) and sends the latest
+        snapshot on a PUSH socket of its own (ZeroMQ sockets are not shared between
+        threads; the host's PULL socket takes both). Stops when :attr:`beating` is set."""
+        import msgspec
+        import zmq
+
+        sock = self.sync_ctx.socket(zmq.PUSH)
+        sock.setsockopt(zmq.SNDHWM, 0)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(self.spec.reports_addr)
+        encoder = msgspec.msgpack.Encoder()  # not shared with the loop thread
+        try:
+            while True:
+                if os.getppid() != self.spec.parent_pid:
+                    log.error("the API process is gone; exiting")
+                    os._exit(1)
+                beat = self.beat
+                if beat is not None:
+                    sock.send(encoder.encode(beat))
+                if self.beating.wait(self.spec.heartbeat_interval_s):
+                    return
+        finally:
+            sock.close(linger=0)
 
 
 def _plain(extra: dict[str, Any]) -> dict[str, Any]:
