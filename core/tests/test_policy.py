@@ -42,6 +42,13 @@ def test_request_priority_is_clamped_to_what_the_policy_allows() -> None:
     assert plain.request_priority(-5) == -5  # lowering is always allowed
     boosted = Policy(priority=0, max_priority=5)
     assert boosted.request_priority(3) == 3 and boosted.request_priority(99) == 5
+    unset = Policy()
+    assert unset.priority is None and unset.request_priority(None) == 0
+    assert unset.request_priority(4) == 0
+    # a negative ceiling holds: a request cannot climb to 0 above it
+    low = Policy(priority=-10, max_priority=-5)
+    assert low.request_priority(0) == -5 and low.request_priority(-7) == -7
+    assert low.request_priority(None) == -10
 
 
 @pytest.mark.parametrize(

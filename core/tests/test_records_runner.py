@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -108,6 +109,31 @@ async def test_steady_load_is_written_in_groups_not_one_transaction_each(tmp_pat
     # ~25 ms per round (20 ms linger + the write): about a dozen writes; one write per
     # 5 ms write time (no linger between back-to-back batches) would be 60 or more
     assert len(sink.batches) <= 30, sink.batches
+
+
+async def test_close_cuts_a_linger_short_and_writes_everything(tmp_path: Path):
+    """A long ``linger_s`` (60 s) must not hold ``close()`` for its ``close_timeout_s``:
+    the linger ends at once and the records are written."""
+    sink = SwitchableSink()
+    r = runner(sink, tmp_path, linger_s=60.0, batch_size=500, close_timeout_s=10.0)
+    await r.start()
+    r.put(rec(0))
+    await asyncio.sleep(0.05)  # the runner is lingering after the wake-up
+    t0 = time.monotonic()
+    await r.close()
+    assert time.monotonic() - t0 < 3.0
+    assert sink.rows == ["r0"]
+    assert not (tmp_path / "spill.jsonl").exists()
+
+
+async def test_no_group_commit_when_responses_wait_for_their_records(tmp_path: Path):
+    """With ``commit_wait_s`` set a response waits for its record, so the runner writes
+    what is queued at once instead of lingering after a small write."""
+    sink = SwitchableSink()
+    r = runner(sink, tmp_path, linger_s=0.5, batch_size=500, commit_wait_s=5.0)
+    assert not r._group_commit(1)
+    r2 = runner(sink, tmp_path / "b", linger_s=0.5, batch_size=500)
+    assert r2._group_commit(1) and not r2._group_commit(500)
 
 
 async def test_outage_spills_then_replays_in_order(tmp_path: Path):

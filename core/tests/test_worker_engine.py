@@ -300,3 +300,37 @@ async def test_a_machine_wide_stall_gives_the_worker_time_to_be_heard(
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGCONT)
         await engine.shutdown()
+
+
+async def test_a_wedged_worker_loop_falls_silent_and_is_replaced(
+    tiny_model: ModelConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's event loop wedges (blocked for an hour) with nothing to stream: its
+    heartbeat thread stops vouching for it once the health snapshot is older than
+    ``loop_timeout_s``, so the host declares it lost and a new worker serves."""
+    monkeypatch.setenv(FAULT_ENV, "wedge_loop")
+    settings = WorkerSettings(
+        heartbeat_interval_s=0.05,
+        heartbeat_timeout_s=0.3,
+        loop_timeout_s=0.5,
+        restart_backoff_s=0.1,
+    )
+    engine = ProcessEngine(tiny_model, "cpu", (), settings=settings)
+    await engine.start()
+    try:
+        first = await asyncio.wait_for(collect(engine.add_request("a", [3, 4, 5], GREEDY)), 30)
+        assert first[-1].finish_reason in ("length", "error")  # the wedge is after output
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            if engine.restart_counts["heartbeat_timeout"]:
+                break
+        assert engine.restart_counts["heartbeat_timeout"] == 1, engine.restart_counts
+        assert engine.restart_counts["step_stalled"] == 0
+        for _ in range(400):  # generation 2 has no fault
+            if (await engine.health()).ok:
+                break
+            await asyncio.sleep(0.05)
+        deltas = await asyncio.wait_for(collect(engine.add_request("b", [3, 4, 5], GREEDY)), 30)
+        assert deltas[-1].finish_reason == "length"
+    finally:
+        await engine.shutdown()

@@ -43,7 +43,8 @@ class Policy:
             ``model_not_found`` exactly like an unknown one (it is also left out of
             ``/v1/models``); False: 403 ``model_not_allowed``.
         priority: scheduling priority of the caller's requests (larger runs first under
-            the ``priority`` policy; default 0).
+            the ``priority`` policy); None: the credential sets none (the auth plugin
+            may apply the tenant's default), which runs at 0 (:attr:`level`).
         max_priority: the highest priority this caller may ask for per request; None
             means a request cannot raise its priority above ``priority``
             (see :meth:`request_priority`).
@@ -54,8 +55,14 @@ class Policy:
     limits: Limits = field(default_factory=Limits)
     store_prompts: bool | None = None
     hide_forbidden_models: bool = True
-    priority: int = 0
+    priority: int | None = None
     max_priority: int | None = None
+
+    @property
+    def level(self) -> int:
+        """The priority the caller's requests run at when they ask for none (0 when
+        :attr:`priority` is None)."""
+        return 0 if self.priority is None else self.priority
 
     def has_scope(self, scope: str) -> bool:
         """True when ``scope`` was granted."""
@@ -72,10 +79,10 @@ class Policy:
         (never above ``priority`` when ``max_priority`` is None); the result is clamped,
         never an error.
         """
+        level = self.level
         if requested is None:
-            return self.priority
-        ceiling = self.priority if self.max_priority is None else max(self.max_priority, 0)
-        ceiling = max(ceiling, self.priority)
+            return level
+        ceiling = level if self.max_priority is None else max(self.max_priority, level)
         return min(requested, ceiling)
 
 

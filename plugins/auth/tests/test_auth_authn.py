@@ -176,7 +176,7 @@ async def test_tenant_priority_default_reaches_the_principal(runtime: AuthRuntim
     p2 = await runtime.authenticate([], [plain], path="/", client=None)
     assert p1 is not None and p1.policy.priority == 5
     assert p1.policy.max_priority == 8
-    assert p2 is not None and p2.policy.priority == 0
+    assert p2 is not None and p2.policy.priority is None and p2.policy.level == 0
     assert p2.policy.max_priority is None
 
 
@@ -190,12 +190,17 @@ async def test_a_keys_own_priority_overrides_its_tenants_default(runtime: AuthRu
     rec, own = await runtime.keys.create(tenant="gold", priority=-2, max_priority=20)
     assert (rec.priority, rec.max_priority) == (-2, 20)
     _, half = await runtime.keys.create(tenant="gold", max_priority=6)
+    _, zero = await runtime.keys.create(tenant="gold", priority=0)
     p_own = await runtime.authenticate([], [own], path="/", client=None)
     p_half = await runtime.authenticate([], [half], path="/", client=None)
     assert p_own is not None and (p_own.policy.priority, p_own.policy.max_priority) == (-2, 20)
     assert p_own.policy.request_priority(30) == 20  # clamped to the key's own ceiling
     # only the ceiling is the key's own: the priority is the tenant's default
     assert p_half is not None and (p_half.policy.priority, p_half.policy.max_priority) == (5, 6)
+    # an explicit 0 is the key's own, not "unset": the tenant's default does not apply
+    p_zero = await runtime.authenticate([], [zero], path="/", client=None)
+    assert p_zero is not None and p_zero.policy.priority == 0
+    assert p_zero.policy.request_priority(None) == 0
     listed = {r.key_id: r for r in await runtime.keys.list()}
     assert listed[rec.key_id].as_dict()["priority"] == -2
     with pytest.raises(ValueError, match="priority must be in"):

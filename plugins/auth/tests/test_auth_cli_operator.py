@@ -72,6 +72,14 @@ def test_keys_on_unmigrated_and_unreachable_database(tmp_path: Path) -> None:
         _cli(_config(tmp_path, f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}"), "keys", "list")
     )
     assert "api_key does not exist" in line and "servehall db upgrade" in line
+    # a table from an older version (before auth_0003_key_priority): named, not a 500 later
+    with sqlite3.connect(tmp_path / "old.db") as conn:
+        conn.execute("CREATE TABLE api_key (key_id VARCHAR PRIMARY KEY, tenant VARCHAR)")
+    line = _one_error_line(
+        _cli(_config(tmp_path, f"sqlite+aiosqlite:///{tmp_path / 'old.db'}"), "keys", "list")
+    )
+    assert "api_key lacks column(s)" in line and "priority" in line
+    assert "servehall db upgrade" in line
     pg = "postgresql+asyncpg://u:secret@127.0.0.1:1/nowhere"
     line = _one_error_line(_cli(_config(tmp_path, pg), "keys", "list"))
     assert "127.0.0.1:1/nowhere" in line and "secret" not in line

@@ -215,10 +215,12 @@ def test_priority_claim(jwks_file: Path, rsa_key: Any) -> None:
     t = jwt.encode(claims(prio=3), rsa_key, "RS256", headers={"kid": "r1"})
     assert v.verify(t).policy.priority == 3
     t = jwt.encode(claims(), rsa_key, "RS256", headers={"kid": "r1"})
-    assert v.verify(t).policy.priority == 0
+    assert v.verify(t).policy.priority is None  # unset: the tenant's default, else 0
+    t = jwt.encode(claims(prio=0), rsa_key, "RS256", headers={"kid": "r1"})
+    assert v.verify(t).policy.priority == 0  # an explicit 0
     for bad in ("high", 1.5, True, 5000):
         t = jwt.encode(claims(prio=bad), rsa_key, "RS256", headers={"kid": "r1"})
         expect_401(v, t)
     # without priority_claim configured the claim is ignored
     t = jwt.encode(claims(prio=3), rsa_key, "RS256", headers={"kid": "r1"})
-    assert verifier(jwks_file).verify(t).policy.priority == 0
+    assert verifier(jwks_file).verify(t).policy.priority is None

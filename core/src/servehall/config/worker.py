@@ -16,6 +16,10 @@ class WorkerSettings(BaseModel):
     Attributes:
         heartbeat_interval_s: how often the worker reports (heartbeat with its stats).
         heartbeat_timeout_s: a worker silent for this long is declared dead.
+        loop_timeout_s: a worker whose event loop has not refreshed its health snapshot
+            for this long stops sending heartbeats (its heartbeat thread would otherwise
+            vouch for a wedged loop), so it is declared dead ``heartbeat_timeout_s``
+            later. Above the longest loop stall a loaded machine causes.
         step_timeout_s: with requests in flight, no step output for this long means the
             engine step is stalled (a long prefill on a CPU can take seconds: keep it
             well above the slowest step).
@@ -35,6 +39,7 @@ class WorkerSettings(BaseModel):
 
     heartbeat_interval_s: float = Field(default=0.1, gt=0, le=10)
     heartbeat_timeout_s: float = Field(default=1.0, gt=0)
+    loop_timeout_s: float = Field(default=10.0, gt=0)
     step_timeout_s: float = Field(default=30.0, gt=0)
     start_timeout_s: float = Field(default=600.0, gt=0)
     stop_timeout_s: float = Field(default=10.0, ge=0)
@@ -47,6 +52,8 @@ class WorkerSettings(BaseModel):
     def _check(self) -> WorkerSettings:
         if self.heartbeat_timeout_s <= self.heartbeat_interval_s:
             raise ValueError("heartbeat_timeout_s must be larger than heartbeat_interval_s")
+        if self.loop_timeout_s <= self.heartbeat_interval_s:
+            raise ValueError("loop_timeout_s must be larger than heartbeat_interval_s")
         if self.restart_backoff_max_s < self.restart_backoff_s:
             raise ValueError("restart_backoff_max_s must be >= restart_backoff_s")
         return self

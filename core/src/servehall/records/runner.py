@@ -167,6 +167,7 @@ class SinkRunner:
         self.last_error: str | None = None
         self._last_warn: dict[str, float] = {}
         self._wake = asyncio.Event()
+        self._closed = asyncio.Event()  # set by close(): ends a linger at once
         self._closing = False
         self._task: asyncio.Task[None] | None = None
 
@@ -192,6 +193,7 @@ class SinkRunner:
         """Drain (up to ``close_timeout_s``), save the rest to the spill file, close."""
         self._closing = True
         self._wake.set()
+        self._closed.set()
         if self._task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self._task), self.close_timeout_s)
@@ -395,7 +397,7 @@ class SinkRunner:
                 self._wake.clear()
                 await self._wake.wait()
                 if self.linger_s > 0 and not self._closing:
-                    await asyncio.sleep(self.linger_s)
+                    await self._linger()
                 continue
             try:
                 await self.sink.write(batch)
@@ -421,7 +423,12 @@ class SinkRunner:
             else:
                 self._spill_read_pos = spill_pos
             if self._group_commit(len(batch)):
-                await asyncio.sleep(self.linger_s)
+                await self._linger()
+
+    async def _linger(self) -> None:
+        """Wait ``linger_s`` for more records to gather; :meth:`close` ends it at once."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closed.wait(), self.linger_s)
 
     def _group_commit(self, written: int) -> bool:
         """Whether to linger after a write of ``written`` records before the next one.

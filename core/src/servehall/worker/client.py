@@ -413,6 +413,7 @@ class ProcessEngine:
             parent_pid=os.getpid(),
             generation=gen.number,
             heartbeat_interval_s=self.settings.heartbeat_interval_s,
+            loop_timeout_s=self.settings.loop_timeout_s,
             log_level=self.log_level,
         )
         reader, writer = self._mp.Pipe(duplex=False)
@@ -474,6 +475,8 @@ class ProcessEngine:
                     self._on_report(gen, decode(fut.result().buffer))
         except (asyncio.CancelledError, zmq.ZMQError):
             return
+        except Exception:  # a malformed report: the silence that follows restarts it
+            log.exception("model %s: reading the worker's reports failed", self.name)
 
     def _on_report(self, gen: _Generation, msg: Any) -> None:
         if gen is not self._gen:
@@ -624,13 +627,14 @@ class ProcessEngine:
             self._on_exit(gen)
             return
         silent = now - self._last_hb
-        if (
-            silent > s.heartbeat_timeout_s
-            and now >= self._hb_grace_until
-            and not self._reports_pending(gen)
+        stalled = bool(self._streams) and now - self._last_progress > s.step_timeout_s
+        if (silent > s.heartbeat_timeout_s or stalled) and (
+            now < self._hb_grace_until or self._reports_pending(gen)
         ):
+            return  # this process was behind, not the worker: read its reports first
+        if silent > s.heartbeat_timeout_s:
             self._lost("heartbeat_timeout", f"worker missed heartbeats for {silent:.1f} s")
-        elif self._streams and now - self._last_progress > s.step_timeout_s:
+        elif stalled:
             self._lost(
                 "step_stalled",
                 f"engine step stalled: no output for {now - self._last_progress:.1f} s "
@@ -645,12 +649,13 @@ class ProcessEngine:
 
         Then the silence is this process's own: its event loop was busy or starved
         (ZeroMQ's I/O thread kept receiving), and the worker is not judged until the
-        reader has caught up. A silent worker leaves nothing pending.
+        reader has caught up. A silent worker leaves nothing pending. False when the
+        reader task has ended (reports would wait forever).
         """
         import zmq
 
         sock = None if gen is None else gen.reports
-        if sock is None:
+        if sock is None or gen is None or gen.reader is None or gen.reader.done():
             return False
         try:
             return bool(sock.get(zmq.EVENTS) & zmq.POLLIN)

@@ -34,7 +34,8 @@ worker of a model; ``+`` = that one and every later one; default ``@1``). Kinds:
 ``hang_step`` — after the first step output the engine's step never returns as far as
 the host can see (no more step output; heartbeats go on); ``stall_loop`` — after the
 first step output the worker's event loop is blocked once for ``STALL_LOOP_S`` (as a
-loop starved of CPU would be; the engine goes on); ``exit_after_ready`` — the
+loop starved of CPU would be; the engine goes on); ``wedge_loop`` — the same, for an
+hour; ``exit_after_ready`` — the
 worker exits with status 7 right after reporting ready.
 """
 
@@ -77,6 +78,8 @@ class WorkerSpec:
         parent_pid: the API process's pid (the worker exits when it changes).
         generation: 1 for a model's first worker, +1 per restart.
         heartbeat_interval_s: seconds between heartbeats.
+        loop_timeout_s: a health snapshot older than this is not sent (the loop is
+            wedged: the host is to notice the silence).
         log_level: ``[server] log_level``.
     """
 
@@ -88,6 +91,7 @@ class WorkerSpec:
     parent_pid: int
     generation: int
     heartbeat_interval_s: float
+    loop_timeout_s: float = 10.0
     log_level: str = "info"
 
 
@@ -160,6 +164,7 @@ class _Worker:
         self.pumps: set[asyncio.Task[None]] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.beat: Any = None  # the latest Heartbeat snapshot (set on the loop)
+        self.beat_at = 0.0  # when it was taken (time.monotonic())
         self.beating = threading.Event()  # set = the heartbeat thread must stop
 
     def send(self, message: Any) -> None:
@@ -196,6 +201,7 @@ class _Worker:
             log.error("test fault: exiting after ready")
             self._close()
             return EXIT_FAULT
+        await self._snapshot()  # the first heartbeat goes out at once
         snapshots = asyncio.ensure_future(self._snapshots())
         beater = threading.Thread(target=self._beat, name="servehall-heartbeat", daemon=True)
         beater.start()
@@ -312,45 +318,53 @@ class _Worker:
         if self.fault == "hang_step" and not self.hung:
             log.error("test fault: the engine step hangs from now on")
             self.hung = True
-        elif self.fault == "stall_loop":
+        elif self.fault in ("stall_loop", "wedge_loop"):
+            stall = STALL_LOOP_S if self.fault == "stall_loop" else 3600.0
             self.fault = None
-            log.error("test fault: the event loop stalls for %g s", STALL_LOOP_S)
-            time.sleep(STALL_LOOP_S)
+            log.error("test fault: the event loop stalls for %g s", stall)
+            time.sleep(stall)
 
     async def _snapshots(self) -> None:
-        """Every ``heartbeat_interval_s``: the engine's ``health()`` and ``stats()`` as the
-        next :class:`~servehall.worker.messages.Heartbeat` (sent by :meth:`_beat`)."""
+        """Every ``heartbeat_interval_s``: a new :meth:`_snapshot`."""
+        while True:
+            await asyncio.sleep(self.spec.heartbeat_interval_s)
+            await self._snapshot()
+
+    async def _snapshot(self) -> None:
+        """The engine's ``health()`` and ``stats()`` as the next
+        :class:`~servehall.worker.messages.Heartbeat` (sent by :meth:`_beat`)."""
         from servehall.worker.messages import Heartbeat
 
         assert self.engine is not None
         engine = self.engine
-        while True:
-            try:
-                health = await engine.health()
-                ok, reason = health.ok, health.reason
-            except Exception as exc:
-                ok, reason = False, f"health check raised {type(exc).__name__}: {exc}"
-            try:
-                s = engine.stats()
-                self.beat = Heartbeat(
-                    s.running,
-                    s.waiting,
-                    s.kv_cache_blocks_used,
-                    s.kv_cache_blocks_total,
-                    s.device_memory_used_bytes,
-                    s.device_memory_total_bytes,
-                    ok,
-                    reason,
-                )
-            except Exception as exc:
-                self.beat = Heartbeat(0, 0, 0, 0, None, None, False, f"stats raised {exc}")
-            await asyncio.sleep(self.spec.heartbeat_interval_s)
+        try:
+            health = await engine.health()
+            ok, reason = health.ok, health.reason
+        except Exception as exc:
+            ok, reason = False, f"health check raised {type(exc).__name__}: {exc}"
+        try:
+            s = engine.stats()
+            beat = Heartbeat(
+                s.running,
+                s.waiting,
+                s.kv_cache_blocks_used,
+                s.kv_cache_blocks_total,
+                s.device_memory_used_bytes,
+                s.device_memory_total_bytes,
+                ok,
+                reason,
+            )
+        except Exception as exc:
+            beat = Heartbeat(0, 0, 0, 0, None, None, False, f"stats raised {exc}")
+        self.beat, self.beat_at = beat, time.monotonic()
 
     def _beat(self) -> None:
         """The heartbeat thread: every ``heartbeat_interval_s`` it checks that the API
         process is still its parent (else exits the process) and sends the latest
         snapshot on a PUSH socket of its own (ZeroMQ sockets are not shared between
-        threads; the host's PULL socket takes both). Stops when :attr:`beating` is set."""
+        threads; the host's PULL socket takes both) — unless the snapshot is older than
+        ``loop_timeout_s``: a wedged event loop must fall silent, not be vouched for.
+        Stops when :attr:`beating` is set."""
         import msgspec
         import zmq
 
@@ -364,8 +378,8 @@ class _Worker:
                 if os.getppid() != self.spec.parent_pid:
                     log.error("the API process is gone; exiting")
                     os._exit(1)
-                beat = self.beat
-                if beat is not None:
+                beat, age = self.beat, time.monotonic() - self.beat_at
+                if beat is not None and age <= self.spec.loop_timeout_s:
                     sock.send(encoder.encode(beat))
                 if self.beating.wait(self.spec.heartbeat_interval_s):
                     return

@@ -212,7 +212,7 @@ class JwtVerifier:
         for name, claim in (("rpm", cfg.rpm_claim), ("tpm", cfg.tpm_claim)):
             if claim is not None and isinstance(claims.get(claim), int) and claims[claim] > 0:
                 limits[name] = int(claims[claim])
-        priority = 0
+        priority: int | None = None
         if cfg.priority_claim is not None and cfg.priority_claim in claims:
             prio = claims[cfg.priority_claim]
             if (

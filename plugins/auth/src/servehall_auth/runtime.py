@@ -156,8 +156,7 @@ class AuthRuntime:
         """See :meth:`Authenticator.authenticate`; completes the principal's policy with
         ``[auth] hide_forbidden_models`` and its tenant's ``store_prompts``, and, where
         the credential (the key's ``priority`` / ``max_priority``, the JWT's priority
-        claim) sets none, the tenant's scheduling ``priority`` (a credential priority of
-        0 counts as none) and ``max_priority``."""
+        claim) sets none, the tenant's scheduling ``priority`` and ``max_priority``."""
         principal = await self.authenticator.authenticate(
             authorization, x_api_key, path=path, client=client
         )
@@ -169,7 +168,7 @@ class AuthRuntime:
         if tenant is not None:
             if tenant.store_prompts is not None:
                 store_prompts = tenant.store_prompts
-            if tenant.priority is not None and own.priority == 0:
+            if tenant.priority is not None and own.priority is None:
                 priority = tenant.priority
             if tenant.max_priority is not None and own.max_priority is None:
                 max_priority = tenant.max_priority

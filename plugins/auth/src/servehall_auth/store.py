@@ -124,7 +124,7 @@ class KeyRecord:
     """One API key's settings (never its secret or hash).
 
     ``models`` None means every model. ``status(now)`` is ``active``, ``expired`` or
-    ``revoked``. ``priority`` (None or 0: the tenant's default) and ``max_priority``
+    ``revoked``. ``priority`` (None: the tenant's default) and ``max_priority``
     (None: the tenant's) are the key's own scheduling priority and request ceiling
     (``[scheduler] policy = "priority"``).
     """
@@ -171,7 +171,7 @@ class KeyRecord:
                 scopes=frozenset(self.scopes),
                 models=frozenset(self.models) if self.models is not None else None,
                 limits=Limits(rpm=self.rpm or None, tpm=self.tpm or None),
-                priority=self.priority or 0,
+                priority=self.priority,
                 max_priority=self.max_priority,
             ),
         )
@@ -288,18 +288,24 @@ class KeyStore:
         return f"KeyStore(engine={self.engine.url.render_as_string(hide_password=True)!r})"
 
     async def check_schema(self) -> None:
-        """Raise ConfigError when the ``api_key`` table is missing (not migrated)."""
+        """Raise ConfigError when the ``api_key`` table is missing or lacks a column this
+        version reads (the database was not migrated after an upgrade: every key lookup
+        would fail)."""
 
-        def has_table(conn: sa.Connection) -> bool:
-            return sa.inspect(conn).has_table("api_key")
+        def missing(conn: sa.Connection) -> list[str] | None:
+            inspector = sa.inspect(conn)
+            if not inspector.has_table("api_key"):
+                return None
+            have = {c["name"] for c in inspector.get_columns("api_key")}
+            return [c.name for c in api_key.columns if c.name not in have]
 
         async with self.engine.connect() as conn:
-            ok = await conn.run_sync(has_table)
-        if not ok:
-            raise ConfigError(
-                "auth: table api_key does not exist; migrate the database first "
-                "(servehall db upgrade, or alembic upgrade heads)"
-            )
+            absent = await conn.run_sync(missing)
+        migrate = "migrate the database first (servehall db upgrade, or alembic upgrade heads)"
+        if absent is None:
+            raise ConfigError(f"auth: table api_key does not exist; {migrate}")
+        if absent:
+            raise ConfigError(f"auth: table api_key lacks column(s) {', '.join(absent)}; {migrate}")
 
     async def create(
         self,
