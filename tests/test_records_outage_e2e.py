@@ -82,12 +82,19 @@ def _fresh_config(
     **options: Any,
 ) -> dict[str, Any]:
     """Empty the cluster's request_log; a config with one ``sql`` sink on the cluster
-    (retries from 0.05 s up to 0.3 s, plus ``options``), ``required`` as given."""
+    (retries from 0.05 s up to 0.3 s, no idle probe unless ``options`` set one: these
+    tests are about failed writes, and a probe between two steps would change when the
+    first refusal comes), ``required`` as given."""
     asyncio.run(run_sql(cluster.url, "DELETE FROM request_log"))
     sink: dict[str, Any] = {
         "name": "sql",
         "required": required,
-        "options": {"retry_initial_s": 0.05, "retry_max_s": 0.3, **options},
+        "options": {
+            "retry_initial_s": 0.05,
+            "retry_max_s": 0.3,
+            "check_interval_s": 0,
+            **options,
+        },
     }
     return _config(factory, model, cluster.url, sink)
 
@@ -273,5 +280,33 @@ def test_fail_closed_refusals_are_recorded_and_ready_names_the_sink(
             assert by_id[rid][0] == status
             if status == 503:
                 assert by_id[rid][1] == "records_unavailable"
+        _wait_ready(c, 200)
+        assert c.post("/v1/chat/completions", json=B("after")).status_code == 200
+
+
+def test_ready_sees_a_database_outage_without_traffic(
+    cluster: PgCluster,
+    servehall_server: Callable[..., Any],
+    demo_model_dir: Path,
+    demo_config_factory: Callable[..., dict[str, Any]],
+) -> None:
+    """A required ``sql`` sink and no requests at all: PostgreSQL stops, and the idle
+    probe (``check_interval_s``) turns ``/health/ready`` 503 naming the sink; it starts,
+    and ready is 200 again — before any request was sent."""
+    cfg = _fresh_config(
+        demo_config_factory, demo_model_dir, cluster, required=True, check_interval_s=0.3
+    )
+    with (
+        servehall_server(cfg, name="idle-probe") as srv,
+        httpx.Client(base_url=srv.base_url, http2=True, http1=False, timeout=60) as c,
+    ):
+        _wait_ready(c, 200)
+        cluster.stop("fast")
+        try:
+            body = _wait_ready(c, 503)
+            assert body["sinks"]["sql"]["ready"] is False
+            assert "cannot write" in body["sinks"]["sql"]["reason"]
+        finally:
+            cluster.start()
         _wait_ready(c, 200)
         assert c.post("/v1/chat/completions", json=B("after")).status_code == 200

@@ -390,3 +390,40 @@ async def test_spill_limit_then_tail_keeps_order(tmp_path: Path):
     assert sink.rows == [f"r{k}" for k in range(i + 5)]
     assert not r.exhausted
     await r.close()
+
+
+async def test_idle_check_sees_an_outage_without_traffic(tmp_path: Path):
+    """No record waits; the sink's ``check()`` fails: the runner turns unhealthy with the
+    check's error (readiness of a required sink, ``at_once`` refusal), and healthy again
+    once a check passes. Without ``check_interval_s`` nothing is probed."""
+
+    class CheckedSink(SwitchableSink):
+        checks = 0
+
+        async def check(self) -> None:
+            self.checks += 1
+            if not self.up:
+                raise ConnectionError("storage is down")
+
+    sink = CheckedSink()
+    r = runner(sink, tmp_path, required=True, fail_closed="at_once", check_interval_s=0.05)
+    await r.start()
+    r.put(rec(0))
+    await wait_for(lambda: sink.rows == ["r0"])
+    sink.up = False
+    await wait_for(lambda: not r.healthy)
+    assert r.refusing and r.checks_failed >= 1
+    assert r.last_error == "ConnectionError: storage is down"
+    sink.up = True
+    await wait_for(lambda: r.healthy)
+    assert not r.refusing
+    r.put(rec(1))
+    await wait_for(lambda: sink.rows == ["r0", "r1"])
+    await r.close()
+
+    quiet = CheckedSink()
+    r2 = runner(quiet, tmp_path / "b", check_interval_s=0)
+    await r2.start()
+    await asyncio.sleep(0.2)
+    await r2.close()
+    assert quiet.checks == 0

@@ -23,6 +23,11 @@ refusals are records too (503 ``records_unavailable``): they are kept (up to
 ``max_refused`` of them beyond the buffer, default 100,000, then counted as dropped)
 and written once the sink recovers.
 
+Idle checks: while no record waits, a sink that offers ``async check()`` is probed every
+``check_interval_s`` (default 10 s; 0 = never). A failed check makes the sink unhealthy
+exactly as a failed write does (``/health/ready`` names a ``required`` one, ``at_once``
+refuses), so an outage is seen without traffic; a passing check makes it healthy again.
+
 At close, whatever could not be written is saved to the spill file (in order) and
 replayed at the next start.
 
@@ -66,6 +71,7 @@ RUNNER_OPTIONS = (
     "commit_wait_s",
     "fail_closed",
     "max_refused",
+    "check_interval_s",
 )
 """Keys of a ``[[sinks]] options`` table consumed by the runner, not the sink factory."""
 
@@ -101,6 +107,8 @@ class SinkRunner:
             ``"at_once"`` (refuse while writes fail); only for ``required`` sinks.
         max_refused: most refusal records (503 ``records_unavailable``) kept beyond the
             buffer while the sink cannot write; more are dropped and counted.
+        check_interval_s: while idle, probe a sink that has ``check()`` this often
+            (seconds; 0 = never). Each probe is bounded by the same time.
 
     Raises:
         ValueError: an unknown ``fail_closed`` value.
@@ -124,6 +132,7 @@ class SinkRunner:
         commit_wait_s: float = 0.0,
         fail_closed: str = "when_exhausted",
         max_refused: int = 100_000,
+        check_interval_s: float = 10.0,
     ) -> None:
         if fail_closed not in FAIL_CLOSED_MODES:
             raise ValueError(
@@ -150,6 +159,8 @@ class SinkRunner:
         self.commit_wait_timeouts = 0
         self.fail_closed = fail_closed
         self.max_refused = max(0, int(max_refused))
+        self.check_interval_s = max(0.0, float(check_interval_s))
+        self.checks_failed = 0
         self._tail_refused = 0
 
         self.mem: deque[Record] = deque()
@@ -395,7 +406,7 @@ class SinkRunner:
                 if self._closing:
                     return
                 self._wake.clear()
-                await self._wake.wait()
+                await self._idle()
                 if self.linger_s > 0 and not self._closing:
                     await self._linger()
                 continue
@@ -424,6 +435,29 @@ class SinkRunner:
                 self._spill_read_pos = spill_pos
             if self._group_commit(len(batch)):
                 await self._linger()
+
+    async def _idle(self) -> None:
+        """Wait for records; every ``check_interval_s`` meanwhile, probe the sink."""
+        check = getattr(self.sink, "check", None)
+        if check is None or self.check_interval_s <= 0:
+            await self._wake.wait()
+            return
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.check_interval_s)
+                return
+            try:
+                await asyncio.wait_for(check(), self.check_interval_s)
+            except Exception as exc:
+                self.checks_failed += 1
+                self.healthy = False
+                why = str(exc)[:200] or "timed out"
+                self.last_error = f"{type(exc).__name__}: {why}"
+                self._warn("check", f"sink {self.name!r}: check failed: {self.last_error}")
+            else:
+                if not self.healthy:
+                    log.info("sink %r: check passed, reachable again", self.name)
+                self.healthy = True
 
     async def _linger(self) -> None:
         """Wait ``linger_s`` for more records to gather; :meth:`close` ends it at once."""
@@ -520,5 +554,6 @@ class SinkRunner:
             "written": self.written,
             "dropped": self.dropped,
             "failures": self.failures,
+            "checks_failed": self.checks_failed,
             "last_error": self.last_error,
         }

@@ -129,6 +129,13 @@ class SqlSink:
                         type(one).__name__,
                     )
 
+    async def check(self) -> None:
+        """``SELECT 1`` on a pooled connection (the runner's idle probe); raises what the
+        driver raises when the database is unreachable."""
+        assert self.engine is not None, "start() first"
+        async with self.engine.connect() as conn:
+            await conn.exec_driver_sql("SELECT 1")
+
     async def close(self) -> None:
         """Dispose of the engine's connections. Idempotent."""
         if self.engine is not None:

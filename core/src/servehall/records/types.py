@@ -94,6 +94,11 @@ class Sink(Protocol):
         """Flush and close. Idempotent."""
         ...
 
+    # Optional: ``async def check(self) -> None`` — raise when the sink could not record
+    # now (e.g. its database is unreachable). The runner calls it while idle, every
+    # ``check_interval_s``, so readiness sees an outage without traffic. Not part of
+    # the protocol's required members: sinks without it are simply not probed.
+
 
 @dataclass(frozen=True, slots=True)
 class SinkSpec:
