@@ -60,13 +60,16 @@ async def send_completion(
     """Generate every choice of ``run`` to its end (the first failure propagates as
     itself), then send status 200 and the whole JSON body (``echo`` prefixes each
     completion text)."""
-    tasks = [asyncio.ensure_future(_drain(c)) for c in run.choices]
-    try:
-        await asyncio.gather(*tasks)  # the first failure propagates as itself
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    if len(run.choices) == 1:
+        await _drain(run.choices[0])  # no task, no gather: two loop turns fewer
+    else:
+        tasks = [asyncio.ensure_future(_drain(c)) for c in run.choices]
+        try:
+            await asyncio.gather(*tasks)  # the first failure propagates as itself
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
     base = {"id": run.request_id, "created": run.created, "model": model}
     if kind == "chat":
         body: dict[str, Any] = {
