@@ -46,6 +46,7 @@ from servehall.filters import (
 from servehall.hookimpl import hookimpl
 from servehall.host import Host, ServedModel
 from servehall.migrations_api import MigrationBranch
+from servehall.plugin_metrics import plugin_counter
 from servehall.plugin_state import PluginState
 from servehall.principal import ANONYMOUS, SCOPE_ADMIN, SCOPE_INFERENCE, Limits, Policy, Principal
 from servehall.records.bus import open_record_bus
@@ -160,6 +161,7 @@ __all__ = [
     "load_settings",
     "open_record_bus",
     "parse_model_options",
+    "plugin_counter",
     "require_existing_database",
     "run_converter",
     "servehall_cache_dir",

@@ -14,23 +14,14 @@ included).
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, Counter
+from servehall import plugin_counter
 
-
-def _counter(name: str, doc: str, labels: tuple[str, ...]) -> Counter:
-    # re-use an existing collector (the module may be imported twice in one process)
-    existing = REGISTRY._names_to_collectors.get(name)
-    if isinstance(existing, Counter):
-        return existing
-    return Counter(name, doc, labels)
-
-
-LIMITER_ERRORS = _counter(
+LIMITER_ERRORS = plugin_counter(
     "servehall_auth_limiter_errors",
     "Shared rate-limit store calls that failed, by operation and outcome.",
     ("operation", "outcome"),
 )
-KEY_CACHE_INVALIDATIONS = _counter(
+KEY_CACHE_INVALIDATIONS = plugin_counter(
     "servehall_auth_key_cache_invalidations",
     "Key-cache entries dropped after a revocation or rotation, by source.",
     ("source",),

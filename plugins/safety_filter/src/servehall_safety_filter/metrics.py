@@ -11,25 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prometheus_client import REGISTRY, Counter
+from servehall import FilterVerdict, plugin_counter
 
-from servehall import FilterVerdict
-
-
-def _counter(name: str, doc: str, labels: tuple[str, ...]) -> Counter:
-    # re-use an existing collector (the module may be imported twice in one process)
-    existing = REGISTRY._names_to_collectors.get(name)
-    if isinstance(existing, Counter):
-        return existing
-    return Counter(name, doc, labels)
-
-
-BLOCKS = _counter(
+BLOCKS = plugin_counter(
     "servehall_content_filter_blocks_total",
     "Requests or streams blocked by a content-filter rule.",
     ("rule", "stage"),
 )
-VERDICTS = _counter(
+VERDICTS = plugin_counter(
     "servehall_content_filter_verdicts_total",
     "Content-filter verdicts by rule, stage, action and mode (enforce/monitor).",
     ("rule", "stage", "action", "mode"),
