@@ -10,7 +10,6 @@ sends SIGTERM (SIGKILL after 15 s). The demo model is built once into
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -25,6 +24,9 @@ from typing import Any
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.conftest import dump_toml
+
 
 def demo_dir() -> Path:
     """The demo model directory (built on first use)."""
@@ -32,36 +34,6 @@ def demo_dir() -> Path:
 
     where = os.environ.get("SERVEHALL_BENCH_DEMO_DIR") or "~/.cache/servehall/bench-demo"
     return Path(build_demo_model(Path(where).expanduser()))
-
-
-def _toml(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, str | Path):
-        return json.dumps(str(v))
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_toml(x) for x in v) + "]"
-    if isinstance(v, Mapping):
-        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml(x)}" for k, x in v.items()) + "}"
-    raise TypeError(type(v).__name__)
-
-
-def dump_toml(data: Mapping[str, Any]) -> str:
-    """Top-level tables and arrays of tables (enough for a servehall config)."""
-    lines: list[str] = []
-    for key, value in data.items():
-        if isinstance(value, Mapping):
-            lines.append(f"[{key}]")
-            lines.extend(f"{k} = {_toml(x)}" for k, x in value.items())
-        elif isinstance(value, list) and value and all(isinstance(x, Mapping) for x in value):
-            for item in value:
-                lines.append(f"[[{key}]]")
-                lines.extend(f"{k} = {_toml(x)}" for k, x in item.items())
-        else:
-            lines.insert(0, f"{key} = {_toml(value)}")
-    return "\n".join(lines) + "\n"
 
 
 def config(**sections: Any) -> dict[str, Any]:
