@@ -45,7 +45,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import demo_config, dump_toml, start_server  # noqa: E402
+from servehall.bench.metrics import percentile  # noqa: E402
+from tests.conftest import demo_config, dump_toml, free_port, start_server  # noqa: E402
 
 PROMPT = "hello"
 BODY = {"model": "demo", "prompt": PROMPT, "max_tokens": 1, "temperature": 0}
@@ -70,23 +71,6 @@ config = Config()
 config.bind = ["127.0.0.1:%d"]
 asyncio.run(serve(app, config))
 """
-
-
-def pct(values: list[float], q: float) -> float:
-    """The ``q`` quantile (0..1) by linear interpolation (NumPy's default)."""
-    xs = sorted(values)
-    if not xs:
-        return float("nan")
-    pos = (len(xs) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def http_one_token(base_url: str, n: int, warmup: int) -> list[float]:
@@ -189,7 +173,7 @@ def main() -> None:
             "engine": asyncio.run(engine(config_path, args.n, args.warmup)),
             "servehall": servehall(cfg, work / f"round{k}", args.n, args.warmup),
         }
-        row = {name: (pct(v, 0.5), pct(v, 0.99)) for name, v in got.items()}
+        row = {name: (percentile(v, 50), percentile(v, 99)) for name, v in got.items()}
         rounds.append(row)
         for name, v in got.items():
             samples[name].extend(v)
@@ -200,7 +184,10 @@ def main() -> None:
             ),
             flush=True,
         )
-    summary = {name: {"p50_ms": pct(v, 0.5), "p99_ms": pct(v, 0.99)} for name, v in samples.items()}
+    summary = {
+        name: {"p50_ms": percentile(v, 50), "p99_ms": percentile(v, 99)}
+        for name, v in samples.items()
+    }
     added = {
         q: summary["servehall"][q] - summary["bare"][q] - summary["engine"][q]
         for q in ("p50_ms", "p99_ms")

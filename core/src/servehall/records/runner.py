@@ -414,18 +414,12 @@ class SinkRunner:
                 await self.sink.write(batch)
             except Exception as exc:
                 self.failures += 1
-                self.healthy = False
-                self.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
-                self._warn(
-                    "write", f"sink {self.name!r}: write failed, retrying: {self.last_error}"
-                )
+                self._unhealthy("write", exc)
                 await asyncio.sleep(backoff) if not self._closing else await self._sleep(backoff)
                 backoff = min(backoff * 2, self.retry_max_s)
                 continue
-            if not self.healthy:
-                log.info("sink %r: writing again", self.name)
+            self._healthy_again("writing again")
             backoff = self.retry_initial_s
-            self.healthy = True
             self.written += len(batch)
             self._confirm(batch)
             if spill_pos is None:
@@ -450,14 +444,23 @@ class SinkRunner:
                 await asyncio.wait_for(check(), self.check_interval_s)
             except Exception as exc:
                 self.checks_failed += 1
-                self.healthy = False
-                why = str(exc)[:200] or "timed out"
-                self.last_error = f"{type(exc).__name__}: {why}"
-                self._warn("check", f"sink {self.name!r}: check failed: {self.last_error}")
+                self._unhealthy("check", exc)
             else:
-                if not self.healthy:
-                    log.info("sink %r: check passed, reachable again", self.name)
-                self.healthy = True
+                self._healthy_again("check passed, reachable again")
+
+    def _unhealthy(self, what: str, exc: Exception) -> None:
+        """A ``write`` or ``check`` failed: not healthy, with ``exc`` as the last error
+        (a warning at most every 5 s per kind)."""
+        self.healthy = False
+        why = str(exc)[:200] or ("timed out" if isinstance(exc, TimeoutError) else "")
+        self.last_error = f"{type(exc).__name__}: {why}"
+        retrying = ", retrying" if what == "write" else ""
+        self._warn(what, f"sink {self.name!r}: {what} failed{retrying}: {self.last_error}")
+
+    def _healthy_again(self, why: str) -> None:
+        if not self.healthy:
+            log.info("sink %r: %s", self.name, why)
+        self.healthy = True
 
     async def _linger(self) -> None:
         """Wait ``linger_s`` for more records to gather; :meth:`close` ends it at once."""

@@ -19,8 +19,9 @@
    snapshot; a thread of its own, on its own ZeroMQ socket, sends it. A loop starved of
    CPU by the engine's own compute threads (seen: 0.3 s turns with OpenVINO on 2 cores,
    over 1 s under a loaded CI machine) then does not look like a dead worker: the
-   heartbeat says the process is alive, and a wedged engine or loop is caught by the
-   host's stalled-step check (requests in flight, no step output).
+   heartbeat says the process is alive. A wedged engine is caught by the host's
+   stalled-step check (requests in flight, no step output); a wedged loop by the thread
+   itself, which stops sending once the snapshot is older than ``loop_timeout_s``.
 
 Input the worker refuses (token ids outside the vocabulary, an engine's ``ValueError``
 or ``EngineError`` from ``add_request``) ends that request with ``code =
