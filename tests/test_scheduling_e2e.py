@@ -126,8 +126,11 @@ async def _flood_then_short(
         async def hold() -> None:
             async with c.stream("POST", "/v1/completions", json=HOLD, headers=d.headers("a")) as r:
                 assert r.status_code == 200
-                async for _ in r.aiter_bytes():
-                    pass
+                events = [line async for line in r.aiter_lines() if line.startswith("data: ")]
+            # the holder ran to its end: a stream cut short (an engine restart) would have
+            # freed the slot early and let A's backlog in before B
+            assert events[-1] == "data: [DONE]", events[-3:]
+            assert not any(e.startswith('data: {"error"') for e in events), events[-3:]
 
         async def one(name: str, who: str) -> None:
             body = {**SHORT, **(a_body or {})} if who == "a" else SHORT
@@ -245,6 +248,7 @@ def test_priority_tenant_default_and_raise_rules(
         demo_model_dir,
         tmp_path,
         {"policy": "priority", "max_concurrency": 1, "max_queue": 32, "queue_timeout_s": 600},
+        **PACED,
         tenants={"team-b": {"priority": 5}, "team-a": {"priority": 0}},
     )
     with server:
