@@ -4,7 +4,7 @@ Usage::
 
     python bench/bench_fairness.py [--model-dir DIR] [--cap 4] [--duration 12]
         [--prompt-tokens 1500] [--out-tokens 256] [--b-interval 1]
-        [--idle-tenant-slots N] [--max-num-batched-tokens T] [--json FILE]
+        [--burst-slots N] [--max-num-batched-tokens T] [--json FILE]
 
 Starts real ``servehall serve`` subprocesses (the auth plugin on, one SQLite key store,
 three tenants' keys made with the real CLI) serving the demo model (built into a temp
@@ -114,8 +114,8 @@ class Bench:
             "max_queue": 1024,
             "queue_timeout_s": 600,
         }
-        if policy == "fair" and self.args.idle_tenant_slots:
-            scheduler["idle_tenant_slots"] = self.args.idle_tenant_slots
+        if policy == "fair" and self.args.burst_slots:
+            scheduler["burst_slots"] = self.args.burst_slots
         cfg = {
             "plugins": {"enabled": ["openvino_cpu", "auth"]},
             "server": {"log_level": "warning"},
@@ -474,10 +474,10 @@ def main() -> None:
     ap.add_argument("--out-tokens", type=int, default=256)
     ap.add_argument("--b-interval", type=float, default=1.0, help="seconds between B's requests")
     ap.add_argument(
-        "--idle-tenant-slots",
+        "--burst-slots",
         type=int,
         default=0,
-        help="[scheduler] idle_tenant_slots of the fair phase (0: not set)",
+        help="[scheduler] burst_slots of the fair phase (0: not set)",
     )
     ap.add_argument(
         "--max-num-batched-tokens",

@@ -183,17 +183,17 @@ def test_fair_serves_b_while_a_backlog_waits(fair: Deployment) -> None:
     assert "team-a" not in json.dumps(ready)  # no tenant names on the unauthenticated route
 
 
-def test_fair_idle_tenant_slot_serves_b_while_a_holds_every_slot(
+def test_fair_burst_slot_serves_b_while_a_holds_every_slot(
     servehall_server: Any, demo_model_dir: Path, tmp_path: Path
 ) -> None:
-    """``idle_tenant_slots = 1``: A's holder keeps the one slot (~19 s on the paced
+    """``burst_slots = 1``: A's holder keeps the one slot (~19 s on the paced
     engine) and two more of A's requests queue; B's request is answered while the holder
     still runs and A's backlog is still queued."""
     server, d = _deploy(
         servehall_server,
         demo_model_dir,
         tmp_path,
-        {"policy": "fair", "max_concurrency": 1, "idle_tenant_slots": 1, "queue_timeout_s": 600},
+        {"policy": "fair", "max_concurrency": 1, "burst_slots": 1, "queue_timeout_s": 600},
         **PACED,
     )
 

@@ -6,6 +6,7 @@ generated tokens charged while running, and the config errors of ``config check`
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typer.testing import CliRunner
 
 from servehall.bootstrap import check_names
 from servehall.cli import build_cli
-from servehall.config.models import SchedulerSettings
+from servehall.config.models import SchedulerSettings, SchedulerTenantSettings
 from servehall.config.settings import load_settings
 from servehall.errors import ConfigError, QueueFullError, QueueTimeoutError
 from servehall.plugins import PluginHost
@@ -247,11 +248,11 @@ async def test_fair_serves_a_newcomer_at_the_next_slot() -> None:
     assert engine.admitted[:3] == ["a0", "a1", "b0"]
 
 
-async def test_fair_idle_tenant_slot_starts_a_newcomer_at_once() -> None:
-    """With ``idle_tenant_slots = 1`` B's first request starts while A holds every slot;
-    B's second waits (B is no longer idle); the slot above the cap is not handed over
+async def test_fair_burst_slot_starts_a_newcomer_at_once() -> None:
+    """With ``burst_slots = 1`` B's first request starts while A holds every slot;
+    B's second waits (B runs its share, one of two slots); the slot above the cap is not handed over
     when a request ends, so the engine is back at ``max_concurrency`` after it."""
-    sched = FairScheduler(_settings(max_concurrency=2, idle_tenant_slots=1), clock=FakeClock())
+    sched = FairScheduler(_settings(max_concurrency=2, burst_slots=1), clock=FakeClock())
     engine = FakeEngine(sched)
     for i in range(6):
         engine.submit(f"a{i}", "a", prompt=100, max_tokens=20)
@@ -262,7 +263,7 @@ async def test_fair_idle_tenant_slot_starts_a_newcomer_at_once() -> None:
     assert engine.admitted == ["a0", "a1", "b0"] and sched.running == 3
     engine.submit("b1", "b", prompt=5, max_tokens=3)
     await settle()
-    assert engine.admitted == ["a0", "a1", "b0"]  # b0 runs: b1 is not an idle tenant's
+    assert engine.admitted == ["a0", "a1", "b0"]  # b0 runs: B holds its share already
     peak = 0
     for _ in range(40):
         await engine.step()
@@ -274,10 +275,52 @@ async def test_fair_idle_tenant_slot_starts_a_newcomer_at_once() -> None:
     assert sched.running == 0 and sched.waiting == 0
 
 
+async def test_fair_burst_slot_lifts_a_busy_tenant_to_its_share() -> None:
+    """Cap 4, ``burst_slots = 1``: A holds all 4 slots with a backlog. B's first request
+    bursts (0 of its 2-slot share running). Once an A request ended (the total is back at
+    the cap: 3 A + 1 B), B's second request bursts too (1 < 2). Once another A request
+    ended, B's third waits in the queue (B runs its share) — unless B has weight 3: its
+    share is then 3 slots, and the third bursts as well."""
+    for weight, third_bursts in ((1.0, False), (3.0, True)):
+        await _burst_to_share(weight, third_bursts)
+
+
+async def _burst_to_share(weight: float, third_bursts: bool) -> None:
+    tenants = {"b": SchedulerTenantSettings(weight=weight)}
+    sched = FairScheduler(
+        _settings(max_concurrency=4, burst_slots=1, tenants=tenants), clock=FakeClock()
+    )
+    engine = FakeEngine(sched)
+    for i in range(8):  # A's requests end one step apart
+        engine.submit(f"a{i}", "a", prompt=100, max_tokens=40 + i)
+    await settle()
+    assert sched.fair_share("b") == 4 * weight / (1 + weight)
+    for name in ("b0", "b1"):
+        engine.submit(name, "b", prompt=5, max_tokens=400)
+        await settle()
+        assert engine.admitted[-1] == name and sched.running == 5, name
+        await _steps_until(engine, lambda: sched.running == 4)  # an A ended, not handed on
+    assert [r.name[0] for r in engine.running].count("b") == 2
+    engine.submit("b2", "b", prompt=5, max_tokens=400)
+    await settle()
+    assert ("b2" in engine.admitted) is third_bursts, weight
+    assert sched.running == (5 if third_bursts else 4)
+    await engine.drain()
+    assert sched.running == 0 and sched.waiting == 0
+
+
+async def _steps_until(engine: FakeEngine, pred: Callable[[], bool], limit: int = 500) -> None:
+    for _ in range(limit):
+        if pred():
+            return
+        await engine.step()
+    raise AssertionError("the condition never held")
+
+
 async def test_no_slot_above_the_cap_by_default_or_under_fcfs() -> None:
     for sched in (
         FairScheduler(_settings(max_concurrency=2), clock=FakeClock()),
-        FcfsScheduler(_settings(max_concurrency=2, idle_tenant_slots=1), clock=FakeClock()),
+        FcfsScheduler(_settings(max_concurrency=2, burst_slots=1), clock=FakeClock()),
     ):
         engine = FakeEngine(sched)
         for i in range(4):
@@ -442,16 +485,14 @@ def test_config_errors_name_their_key_path() -> None:
     assert errs[0][0] == "scheduler.tenants.a.weight" and "priority" in errs[0][1]
     errs = _check({"policy": "fair", "tenants": {"a": {"wieght": 2}}})
     assert errs[0][0] == "scheduler.tenants.a.wieght"
-    assert _check({"policy": "fair", "idle_tenant_slots": 1}) == []
+    assert _check({"policy": "fair", "burst_slots": 1}) == []
     assert _check({"policy": "priority", "aging_s": 5}) == []
-    errs = _check({"policy": "fcfs", "idle_tenant_slots": 1})
-    assert errs == [("scheduler.idle_tenant_slots", "not used by policy 'fcfs' (it reads: none)")]
+    errs = _check({"policy": "fcfs", "burst_slots": 1})
+    assert errs == [("scheduler.burst_slots", "not used by policy 'fcfs' (it reads: none)")]
     errs = _check({"policy": "fair", "aging_s": 5})
-    assert errs == [
-        ("scheduler.aging_s", "not used by policy 'fair' (it reads: idle_tenant_slots)")
-    ]
-    errs = _check({"policy": "fair", "idle_tenant_slots": -1})
-    assert errs[0][0] == "scheduler.idle_tenant_slots"
+    assert errs == [("scheduler.aging_s", "not used by policy 'fair' (it reads: burst_slots)")]
+    errs = _check({"policy": "fair", "burst_slots": -1})
+    assert errs[0][0] == "scheduler.burst_slots"
 
 
 def test_config_check_command_reports_scheduler_errors(tmp_path: Path) -> None:

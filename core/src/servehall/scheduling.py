@@ -119,6 +119,6 @@ class SchedulerSpec:
     settings: frozenset[str] = frozenset()
 
 
-POLICY_SETTINGS = frozenset({"aging_s", "idle_tenant_slots"})
+POLICY_SETTINGS = frozenset({"aging_s", "burst_slots"})
 """``[scheduler]`` keys that only some policies read (``priority``: ``aging_s``;
-``fair``: ``idle_tenant_slots``)."""
+``fair``: ``burst_slots``)."""

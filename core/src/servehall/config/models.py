@@ -101,11 +101,12 @@ class SchedulerSettings(_Section):
 
     ``max_queue_per_tenant`` caps each tenant's queued requests (None: only ``max_queue``).
     ``aging_s`` (``priority``): seconds of waiting worth one priority level, so low
-    priority always progresses (0: strict priority). ``idle_tenant_slots`` (``fair``):
-    slots above ``max_concurrency`` that only a tenant with nothing running or queued
-    may take, so its first request starts at once instead of waiting for another
-    tenant's request to end (0: none). ``tenants`` holds per-tenant sections for
-    policies that read them (docs/scheduling.md).
+    priority always progresses (0: strict priority). ``burst_slots`` (``fair``):
+    slots above ``max_concurrency`` that only a tenant with nothing queued and fewer
+    running requests than its weighted share of ``max_concurrency`` may take, so it
+    starts at once instead of waiting for another tenant's request to end (0: none).
+    ``tenants`` holds per-tenant sections for policies that read them
+    (docs/scheduling.md).
     """
 
     policy: str = "fcfs"
@@ -115,7 +116,7 @@ class SchedulerSettings(_Section):
     retry_after_s: int = Field(default=1, ge=1)
     max_queue_per_tenant: int | None = Field(default=None, ge=0)
     aging_s: float = Field(default=10.0, ge=0, allow_inf_nan=False)
-    idle_tenant_slots: int = Field(default=0, ge=0)
+    burst_slots: int = Field(default=0, ge=0)
     tenants: dict[str, SchedulerTenantSettings] = Field(default_factory=dict)
 
 

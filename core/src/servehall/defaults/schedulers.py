@@ -28,6 +28,6 @@ def servehall_register_schedulers(registry: SchedulerRegistry) -> None:
             FairScheduler,
             "token-weighted fair queueing across tenants (virtual token counters)",
             tenant_settings=frozenset({"weight", "max_queue"}),
-            settings=frozenset({"idle_tenant_slots"}),
+            settings=frozenset({"burst_slots"}),
         )
     )

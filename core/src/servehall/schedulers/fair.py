@@ -15,10 +15,11 @@ ties go to the earliest arrival.
   ``c = max(c, min(c of backlogged tenants))``, or, when nobody is queued,
   ``max(c, c of the tenant that left the queue last)``: no credit for idling.
 * Requests without a tenant share :data:`~servehall.scheduling.DEFAULT_TENANT`.
-* ``[scheduler] idle_tenant_slots = N`` (default 0): a tenant with nothing running or
-  queued may start its first request on one of N slots above ``max_concurrency``
+* ``[scheduler] burst_slots = N`` (default 0): a tenant with nothing queued that runs
+  fewer requests than its weighted share of ``max_concurrency`` (a tenant with nothing
+  running always does) may start a request on one of N slots above ``max_concurrency``
   instead of waiting for a slot to free (VTC picks *who* gets the next slot; with long
-  requests holding every slot, *when* a slot frees is what a newcomer waits for).
+  requests holding every slot, *when* a slot frees is what such a tenant waits for).
 
 Bound (the paper's Theorem 4.4, with prompt and output tokens costing 1): while two
 tenants stay backlogged, their weighted service differs by at most about
@@ -40,18 +41,13 @@ class FairScheduler(QueueScheduler):
     queue limits, timeouts, cancellation): :mod:`servehall.schedulers.queue`."""
 
     name = "fair"
-    idle_tenant_burst = True
+    burst = True
 
     def __init__(self, settings: SchedulerSettings, *, clock: Clock = time.monotonic) -> None:
         super().__init__(settings, clock=clock)
         self._queues: dict[str, collections.deque[Waiter]] = {}
         self._counter: collections.defaultdict[str, float] = collections.defaultdict(float)
         self._last_left: str | None = None
-
-    def weight(self, tenant: str) -> float:
-        """The tenant's configured weight (1 when it has no section)."""
-        own = self.settings.tenants.get(tenant)
-        return own.weight if own is not None else 1.0
 
     def counter(self, tenant: str) -> float:
         """The tenant's virtual token counter (weighted tokens)."""

@@ -14,10 +14,12 @@ tokens (:meth:`_admitted`, :meth:`_generated`). Rules every policy keeps:
   :class:`~servehall.errors.QueueTimeoutError` (503 + ``Retry-After``);
 * a waiter cancelled (client gone) leaves the queue and is never granted;
 * a released slot goes straight to the waiter the policy picks, so a newcomer never
-  overtakes the queue — except, under a policy that allows it (``fair``), the first
-  request of a tenant with nothing running or queued, which may take one of
-  ``idle_tenant_slots`` slots above the cap; while slots above the cap are held, a
-  released slot is not handed over, so the total returns to ``max_concurrency``.
+  overtakes the queue — except, under a policy that allows it (``fair``), a request of a
+  tenant with nothing queued that runs fewer requests than its weighted share of
+  ``max_concurrency`` (:meth:`QueueScheduler.fair_share`; a tenant with nothing running
+  always does), which may take one of ``burst_slots`` slots above the cap; while slots
+  above the cap are held, a released slot is not handed over, so the total returns to
+  ``max_concurrency``.
 
 Generated tokens reach the scheduler without any per-token call: the request path hands
 the slot a function returning its tokens so far (:meth:`Grant.track`), and the scheduler
@@ -111,14 +113,15 @@ class QueueScheduler:
     """
 
     name = "queue"
-    idle_tenant_burst = False
-    """Whether ``idle_tenant_slots`` applies to this policy (``fair``)."""
+    burst = False
+    """Whether ``burst_slots`` (slots above the cap for a tenant below its share)
+    applies to this policy (``fair``)."""
 
     def __init__(self, settings: SchedulerSettings, *, clock: Clock = time.monotonic) -> None:
         self.settings = settings
         self.clock = clock
         self._running = 0
-        self._over_cap = 0  # slots held above max_concurrency (idle_tenant_slots)
+        self._over_cap = 0  # slots held above max_concurrency (burst_slots)
         self._queued = 0
         self._seq = itertools.count()
         self._active: set[Grant] = set()
@@ -190,6 +193,19 @@ class QueueScheduler:
         """The tenant a ticket is charged to (``DEFAULT_TENANT`` when it has none)."""
         return ticket.tenant or DEFAULT_TENANT
 
+    def weight(self, tenant: str) -> float:
+        """The tenant's ``[scheduler.tenants.<name>] weight`` (1 when it has no section)."""
+        own = self.settings.tenants.get(tenant)
+        return own.weight if own is not None else 1.0
+
+    def fair_share(self, tenant: str) -> float:
+        """``tenant``'s weighted share of ``max_concurrency`` (slots, may be fractional)
+        among the active tenants — those running or queueing a request, plus ``tenant``:
+        ``max_concurrency * weight(tenant) / sum of their weights``."""
+        active = set(self._tenant_running) | set(self._tenant_waiting) | {tenant}
+        total = sum(self.weight(t) for t in active)
+        return self.settings.max_concurrency * self.weight(tenant) / total
+
     def tenant_queue_cap(self, tenant: str) -> int | None:
         """The tenant's queue cap: its own ``max_queue``, else ``max_queue_per_tenant``."""
         own = self.settings.tenants.get(tenant)
@@ -229,10 +245,10 @@ class QueueScheduler:
             self._running += 1
             return self._grant(ticket, tenant, 0.0)
         if (
-            self.idle_tenant_burst
-            and self._over_cap < self.settings.idle_tenant_slots
-            and not self._tenant_running[tenant]
+            self.burst
+            and self._over_cap < self.settings.burst_slots
             and not self._tenant_waiting[tenant]
+            and self._tenant_running[tenant] < self.fair_share(tenant)
         ):
             self._running += 1
             self._over_cap += 1
