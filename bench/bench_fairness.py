@@ -312,7 +312,13 @@ class Bench:
             b: list[tuple[float, int]] = []
             await self.steady_b(c, self.args.duration / 2, b)
         ttfts = [t for t, _ in b]
-        return {"b_requests": len(b), "b_ttft_p50_s": p(ttfts, 0.5), "b_ttft_p99_s": p(ttfts, 0.99)}
+        return {
+            "b_requests": len(b),
+            "b_ttft_p50_s": p(ttfts, 0.5),
+            "b_ttft_p90_s": p(ttfts, 0.9),
+            "b_ttft_p99_s": p(ttfts, 0.99),
+            "b_ttft_s": sorted(ttfts),
+        }
 
     async def loaded(self, url: str, policy: str) -> dict[str, Any]:
         wall0 = time.time()
@@ -335,7 +341,9 @@ class Bench:
         return {
             "b_requests": len(b),
             "b_ttft_p50_s": p(ttfts, 0.5),
+            "b_ttft_p90_s": p(ttfts, 0.9),
             "b_ttft_p99_s": p(ttfts, 0.99),
+            "b_ttft_s": sorted(ttfts),
             "b_queue_p50_s": p(queue, 0.5),
             "b_queue_p99_s": p(queue, 0.99),
             "a_requests_done": sum(1 for t, _ in a if t0 <= t <= t1),
@@ -415,35 +423,27 @@ async def run(args: argparse.Namespace, bench: Bench) -> dict[str, Any]:
 
 def report(r: dict[str, Any]) -> str:
     ms = 1000.0
-    rows = [
-        ("B idle", r["idle"]["b_ttft_p50_s"] * ms, r["idle"]["b_ttft_p99_s"] * ms, None),
-        (
-            "B under A's flood, fcfs",
-            r["fcfs"]["b_ttft_p50_s"] * ms,
-            r["fcfs"]["b_ttft_p99_s"] * ms,
-            r["fcfs"]["throughput_tok_s"],
-        ),
-        (
-            "B under A's flood, fair",
-            r["fair"]["b_ttft_p50_s"] * ms,
-            r["fair"]["b_ttft_p99_s"] * ms,
-            r["fair"]["throughput_tok_s"],
-        ),
-    ]
     lines = [
-        "| run | B TTFT P50 (ms) | B TTFT P99 (ms) | B queue wait P50 / P99 (ms) "
+        "| run | B TTFT P50 / P90 / P99 (ms) | B queue wait P50 / P99 (ms) "
         "| throughput, prompt + generated (tok/s) |",
-        "|---|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|",
     ]
-    for name, p50, p99, tput in rows:
-        key = {"B under A's flood, fcfs": "fcfs", "B under A's flood, fair": "fair"}.get(name)
+    for name, key in (
+        ("B idle", "idle"),
+        ("B under A's flood, fcfs", "fcfs"),
+        ("B under A's flood, fair", "fair"),
+    ):
+        row = r[key]
+        ttft = " / ".join(
+            f"{row.get(f'b_ttft_{q}_s', float('nan')) * ms:.0f}" for q in ("p50", "p90", "p99")
+        )
         q = (
-            f"{r[key]['b_queue_p50_s'] * ms:.0f} / {r[key]['b_queue_p99_s'] * ms:.0f}"
-            if key
+            f"{row['b_queue_p50_s'] * ms:.0f} / {row['b_queue_p99_s'] * ms:.0f}"
+            if "b_queue_p50_s" in row
             else ""
         )
-        tp = "" if tput is None else f"{tput:.0f}"
-        lines.append(f"| {name} | {p50:.0f} | {p99:.0f} | {q} | {tp} |")
+        tp = f"{row['throughput_tok_s']:.0f}" if "throughput_tok_s" in row else ""
+        lines.append(f"| {name} | {ttft} | {q} | {tp} |")
     x = r["ratios"]
     lines += [
         "",
