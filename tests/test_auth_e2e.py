@@ -520,12 +520,14 @@ def test_admin_api_lifecycle_with_rotation_overlap(deployment: Deployment) -> No
             return c.post("/v1/chat/completions", json=chat(), headers={"x-api-key": k}).status_code
 
         assert use(key) == 200
-        r = c.post(f"/admin/keys/{kid}/rotate", json={"overlap_s": 3})
+        r = c.post(f"/admin/keys/{kid}/rotate", json={"overlap_s": 10})
         assert r.status_code == 200, r.text
         new = r.json()["key"]
+        until = datetime.fromisoformat(r.json()["previous_secret_valid_until"])
         assert new != key and new.startswith(kid + "-")
         assert use(new) == 200 and use(key) == 200  # inside the overlap window
-        time.sleep(3.5)
+        assert datetime.now(UTC) < until  # (else the window was too short to test)
+        time.sleep(max(0.0, (until - datetime.now(UTC)).total_seconds() + 0.3))
         assert use(key) == 401 and use(new) == 200
         r = c.post(f"/admin/keys/{kid}/revoke")
         assert r.status_code == 200 and r.json()["status"] == "revoked"
@@ -557,7 +559,7 @@ def test_cli_rotate_and_revoke(deployment: Deployment) -> None:
             return c.post("/v1/chat/completions", json=chat(), headers={"x-api-key": k}).status_code
 
         assert use(key) == 200
-        out = cli(deployment.config, "keys", "rotate", kid, "--overlap", "8s", "--json")
+        out = cli(deployment.config, "keys", "rotate", kid, "--overlap", "15s", "--json")
         rotated = json.loads(out.stdout)
         new = rotated["key"]
         until = datetime.fromisoformat(rotated["previous_secret_valid_until"])

@@ -115,13 +115,15 @@ def test_schemathesis_finds_nothing_with_auth(
     assert made.returncode == 0, made.stderr
     key = json.loads(made.stdout)["key"]
     with servehall_server(cfg, name="openapi-auth") as srv:
-        doc = httpx.get(srv.base_url + "/openapi.json", headers={"Authorization": f"Bearer {key}"})
+        doc = httpx.get(
+            srv.base_url + "/openapi.json", headers={"Authorization": f"Bearer {key}"}, timeout=60
+        )
         assert doc.status_code == 200
         spec = doc.json()
         assert spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
         assert spec["paths"]["/v1/models"]["get"]["security"] == [{"bearer": []}]
         assert spec["paths"]["/health/live"]["get"]["security"] == []
-        assert httpx.get(srv.base_url + "/openapi.json").status_code == 401
+        assert httpx.get(srv.base_url + "/openapi.json", timeout=60).status_code == 401
         assert_clean(run_schemathesis(srv.base_url, tmp_path, f"Authorization: Bearer {key}"))
 
 
@@ -129,7 +131,7 @@ def test_schemathesis_finds_nothing_with_auth(
 
 
 def test_document_states_what_the_validator_refuses(plain: ServerHandle) -> None:
-    spec = httpx.get(plain.base_url + "/openapi.json").json()
+    spec = httpx.get(plain.base_url + "/openapi.json", timeout=60).json()
     schemas = spec["components"]["schemas"]
     assert "content" in schemas["UserMessage"]["required"]
     assert "content" in schemas["SystemMessage"]["required"]
@@ -145,10 +147,10 @@ def test_document_states_what_the_validator_refuses(plain: ServerHandle) -> None
 
     url = plain.base_url + "/v1/chat/completions"
     no_content = {"model": "demo", "messages": [{"role": "user"}]}
-    r = httpx.post(url, json=no_content)
+    r = httpx.post(url, json=no_content, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
     empty_stop = {"model": "demo", "messages": [{"role": "user", "content": "x"}], "stop": [""]}
-    r = httpx.post(url, json=empty_stop)
+    r = httpx.post(url, json=empty_stop, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["param"] == "stop"
 
 
@@ -156,15 +158,19 @@ def test_falsy_values_are_set(plain: ServerHandle) -> None:
     """N01: ``logprobs: 0`` asks for the sampled token's log-probability."""
     url = plain.base_url + "/v1/completions"
     base = {"model": "demo", "prompt": "Hello", "max_tokens": 4}
-    r = httpx.post(url, json={**base, "logprobs": 0})
+    r = httpx.post(url, json={**base, "logprobs": 0}, timeout=60)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["code"] == "unsupported_parameter"
     assert r.json()["error"]["param"] == "logprobs"
-    assert httpx.post(url, json={**base, "logprobs": None}).status_code == 200
+    assert httpx.post(url, json={**base, "logprobs": None}, timeout=60).status_code == 200
     chat = {"model": "demo", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
-    r = httpx.post(plain.base_url + "/v1/chat/completions", json={**chat, "logprobs": False})
+    r = httpx.post(
+        plain.base_url + "/v1/chat/completions", json={**chat, "logprobs": False}, timeout=60
+    )
     assert r.status_code == 200, r.text  # chat's boolean "off"
-    r = httpx.post(plain.base_url + "/v1/chat/completions", json={**chat, "top_logprobs": 0})
+    r = httpx.post(
+        plain.base_url + "/v1/chat/completions", json={**chat, "top_logprobs": 0}, timeout=60
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == "top_logprobs"
 
 
@@ -172,19 +178,21 @@ def test_sampling_extensions_honoured_or_refused(plain: ServerHandle) -> None:
     url = plain.base_url + "/v1/completions"
     # the demo model loops on this prompt ("F ABCDEFGH ABCDEFGH …") under greedy decoding
     base = {"model": "demo", "prompt": "The weather today is", "max_tokens": 12}
-    greedy = httpx.post(url, json={**base, "temperature": 0}).json()["choices"][0]["text"]
+    greedy = httpx.post(url, json={**base, "temperature": 0}, timeout=60).json()["choices"][0][
+        "text"
+    ]
     assert greedy.count("ABCDEFGH") > 3
     top1 = [
-        httpx.post(url, json={**base, "temperature": 2, "seed": s, "top_k": 1}).json()
+        httpx.post(url, json={**base, "temperature": 2, "seed": s, "top_k": 1}, timeout=60).json()
         for s in (1, 2)
     ]
     assert [t["choices"][0]["text"] for t in top1] == [greedy, greedy]
-    rep = httpx.post(url, json={**base, "temperature": 0, "repetition_penalty": 5.0})
+    rep = httpx.post(url, json={**base, "temperature": 0, "repetition_penalty": 5.0}, timeout=60)
     assert rep.status_code == 200
     assert rep.json()["choices"][0]["text"].count("ABCDEFGH") < greedy.count("ABCDEFGH")
-    r = httpx.post(url, json={**base, "min_p": 0.1})
+    r = httpx.post(url, json={**base, "min_p": 0.1}, timeout=60)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["code"] == "unsupported_parameter"
     assert r.json()["error"]["param"] == "min_p"
     # the neutral value asks for nothing, so it is not refused
-    assert httpx.post(url, json={**base, "min_p": 0}).status_code == 200
+    assert httpx.post(url, json={**base, "min_p": 0}, timeout=60).status_code == 200

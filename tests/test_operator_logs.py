@@ -33,6 +33,7 @@ def test_startup_log_is_timestamped_and_access_log_has_no_secrets(
                 "messages": [{"role": "user", "content": PROMPT_MARK}],
                 "max_tokens": 3,
             },
+            timeout=60,
         )
         assert r.status_code == 200
         rid = r.headers["x-request-id"]
@@ -47,10 +48,11 @@ def test_startup_log_is_timestamped_and_access_log_has_no_secrets(
             httpx.get(
                 base + f"/v1/models?api_key={QUERY_MARK}",
                 headers={"Authorization": f"Bearer {HEADER_MARK}", "X-API-Key": HEADER_MARK},
+                timeout=60,
             ).status_code
             == 200
         )
-        assert httpx.get(base + "/nope").status_code == 404
+        assert httpx.get(base + "/nope", timeout=60).status_code == 404
         srv.stop()
         log = srv.log_text()
     startup = log.split("Running on", 1)[0].splitlines()
@@ -76,7 +78,7 @@ def test_access_log_is_off_by_default(servehall_server: Any, demo_model_dir: Pat
     cfg = demo_config(demo_model_dir)
     cfg["models"][0]["backend"] = "cpu"  # the torch engine: no OpenVINO conversion needed
     with servehall_server(cfg, name="no-access-log") as srv:
-        assert httpx.get(srv.base_url + "/v1/models").status_code == 200
-        assert httpx.get(srv.base_url + "/health/live").status_code == 200
+        assert httpx.get(srv.base_url + "/v1/models", timeout=60).status_code == 200
+        assert httpx.get(srv.base_url + "/health/live", timeout=60).status_code == 200
         srv.stop()
         assert "servehall.access" not in srv.log_text()

@@ -385,12 +385,12 @@ async def test_per_token_host_cost(tok_dir: Path) -> None:
     )
     dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
     events: AsyncIterator[Any] = stream.events()
-    start = time.perf_counter()
+    start = time.process_time()  # this process's CPU: a loaded machine does not inflate it
     count = 0
     async for ev in events:
         dumps({"index": ev.index, "text": ev.text, "finish_reason": ev.finish_reason})
         count += 1
-    per_token = (time.perf_counter() - start) / n
+    per_token = (time.process_time() - start) / n
     assert count >= n - 1
     assert per_token < 150e-6, f"{per_token * 1e6:.1f} µs per token"
 

@@ -108,7 +108,11 @@ async def test_required_sink_503s_when_exhausted_and_records_every_answer(
         }
     )
     bus = await open_record_bus(settings, PluginHost([]))
-    await asyncio.sleep(0.2)  # the startup audit events are written
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 30
+    while bus.runners[0].pending and loop.time() < end:  # the startup audit events are written
+        await asyncio.sleep(0.02)
+    assert not bus.runners[0].pending
     await asyncio.to_thread(cluster.stop, "immediate")
     admitted = refused = 0
     for i in range(100):
@@ -124,7 +128,6 @@ async def test_required_sink_503s_when_exhausted_and_records_every_answer(
     assert admitted == 30 and refused == 70
     await asyncio.to_thread(cluster.start)
     runner = bus.runners[0]
-    loop = asyncio.get_running_loop()
     end = loop.time() + 30
     while runner.pending and loop.time() < end:
         await asyncio.sleep(0.05)

@@ -4,6 +4,7 @@ stop tokens, per-request sampling, lifecycle edges (tiny random Llama on CPU).""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -273,13 +274,16 @@ async def test_health_reports_a_stalled_step_loop_and_recovers(servehall_tiny_ll
         def slow_forward(*args: Any, **kwargs: Any) -> Any:
             import time
 
-            time.sleep(1.0)  # a hung kernel, briefly
+            time.sleep(3.0)  # a hung kernel, briefly
             return original(*args, **kwargs)
 
         eng._model.forward = slow_forward
-        stream = eng.add_request("slow", PROMPT, SamplingParams(2, temperature=0, ignore_eos=True))
-        await asyncio.sleep(0.7)
+        stream = eng.add_request("slow", PROMPT, SamplingParams(1, temperature=0, ignore_eos=True))
+        deadline = time.monotonic() + 2.5  # inside the 3 s step, past the 0.3 s timeout
         health = await eng.health()
+        while health.ok and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            health = await eng.health()
         assert not health.ok and "stalled" in health.reason
         eng._model.forward = original
         deltas = await collect(stream, 30)

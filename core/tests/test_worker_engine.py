@@ -70,7 +70,9 @@ async def test_worker_refuses_bad_input_and_keeps_serving(tiny_model: ModelConfi
         assert sum(len(d.token_ids) for d in good) == 4
         assert (await engine.health()).ok
         # the worker dies: in-flight work ends with engine_unavailable, then it comes back
-        long = engine.add_request("long", [3, 4, 5], SamplingParams(max_tokens=200, temperature=0))
+        long = engine.add_request(
+            "long", [3, 4, 5], SamplingParams(max_tokens=240, temperature=0, ignore_eos=True)
+        )
         await anext(long)
         pid = engine.worker_pid
         assert pid is not None
