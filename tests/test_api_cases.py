@@ -525,10 +525,19 @@ def test_models_and_openapi(client: httpx.Client) -> None:
     assert ready["models"]["demo"]["backend"] == "openvino_cpu"  # what backend=auto picked
     models = client.get("/v1/models").json()
     assert [m["id"] for m in models["data"]] == ["demo"]
+    assert client.get("/v1/models/demo").json() == models["data"][0]
+    missing = assert_error(client.get("/v1/models/no/such-model"), 404)
+    assert (missing["code"], missing["param"]) == ("model_not_found", "model")
     doc = client.get("/openapi.json").json()
-    assert {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health/ready"} <= set(
-        doc["paths"]
-    )
+    assert {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/models",
+        "/v1/models/{model}",
+        "/health/ready",
+    } <= set(doc["paths"])
+    param = doc["paths"]["/v1/models/{model}"]["get"]["parameters"][0]
+    assert param["schema"]["enum"] == ["demo"]
     assert "ChatCompletionRequest" in doc["components"]["schemas"]
 
 

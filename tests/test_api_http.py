@@ -180,6 +180,10 @@ def test_openai_client_stream_equals_non_stream(server: Any) -> None:
 
     client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)
     assert [m.id for m in client.models.list()] == ["demo"]
+    card = client.models.retrieve("demo")
+    assert (card.id, card.object, card.owned_by) == ("demo", "model", "servehall")
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("nope")
     messages = [{"role": "user", "content": "Tell me about the river"}]
     full = client.chat.completions.create(
         model="demo", messages=messages, max_tokens=40, temperature=0

@@ -83,6 +83,7 @@ async def test_auth_applies_to_every_route(tok_dir: Path) -> None:
     async with await _client(host) as c:
         for path, method in [
             ("/v1/models", "GET"),
+            ("/v1/models/m", "GET"),
             ("/admin/x", "GET"),
             ("/nope", "GET"),
             ("/v1/chat/completions", "POST"),
@@ -98,14 +99,19 @@ async def test_auth_applies_to_every_route(tok_dir: Path) -> None:
         good = {"authorization": "Bearer good"}
         assert (await c.get("/admin/x", headers=good)).json() == {"principal": "k1"}
         assert [m["id"] for m in (await c.get("/v1/models", headers=good)).json()["data"]] == ["m"]
+        assert (await c.get("/v1/models/m", headers=good)).json()["id"] == "m"
         other = {"authorization": "Bearer other"}
         assert (await c.get("/v1/models", headers=other)).json()["data"] == []
+        # outside the allow-list: the same 404 as a model that is not served
+        for name in ("m", "x"):
+            r = await c.get(f"/v1/models/{name}", headers=other)
+            assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
         r = await c.post("/v1/chat/completions", headers=other, json=chat(max_tokens=2))
         assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
         r = await c.post("/v1/chat/completions", headers=good, json=chat(max_tokens=2))
         assert r.status_code == 200
     recs = host.records.records
-    assert [r.status_code for r in recs].count(401) == 20
+    assert [r.status_code for r in recs].count(401) == 24
     assert recs[-1].principal_id == "k1" and recs[-1].tenant == "t1"
     assert recs[-2].status_code == 404
 

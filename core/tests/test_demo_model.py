@@ -61,21 +61,27 @@ def test_demo_layout_and_size(demo_dir: Path) -> None:
 
 def test_concurrent_builds_are_deterministic_and_atomic(demo_dir: Path, tmp_path: Path) -> None:
     """Two processes build the same directory at once: one complete model results, and it
-    is bit-identical to an independent build (tokenizer.json and weights)."""
+    is bit-identical to an independent build (tokenizer.json and weights); the build is
+    announced once, by the process that builds."""
     target = tmp_path / "m"
     code = (
-        "import sys; from servehall.demo import build_demo_model; "
-        "print(build_demo_model(sys.argv[1]))"
+        "import logging, sys; logging.basicConfig(level=logging.INFO); "
+        "from servehall.demo import build_demo_model; print(build_demo_model(sys.argv[1]))"
     )
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", code, str(target)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for _ in range(2)
     ]
-    outs = [p.communicate(timeout=240)[0].strip() for p in procs]
-    assert [p.returncode for p in procs] == [0, 0]
-    assert outs == [str(target), str(target)]
+    results = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in results]
+    assert [out.strip() for out, _ in results] == [str(target), str(target)]
+    announced = "".join(err for _, err in results).count("building the demo model in")
+    assert announced == 1
     for name in FILES:
         if name != MANIFEST:
             assert _sha(target / name) == _sha(demo_dir / name), name
@@ -83,10 +89,12 @@ def test_concurrent_builds_are_deterministic_and_atomic(demo_dir: Path, tmp_path
     assert leftovers == []
 
 
-def test_reuse_without_rebuild(demo_dir: Path) -> None:
+def test_reuse_without_rebuild(demo_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
     before = (demo_dir / "model.safetensors").stat().st_mtime_ns
-    assert build_demo_model(demo_dir) == demo_dir
+    with caplog.at_level("INFO", logger="servehall.demo"):
+        assert build_demo_model(demo_dir) == demo_dir
     assert (demo_dir / "model.safetensors").stat().st_mtime_ns == before
+    assert "building" not in caplog.text
 
 
 def test_refuses_to_overwrite_foreign_directory(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from servehall import ConfigError
+from servehall_openvino_cpu import convert
 from servehall_openvino_cpu.convert import MARKER, is_ir_dir, resolve_ir_dir, source_key
 
 
@@ -50,6 +51,28 @@ def test_rejects_a_directory_that_is_no_model(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("hi")
     with pytest.raises(ConfigError, match="neither an OpenVINO IR"):
         resolve_ir_dir(tmp_path, cache_dir=tmp_path / "cache")
+
+
+def test_without_the_exporter_a_hf_dir_is_a_clear_config_error(
+    ov_demo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plugin installed from its wheel (optimum-intel is not a declared dependency): a
+    Hugging Face directory gets one clear error naming the install line, before any
+    child exporter starts; an IR directory still works."""
+    assert convert.exporter_installed()  # this environment has it (scripts/install.sh)
+    real = convert.metadata.version
+
+    def version(dist: str) -> str:
+        if dist == "optimum-intel":
+            raise convert.metadata.PackageNotFoundError(dist)
+        return real(dist)
+
+    monkeypatch.setattr(convert.metadata, "version", version)
+    monkeypatch.setattr(convert, "_run_export", lambda *a, **k: pytest.fail("exporter ran"))
+    assert not convert.exporter_installed()
+    with pytest.raises(ConfigError, match=r"needs optimum-intel.*pip install --no-deps"):
+        resolve_ir_dir(ov_demo_dir, cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()
 
 
 def test_concurrent_starts_convert_once(servehall_tiny_llama: Path, tmp_path: Path) -> None:

@@ -56,6 +56,19 @@ def test_probe_reports_missing_package(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "openvino_genai not installed" in result.reason and "pip install" in result.reason
 
 
+def test_probe_says_when_only_ir_directories_can_be_served(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert "optimum-intel" not in probe_mod.probe().reason  # installed here
+    real = probe_mod._version
+    monkeypatch.setattr(
+        probe_mod, "_version", lambda dist: "?" if dist == "optimum-intel" else real(dist)
+    )
+    result = probe_mod.probe()
+    assert result.available  # IR directories need no exporter
+    assert "IR directories only" in result.reason and "optimum-intel" in result.reason
+
+
 def test_probe_reports_missing_sse42(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(probe_mod, "cpu_flags", lambda: frozenset({"fpu", "sse2"}))
     result = probe_mod.probe()

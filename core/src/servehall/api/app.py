@@ -31,6 +31,7 @@ def create_app(
         Route("/health/live", routes.health_live, methods=["GET"]),
         Route("/health/ready", routes.health_ready, methods=["GET"]),
         Route("/v1/models", routes.list_models, methods=["GET"]),
+        Route("/v1/models/{model:path}", routes.retrieve_model, methods=["GET"]),
         Route("/v1/chat/completions", InferenceEndpoint("chat"), methods=["POST"]),
         Route("/v1/completions", InferenceEndpoint("completion"), methods=["POST"]),
         Route("/metrics", routes.metrics, methods=["GET"]),

@@ -269,6 +269,8 @@ class Completion(BaseModel):
 
 
 class ModelCard(BaseModel):
+    """One model (``GET /v1/models/{model}``; the items of :class:`ModelList`)."""
+
     id: str
     object: Literal["model"] = "model"
     created: int

@@ -152,6 +152,7 @@ def openapi_document(
         m.CompletionRequest,
         m.Completion,
         m.ModelList,
+        m.ModelCard,
         m.ErrorResponse,
     ]
     _, defs = models_json_schema(
@@ -193,6 +194,26 @@ def openapi_document(
                     "responses": {
                         "200": {"description": "Model list", "content": _json(m.ModelList)},
                         **{k: v for k, v in _errors().items() if k == "401"},
+                    },
+                }
+            },
+            "/v1/models/{model}": {
+                "get": {
+                    "summary": "One model, if the caller may use it",
+                    "parameters": [
+                        {
+                            "name": "model",
+                            "in": "path",
+                            "required": True,
+                            "schema": {
+                                "type": "string",
+                                **({"enum": list(models)} if models else {}),
+                            },
+                        }
+                    ],
+                    "responses": {
+                        "200": {"description": "The model", "content": _json(m.ModelCard)},
+                        **{k: v for k, v in _errors().items() if k in ("401", "404")},
                     },
                 }
             },

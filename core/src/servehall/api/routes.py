@@ -9,6 +9,8 @@ from starlette.responses import JSONResponse, Response
 
 from servehall.api.openapi import openapi_document
 from servehall.api.state import ApiState
+from servehall.errors import NotFoundError
+from servehall.host import ServedModel
 from servehall.metrics import CONTENT_TYPE
 from servehall.principal import ANONYMOUS, Principal
 
@@ -36,22 +38,49 @@ async def health_ready(request: Request) -> Response:
     )
 
 
+def _principal(request: Request) -> Principal:
+    principal: Principal | None = getattr(request.state, "principal", None)
+    return principal or ANONYMOUS
+
+
+def _card(name: str, served: ServedModel) -> dict[str, object]:
+    """One model object of OpenAI's wire format (plus ``max_model_len``)."""
+    return {
+        "id": name,
+        "object": "model",
+        "created": _STARTED,
+        "owned_by": "servehall",
+        "max_model_len": served.max_model_len,
+    }
+
+
 async def list_models(request: Request) -> Response:
     """``GET /v1/models``: only the models the caller may use."""
-    api = _api(request)
-    principal: Principal = getattr(request.state, "principal", None) or ANONYMOUS
+    policy = _principal(request).policy
     data = [
-        {
-            "id": name,
-            "object": "model",
-            "created": _STARTED,
-            "owned_by": "servehall",
-            "max_model_len": served.max_model_len,
-        }
-        for name, served in api.host.models.items()
-        if principal.policy.may_use(name)
+        _card(name, served)
+        for name, served in _api(request).host.models.items()
+        if policy.may_use(name)
     ]
     return JSONResponse({"object": "list", "data": data})
+
+
+async def retrieve_model(request: Request) -> Response:
+    """``GET /v1/models/{model}``: that model's object (OpenAI's "retrieve model").
+
+    Raises:
+        NotFoundError: 404 ``model_not_found`` for a model this server does not serve
+            and, alike, for one outside the caller's allow-list (the list hides it too).
+    """
+    name = request.path_params["model"]
+    served = _api(request).host.models.get(name)
+    if served is None or not _principal(request).policy.may_use(name):
+        raise NotFoundError(
+            f"The model `{name}` does not exist or you do not have access to it.",
+            param="model",
+            code="model_not_found",
+        )
+    return JSONResponse(_card(name, served))
 
 
 async def metrics(request: Request) -> Response:

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from pathlib import Path
 
 from servehall.cache import build_atomically, installed_versions, servehall_cache_dir
 from servehall.demo import corpus
 from servehall.demo.model import CONTEXT_LENGTH, SIZES, build_weights
 from servehall.demo.tokenizer import DEMO_CHAT_TEMPLATE, train_tokenizer, write_tokenizer_files
+
+log = logging.getLogger("servehall.demo")
 
 BUILDER_VERSION = 1
 MANIFEST = "servehall-demo.json"
@@ -91,6 +94,12 @@ def build_demo_model(
     def build(tmp: Path) -> None:
         if target.exists() and any(target.iterdir()) and not (target / MANIFEST).exists():
             raise FileExistsError(f"{target} exists and is not a servehall demo model")
+        log.info(
+            "building the %s model in %s (once; %s)",
+            size,
+            target,
+            "seconds" if size == "demo" else "about a minute",
+        )
         tok = train_tokenizer(corpus.tokenizer_corpus(seed))
         write_tokenizer_files(tok, tmp, chat_template=template, model_max_length=CONTEXT_LENGTH)
         build_weights(tok, tmp, seed=seed, size=SIZES[size])

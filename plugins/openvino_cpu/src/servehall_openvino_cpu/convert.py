@@ -25,6 +25,7 @@ import argparse
 import json
 import logging
 import sys
+from importlib import metadata
 from pathlib import Path
 
 from servehall import (
@@ -51,6 +52,20 @@ CONVERT_VERSIONS = (
     "transformers",
     "torch",
 )
+EXPORTER_INSTALL = "pip install --no-deps 'optimum-intel==2.2.*'"
+"""How to install the exporter (its declared torchvision requirement is not needed)."""
+
+
+def exporter_installed() -> bool:
+    """True when optimum-intel (the Hugging Face → IR exporter) is installed.
+
+    Read from distribution metadata, without importing it (optimum imports torch).
+    """
+    try:
+        metadata.version("optimum-intel")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def default_cache_dir() -> Path:
@@ -78,7 +93,9 @@ def resolve_ir_dir(
     """The OpenVINO IR directory for model directory ``src`` (converting once if needed).
 
     Raises:
-        ConfigError: ``src`` is neither an IR nor a Hugging Face model directory.
+        ConfigError: ``src`` is neither an IR nor a Hugging Face model directory, or it
+            is a Hugging Face directory without a cached IR and optimum-intel is not
+            installed (the message says how to install it).
         EngineError: the conversion failed (message ends with the exporter's log tail).
     """
     src = Path(src).expanduser().resolve()
@@ -104,6 +121,12 @@ def resolve_ir_dir(
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
 
     target = root / f"{src.name}-{key[:20]}"
+    if not (target / MARKER).is_file() and not exporter_installed():
+        raise ConfigError(
+            f"{src} is a Hugging Face model directory; converting it to OpenVINO IR needs "
+            f"optimum-intel, which is not installed: {EXPORTER_INSTALL} "
+            "(or point the model's path at an OpenVINO IR directory)"
+        )
     return build_atomically(target, convert, is_ready=lambda d: (d / MARKER).is_file())
 
 

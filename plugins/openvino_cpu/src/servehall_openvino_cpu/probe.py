@@ -70,6 +70,10 @@ def probe() -> ProbeResult:
     isa = next((n for f, n in (("avx512f", "AVX-512"), ("avx2", "AVX2")) if f in flags), None)
     isa = isa or ("SSE4.2" if flags else "ISA unknown")
     extra = ", native bf16" if bf16_native(flags) else ""
-    return ProbeResult(
-        True, f"OpenVINO GenAI {_version('openvino-genai')} on x86-64 CPU ({isa}{extra})"
-    )
+    reason = f"OpenVINO GenAI {_version('openvino-genai')} on x86-64 CPU ({isa}{extra})"
+    if _version("optimum-intel") == "?":
+        reason += (
+            "; OpenVINO IR directories only: converting a Hugging Face directory needs "
+            "optimum-intel (pip install --no-deps 'optimum-intel==2.2.*')"
+        )
+    return ProbeResult(True, reason)
