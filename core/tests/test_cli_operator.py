@@ -192,3 +192,23 @@ def test_demo_model_help_says_trained() -> None:
     text = " ".join(res.stdout.split())
     assert res.exit_code == 0 and "random" not in text
     assert "trained" in text and "nonsense" in text
+
+
+def test_a_plugin_command_without_its_config_says_where_plugin_commands_come_from(
+    here: Path,
+) -> None:
+    """`servehall keys create` with the auth plugin installed but no --config: the
+    unknown-command error explains that plugin commands load from the config's enabled
+    plugins; the top-level help says so too."""
+    res = CliRunner().invoke(build_cli(["keys", "create"]), ["keys", "create"])
+    assert res.exit_code == 2
+    out = " ".join(res.output.replace("│", " ").split())
+    assert "No such command 'keys'" in out and "[plugins] enabled" in out and "--config" in out
+    helped = CliRunner().invoke(build_cli([]), ["--help"])
+    assert "[plugins] enabled" in " ".join(helped.output.replace("│", " ").split())
+    cfg = here / "auth.toml"
+    cfg.write_text('[plugins]\nenabled = ["auth"]\n[auth]\npepper = "x"\n')
+    listed = CliRunner().invoke(
+        build_cli(["keys", "--help", "--config", str(cfg)]), ["keys", "--help"]
+    )
+    assert listed.exit_code == 0, listed.output

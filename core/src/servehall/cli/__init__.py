@@ -6,9 +6,31 @@ from __future__ import annotations
 import os
 import sys
 
+import click
 import typer
+from typer.core import TyperGroup
 
 from servehall.errors import ServehallError
+
+PLUGIN_COMMANDS_HINT = (
+    "Plugins add commands (such as 'keys' of the auth plugin) when they are listed in "
+    "[plugins] enabled of the config given with --config FILE (or SERVEHALL_CONFIG)."
+)
+
+
+class _Commands(TyperGroup):
+    """The top-level group: an unknown command's error says where plugin commands come
+    from (a user who installed a plugin but gave no ``--config`` sees why it is missing)."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            if args and args[0] not in self.commands:
+                raise click.UsageError(f"{exc.message} {PLUGIN_COMMANDS_HINT}", ctx) from None
+            raise
 
 
 def _preparse_config(argv: list[str]) -> str | None:
@@ -36,7 +58,9 @@ def build_cli(argv: list[str] | None = None) -> typer.Typer:
 
     cli = typer.Typer(
         name="servehall",
+        cls=_Commands,
         help="servehall: serve LLMs over an OpenAI-compatible HTTP/2 API through plugins.",
+        epilog=PLUGIN_COMMANDS_HINT.replace("[", "\\["),  # rich markup would eat [plugins]
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,

@@ -25,8 +25,10 @@ def plugins_command(
     config: ConfigOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """List installed plugins, their hooks, whether enabled, and backend probe results;
-    says which plugins ``serve --demo`` enables on top of the config."""
+    """List installed plugins, their hooks, whether enabled, and backend probe results.
+
+    Also says which plugins 'serve --demo' enables on top of the config.
+    """
     from servehall.bootstrap import load_deployment
     from servehall.server import demo_enables
 
@@ -165,9 +167,11 @@ def demo_model_command(
         ),
     ] = "demo",
 ) -> None:
-    """Build the small local demo model: a tiny Llama-style model trained here in seconds
-    on a small built-in corpus, with its own tokenizer. Its text is fluent-looking
-    nonsense; it exists to try the platform, not to answer questions."""
+    """Build the local demo model (a tiny Llama-style model trained here in seconds).
+
+    It is trained on a small built-in corpus, with its own tokenizer. Its text is
+    fluent-looking nonsense; it exists to try the platform, not to answer questions.
+    """
     from servehall.demo import DEFAULT_DEMO_DIR, build_demo_model, default_demo_dir
     from servehall.demo.model import SIZES
 
