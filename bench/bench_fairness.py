@@ -4,7 +4,8 @@ Usage::
 
     python bench/bench_fairness.py [--model-dir DIR] [--cap 4] [--duration 12]
         [--prompt-tokens 1500] [--out-tokens 256] [--b-interval 1]
-        [--burst-slots N] [--max-num-batched-tokens T] [--json FILE]
+        [--burst-slots N] [--max-num-batched-tokens T] [--inference-threads N]
+        [--json FILE]
 
 Starts real ``servehall serve`` subprocesses (the auth plugin on, one SQLite key store,
 three tenants' keys made with the real CLI) serving the demo model (built into a temp
@@ -108,6 +109,8 @@ class Bench:
         options: dict[str, Any] = {"inference_precision": "f32"}
         if self.args.max_num_batched_tokens:
             options["max_num_batched_tokens"] = self.args.max_num_batched_tokens
+        if self.args.inference_threads:
+            options["inference_num_threads"] = self.args.inference_threads
         scheduler: dict[str, Any] = {
             "policy": policy,
             "max_concurrency": self.args.cap,
@@ -484,6 +487,12 @@ def main() -> None:
         type=int,
         default=0,
         help="openvino_cpu options.max_num_batched_tokens, both phases (0: the default)",
+    )
+    ap.add_argument(
+        "--inference-threads",
+        type=int,
+        default=0,
+        help="openvino_cpu options.inference_num_threads, every phase (0: OpenVINO's default)",
     )
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
