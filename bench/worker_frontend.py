@@ -12,7 +12,8 @@ the same model and machine,
   and ``/health/ready`` latency while ``S`` streams run.
 
 Usage: ``.venv/bin/python bench/worker_frontend.py [--model DIR] [--streams 16]
-[--tokens 64] [--rounds 3]`` (the demo model by default). Prints one JSON object.
+[--tokens 64] [--rounds 3] [--modes engine,thread,process] [--switch-interval S]`` (the
+demo model by default). Prints one JSON object.
 Figures from a shared, loaded machine are noisy: compare ratios within one run.
 """
 
@@ -167,6 +168,12 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--modes", default="engine,thread,process")
+    ap.add_argument(
+        "--switch-interval",
+        type=float,
+        default=None,
+        help="[[models]] worker.switch_interval_s of the process mode (default: the default)",
+    )
     args = ap.parse_args()
     from servehall.demo import DEFAULT_DEMO_DIR, build_demo_model
 
@@ -180,6 +187,8 @@ def main() -> None:
             continue
         cfg = demo_config(model, scheduler={"max_concurrency": args.streams})
         cfg["models"][0]["isolation"] = isolation
+        if isolation == "process" and args.switch_interval is not None:
+            cfg["models"][0]["worker"] = {"switch_interval_s": args.switch_interval}
         # EOS ignored nowhere on the wire: the demo model's greedy output for PROMPT is long
         srv = start_server(cfg, Path("/tmp") / f"servehall-bench-{os.getpid()}", name=isolation)
         try:

@@ -33,6 +33,14 @@ class WorkerSettings(BaseModel):
             restarts. 0 never restarts a worker.
         crash_loop_window_s: the window of ``crash_loop_restarts``; a worker that stayed
             up this long also resets the backoff to ``restart_backoff_s``.
+        switch_interval_s: the worker's ``sys.setswitchinterval``; None keeps Python's
+            5 ms. OpenVINO GenAI's ``step()`` holds the GIL for its whole call, so the
+            worker's event loop waits up to this long for the GIL after each of its socket
+            operations (the "convoy effect"): with 5 ms a single 512-token stream reached
+            the client in a few bursts up to 65-180 ms apart, with 0.0005 mostly in
+            ~390 events 2-6 ms apart — but at 16 concurrent streams the smaller, more
+            frequent step messages cost throughput and API CPU per token
+            (docs/performance.md, "Streams in bursts"). A latency-for-throughput choice.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -47,6 +55,7 @@ class WorkerSettings(BaseModel):
     restart_backoff_max_s: float = Field(default=60.0, gt=0)
     crash_loop_restarts: int = Field(default=5, ge=0)
     crash_loop_window_s: float = Field(default=300.0, gt=0)
+    switch_interval_s: float | None = Field(default=None, gt=0, le=1)
 
     @model_validator(mode="after")
     def _check(self) -> WorkerSettings:

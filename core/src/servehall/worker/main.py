@@ -82,6 +82,8 @@ class WorkerSpec:
         loop_timeout_s: a health snapshot older than this is not sent (the loop is
             wedged: the host is to notice the silence).
         log_level: ``[server] log_level``.
+        switch_interval_s: ``sys.setswitchinterval`` of the worker process, None for
+            Python's default (see :class:`~servehall.config.worker.WorkerSettings`).
     """
 
     model: ModelConfig
@@ -94,6 +96,7 @@ class WorkerSpec:
     heartbeat_interval_s: float
     loop_timeout_s: float = 10.0
     log_level: str = "info"
+    switch_interval_s: float | None = None
 
 
 def parse_fault(value: str | None, generation: int) -> str | None:
@@ -118,6 +121,18 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
+def apply_switch_interval(spec: WorkerSpec) -> None:
+    """Set this process's ``sys.setswitchinterval`` to ``spec.switch_interval_s`` (None:
+    leave Python's 5 ms).
+
+    With an engine whose ``step()`` holds the GIL for the whole step (OpenVINO GenAI's
+    does), the event loop that ships its tokens waits for the GIL up to the switch
+    interval after every socket operation.
+    """
+    if spec.switch_interval_s is not None:
+        sys.setswitchinterval(spec.switch_interval_s)
+
+
 def worker_main(spec: WorkerSpec, output: Connection) -> None:
     """Entry point of the worker process (see the module docstring)."""
     fd = output.fileno()
@@ -134,6 +149,7 @@ def worker_main(spec: WorkerSpec, output: Connection) -> None:
         force=True,
     )
     logging.getLogger().setLevel(spec.log_level.upper())
+    apply_switch_interval(spec)
     code = asyncio.run(_Worker(spec).run())
     sys.stdout.flush()
     sys.stderr.flush()
