@@ -4,9 +4,11 @@ random Llama), the admission gate, exit reasons, the fault-hook parser, config."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pydantic
@@ -25,9 +27,12 @@ from servehall.schedulers.fcfs import FcfsScheduler
 from servehall.scheduling import Ticket
 from servehall.serving.choice import engine_failure
 from servehall.worker import ProcessEngine
+from servehall.worker.client import WATCH_INTERVAL_S
 from servehall.worker.exits import describe_exit, signal_name, with_stderr
 from servehall.worker.gate import EngineGate
 from servehall.worker.main import (
+    FAULT_ENV,
+    STALL_LOOP_S,
     WorkerSpec,
     apply_switch_interval,
     parse_fault,
@@ -233,3 +238,140 @@ def test_the_worker_switch_interval_comes_from_the_model_settings(tmp_path: Path
         assert sys.getswitchinterval() == pytest.approx(0.002)
     finally:
         sys.setswitchinterval(before)
+
+
+async def test_request_sent_to_a_worker_that_just_died_never_blocks_the_loop(
+    tiny_model: ModelConfig,
+) -> None:
+    """The worker dies and, before its exit is handled, a request arrives: its command
+    must not block the event loop (a PUSH socket without a peer blocks a plain send
+    forever); the request ends with ``engine_unavailable`` once the exit is seen."""
+    engine = ProcessEngine(tiny_model, "cpu", (), settings=WorkerSettings(restart_backoff_s=60))
+    await engine.start()
+    try:
+        proc = engine._gen.proc  # type: ignore[union-attr]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(10)  # dead and disconnected, and the loop has not run since
+        assert proc.exitcode is not None
+        stream = engine.add_request("late", [3, 4, 5], GREEDY)
+        deltas = await asyncio.wait_for(collect(stream), 30)
+        assert deltas[-1].finish_reason == "error" and deltas[-1].code == "engine_unavailable"
+    finally:
+        await engine.shutdown()
+
+
+async def test_a_busy_api_loop_is_not_mistaken_for_a_silent_worker(
+    tiny_model: ModelConfig,
+) -> None:
+    """The API process's event loop is blocked for three heartbeat timeouts (a loaded
+    machine, a long synchronous call): the worker's heartbeats wait on the socket, so the
+    watch must read them before judging, not restart a healthy worker; a worker that
+    really goes silent (SIGSTOP) is still declared lost."""
+    settings = WorkerSettings(heartbeat_interval_s=0.05, heartbeat_timeout_s=0.3)
+    engine = ProcessEngine(tiny_model, "cpu", (), settings=settings)
+    await engine.start()
+    try:
+        for _ in range(3):
+            time.sleep(3 * settings.heartbeat_timeout_s)  # blocks the loop on purpose
+            engine._judge()  # the watch's tick comes before the reader's turn
+            await asyncio.sleep(2 * WATCH_INTERVAL_S)
+        assert sum(engine.restart_counts.values()) == 0, engine.restart_counts
+        assert (await engine.health()).ok
+        deltas = await asyncio.wait_for(collect(engine.add_request("r", [3, 4, 5], GREEDY)), 30)
+        assert deltas[-1].finish_reason == "length"
+
+        proc = engine._gen.proc  # type: ignore[union-attr]
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            for _ in range(100):
+                await asyncio.sleep(0.05)
+                if engine.restart_counts["heartbeat_timeout"]:
+                    break
+            assert engine.restart_counts["heartbeat_timeout"] == 1
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)
+    finally:
+        await engine.shutdown()
+
+
+async def test_a_starved_worker_loop_still_heartbeats(
+    tiny_model: ModelConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's event loop is blocked for five heartbeat timeouts mid-request (as
+    when the engine's compute threads take every core): its heartbeat thread goes on, so
+    the worker is not restarted and the request finishes."""
+    monkeypatch.setenv(FAULT_ENV, "stall_loop")
+    settings = WorkerSettings(heartbeat_interval_s=0.05, heartbeat_timeout_s=0.3)
+    assert 5 * settings.heartbeat_timeout_s <= STALL_LOOP_S
+    engine = ProcessEngine(tiny_model, "cpu", (), settings=settings)
+    await engine.start()
+    try:
+        params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+        t0 = time.monotonic()
+        deltas = await asyncio.wait_for(collect(engine.add_request("r", [3, 4, 5], params)), 30)
+        assert time.monotonic() - t0 >= STALL_LOOP_S  # the stall did happen
+        assert deltas[-1].finish_reason == "length"
+        assert sum(len(d.token_ids) for d in deltas) == 8
+        assert sum(engine.restart_counts.values()) == 0, engine.restart_counts
+        assert (await engine.health()).ok
+    finally:
+        await engine.shutdown()
+
+
+async def test_a_machine_wide_stall_gives_the_worker_time_to_be_heard(
+    tiny_model: ModelConfig,
+) -> None:
+    """Both processes stop for five heartbeat timeouts (a suspended VM, CPU steal): when
+    the API process runs again, the worker gets two heartbeat intervals to be heard
+    before its silence is judged, so it is not restarted."""
+    settings = WorkerSettings(heartbeat_interval_s=0.05, heartbeat_timeout_s=0.3)
+    engine = ProcessEngine(tiny_model, "cpu", (), settings=settings)
+    await engine.start()
+    try:
+        proc = engine._gen.proc  # type: ignore[union-attr]
+        for _ in range(3):
+            os.kill(proc.pid, signal.SIGSTOP)
+            time.sleep(5 * settings.heartbeat_timeout_s)  # this loop is frozen too
+            os.kill(proc.pid, signal.SIGCONT)
+            await asyncio.sleep(10 * settings.heartbeat_interval_s)
+        assert sum(engine.restart_counts.values()) == 0, engine.restart_counts
+        assert (await engine.health()).ok
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGCONT)
+        await engine.shutdown()
+
+
+async def test_a_wedged_worker_loop_falls_silent_and_is_replaced(
+    tiny_model: ModelConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's event loop wedges (blocked for an hour) with nothing to stream: its
+    heartbeat thread stops vouching for it once the health snapshot is older than
+    ``loop_timeout_s``, so the host declares it lost and a new worker serves."""
+    monkeypatch.setenv(FAULT_ENV, "wedge_loop")
+    settings = WorkerSettings(
+        heartbeat_interval_s=0.05,
+        heartbeat_timeout_s=0.3,
+        loop_timeout_s=0.5,
+        restart_backoff_s=0.1,
+    )
+    engine = ProcessEngine(tiny_model, "cpu", (), settings=settings)
+    await engine.start()
+    try:
+        first = await asyncio.wait_for(collect(engine.add_request("a", [3, 4, 5], GREEDY)), 30)
+        assert first[-1].finish_reason in ("length", "error")  # the wedge is after output
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            if engine.restart_counts["heartbeat_timeout"]:
+                break
+        assert engine.restart_counts["heartbeat_timeout"] == 1, engine.restart_counts
+        assert engine.restart_counts["step_stalled"] == 0
+        for _ in range(400):  # generation 2 has no fault
+            if (await engine.health()).ok:
+                break
+            await asyncio.sleep(0.05)
+        deltas = await asyncio.wait_for(collect(engine.add_request("b", [3, 4, 5], GREEDY)), 30)
+        assert deltas[-1].finish_reason == "length"
+    finally:
+        await engine.shutdown()
