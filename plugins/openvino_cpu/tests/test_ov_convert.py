@@ -54,7 +54,7 @@ def test_rejects_a_directory_that_is_no_model(tmp_path: Path) -> None:
 
 
 def test_without_the_exporter_a_hf_dir_is_a_clear_config_error(
-    ov_demo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ov_demo_dir: Path, ov_ir_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Plugin installed from its wheel (optimum-intel is not a declared dependency): a
     Hugging Face directory gets one clear error naming the install line, before any
@@ -73,6 +73,7 @@ def test_without_the_exporter_a_hf_dir_is_a_clear_config_error(
     with pytest.raises(ConfigError, match=r"needs optimum-intel.*pip install --no-deps"):
         resolve_ir_dir(ov_demo_dir, cache_dir=tmp_path / "cache")
     assert not (tmp_path / "cache").exists()
+    assert resolve_ir_dir(ov_ir_dir) == ov_ir_dir.resolve()
 
 
 def test_concurrent_starts_convert_once(servehall_tiny_llama: Path, tmp_path: Path) -> None:
