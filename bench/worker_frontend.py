@@ -9,10 +9,12 @@ the same model and machine,
   ``"process"``, ``S`` concurrent SSE streams of ``T`` tokens over h2c (httpx), no
   record sink; CPU seconds of the API process (and, for ``process``, of the worker)
   per streamed token from ``/proc``; then sequential one-token requests (latency P50/P99)
-  and ``/health/ready`` latency while ``S`` streams run.
+  and ``/health/ready`` latency while ``S`` streams run; then five streams of 256 tokens,
+  one at a time: SSE events per stream and the gaps between events (smoothness).
 
 Usage: ``.venv/bin/python bench/worker_frontend.py [--model DIR] [--streams 16]
-[--tokens 64] [--rounds 3] [--modes engine,thread,process] [--switch-interval S]`` (the
+[--tokens 64] [--rounds 3] [--modes engine,thread,process] [--switch-interval S]
+[--stream-interval S]`` (the
 demo model by default). Prints one JSON object.
 Figures from a shared, loaded machine are noisy: compare ratios within one run.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import statistics
@@ -37,6 +40,8 @@ sys.path.insert(0, str(ROOT))
 from tests.conftest import demo_config, start_server  # noqa: E402
 
 PROMPT = "ABCDEFGH ABCDEFGH ABC"
+LONE_TOKENS = 256
+LONE_STREAMS = 5
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -151,6 +156,8 @@ async def platform(
         task = asyncio.ensure_future(probe())
         await stream_load(c, streams, tokens)
         task.cancel()
+        lone = [await lone_stream(c, LONE_TOKENS) for _ in range(LONE_STREAMS)]
+    gaps = sorted(g for _, gs in lone for g in gs)
     return {
         "tokens_per_s": total / wall,
         "api_cpu_us_per_token": api_cpu / total * 1e6,
@@ -158,7 +165,24 @@ async def platform(
         "one_token_ms_p50": statistics.median(lat),
         "one_token_ms_p99": pct(lat, 0.99),
         "health_ready_ms_p99": pct(health, 0.99) if health else None,
+        "lone_stream_events_mean": statistics.mean(n for n, _ in lone),
+        "lone_stream_gap_ms_p50": pct(gaps, 0.5),
+        "lone_stream_gap_ms_max": gaps[-1],
     }
+
+
+async def lone_stream(client: httpx.AsyncClient, tokens: int) -> tuple[int, list[float]]:
+    """One stream alone on the server: its number of SSE content events and the gaps
+    between them (ms). A smooth stream has about one event per token and gaps near the
+    engine's TPOT; tokens held back in the server arrive in bursts (few events, long gaps)."""
+    body = {"model": "demo", "prompt": PROMPT, "max_tokens": tokens, "temperature": 0}
+    body |= {"stream": True, "ignore_eos": True}
+    times: list[float] = []
+    async with client.stream("POST", "/v1/completions", json=body) as r:
+        async for line in r.aiter_lines():
+            if line.startswith("data: {") and '"text"' in line:
+                times.append(time.perf_counter())
+    return len(times), [(b - a) * 1000 for a, b in itertools.pairwise(times)]
 
 
 def main() -> None:
@@ -168,6 +192,12 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--modes", default="engine,thread,process")
+    ap.add_argument(
+        "--stream-interval",
+        type=float,
+        default=None,
+        help="[[models]] worker.stream_interval_s of the process mode (default: the default)",
+    )
     ap.add_argument(
         "--switch-interval",
         type=float,
@@ -187,8 +217,13 @@ def main() -> None:
             continue
         cfg = demo_config(model, scheduler={"max_concurrency": args.streams})
         cfg["models"][0]["isolation"] = isolation
-        if isolation == "process" and args.switch_interval is not None:
-            cfg["models"][0]["worker"] = {"switch_interval_s": args.switch_interval}
+        worker: dict[str, float] = {}
+        if args.switch_interval is not None:
+            worker["switch_interval_s"] = args.switch_interval
+        if args.stream_interval is not None:
+            worker["stream_interval_s"] = args.stream_interval
+        if isolation == "process" and worker:
+            cfg["models"][0]["worker"] = worker
         # EOS ignored nowhere on the wire: the demo model's greedy output for PROMPT is long
         srv = start_server(cfg, Path("/tmp") / f"servehall-bench-{os.getpid()}", name=isolation)
         try:

@@ -1,9 +1,12 @@
-"""Shared engine helpers: DeltaStream, HfModelFacts, stop_token_set, build_atomically,
-parse_model_options, canonical_dtype (unit level; the engines' own tests cover their use)."""
+"""Shared engine helpers: DeltaStream, LiveStreams, HfModelFacts, stop_token_set,
+build_atomically, parse_model_options, canonical_dtype (unit level; the engines' own tests
+cover their use)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from pathlib import Path
 from typing import Literal
 
@@ -14,6 +17,7 @@ from servehall import (
     ConfigError,
     DeltaStream,
     HfModelFacts,
+    LiveStreams,
     SamplingParams,
     TokenDelta,
     build_atomically,
@@ -32,6 +36,43 @@ async def test_delta_stream_ends_after_terminal_delta_and_drops_later_ones() -> 
     assert [d async for d in stream] == [TokenDelta((1, 2)), TokenDelta((3,), "stop")]
     await stream.aclose()
     assert closed == []  # finished requests are not aborted
+
+
+async def test_live_streams_post_delivers_a_step_on_the_loop_without_a_sink() -> None:
+    live = LiveStreams()
+    live.loop = asyncio.get_running_loop()
+    a, b = DeltaStream("a", lambda _: None), DeltaStream("b", lambda _: None)
+    live["a"], live["b"] = a, b
+    thread = threading.Thread(
+        target=live.post, args=([(a, TokenDelta((1,))), (b, TokenDelta((2,), "stop"))],)
+    )
+    thread.start()
+    thread.join()
+    assert await anext(a) == TokenDelta((1,))
+    assert await anext(b) == TokenDelta((2,), "stop")
+    assert list(live) == ["a"]  # the finished request is forgotten
+
+
+async def test_live_streams_step_sink_gets_the_step_on_the_step_thread() -> None:
+    """With a step sink the step's deltas go to it on the posting thread, as one batch of
+    (request_id, delta); ended streams are skipped; the loop only forgets finished ones."""
+    live = LiveStreams()
+    live.loop = asyncio.get_running_loop()
+    calls: list[tuple[str, list[tuple[str, TokenDelta]]]] = []
+    live.step_sink = lambda batch: calls.append((threading.current_thread().name, batch))
+    a, b, c = (DeltaStream(r, lambda _: None) for r in "abc")
+    live.update(a=a, b=b, c=c)
+    c.push(TokenDelta((), "abort"))  # aborted on the loop before the step's output
+    step = [(a, TokenDelta((1,))), (b, TokenDelta((2,), "length")), (c, TokenDelta((3,)))]
+    thread = threading.Thread(target=live.post, args=(step,), name="step")
+    thread.start()
+    thread.join()
+    assert calls == [("step", [("a", TokenDelta((1,))), ("b", TokenDelta((2,), "length"))])]
+    assert b.done and not a.done
+    await asyncio.sleep(0)  # the loop's forget callback
+    assert sorted(live) == ["a", "c"]
+    live.post([(b, TokenDelta((9,)))])  # after its terminal delta: dropped
+    assert len(calls) == 1
 
 
 async def test_delta_stream_aclose_before_the_end_calls_on_close() -> None:

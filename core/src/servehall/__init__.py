@@ -22,7 +22,13 @@ from servehall.engine import (
     SamplingParams,
     TokenDelta,
 )
-from servehall.engine_support import DeltaStream, HfModelFacts, LiveStreams, stop_token_set
+from servehall.engine_support import (
+    DeltaStream,
+    HfModelFacts,
+    LiveStreams,
+    StepSinkEngine,
+    stop_token_set,
+)
 from servehall.errors import (
     AuthenticationError,
     ConfigError,
@@ -146,6 +152,7 @@ __all__ = [
     "SinkRegistry",
     "SinkSpec",
     "Slot",
+    "StepSinkEngine",
     "StreamFilterResult",
     "Ticket",
     "TokenDelta",

@@ -7,7 +7,8 @@
   (``config.json`` / ``generation_config.json``): EOS ids, native context length,
   vocabulary size.
 * :func:`stop_token_set` — the token ids that end a request with ``finish_reason="stop"``.
-* :class:`LiveStreams` — an engine's live streams, fed one batch per step by a step thread.
+* :class:`LiveStreams` — an engine's live streams, fed one batch per step by a step thread;
+  :class:`StepSinkEngine` — an engine that can hand a step's output over on that thread.
 
 Import-light (no torch, no OpenVINO).
 """
@@ -20,7 +21,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Protocol, Self, runtime_checkable
 
 from servehall.engine import SamplingParams, TokenDelta
 from servehall.errors import ConfigError
@@ -125,13 +126,46 @@ class LiveStreams(dict[str, DeltaStream]):
     a fatal step error, :meth:`post_fail_all`. Set :attr:`loop` before the first post
     (``Engine.start``); posts after the loop closed are dropped. Used by the
     ``openvino_cpu`` and ONNX Runtime engines.
+
+    A consumer that can take a whole step's output on the step thread itself (the engine
+    worker process, which only forwards it to another process) sets :attr:`step_sink`
+    (through the engine's ``set_step_sink``, see :class:`StepSinkEngine`): :meth:`post`
+    then calls ``step_sink([(request_id, delta), ...])`` right there — no event-loop
+    wake-up, no wait for the GIL to pass to the loop thread — skipping streams that have
+    already ended (an abort pushed on the loop); the loop only hears of requests that
+    finished, to forget them. Deltas pushed on the loop (an abort, an error at
+    ``add_request``) still go through the stream's listener.
     """
 
     loop: asyncio.AbstractEventLoop | None = None
+    step_sink: Callable[[list[tuple[str, TokenDelta]]], None] | None = None
 
     def post(self, batch: list[tuple[DeltaStream, TokenDelta]]) -> None:
-        """Step thread: deliver ``batch`` on the loop (see :meth:`deliver`)."""
-        self._call_soon(self.deliver, batch)
+        """Step thread: hand ``batch`` to :attr:`step_sink` if set, else deliver it on
+        the loop (see :meth:`deliver`)."""
+        sink = self.step_sink
+        if sink is None:
+            self._call_soon(self.deliver, batch)
+            return
+        out: list[tuple[str, TokenDelta]] = []
+        ended: list[DeltaStream] = []
+        for stream, delta in batch:
+            if stream.done:
+                continue  # ended on the loop meanwhile (aborted)
+            if delta.finish_reason is not None:
+                stream.done = True
+                ended.append(stream)
+            out.append((stream.request_id, delta))
+        if out:
+            sink(out)
+        if ended:
+            self._call_soon(self.forget, ended)
+
+    def forget(self, ended: list[DeltaStream]) -> None:
+        """Loop thread: drop the entries of these finished streams."""
+        for stream in ended:
+            if self.get(stream.request_id) is stream:
+                del self[stream.request_id]
 
     def deliver(self, batch: list[tuple[DeltaStream, TokenDelta]]) -> None:
         """Loop thread: push each delta; forget requests whose terminal delta it was."""
@@ -156,6 +190,18 @@ class LiveStreams(dict[str, DeltaStream]):
             return
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             loop.call_soon_threadsafe(fn, *args)
+
+
+@runtime_checkable
+class StepSinkEngine(Protocol):
+    """An engine whose step thread can hand each step's output to a thread-safe callable
+    (see :attr:`LiveStreams.step_sink`); the engine worker process uses it when present.
+    """
+
+    def set_step_sink(self, sink: Callable[[list[tuple[str, TokenDelta]]], None]) -> None:
+        """From now on, call ``sink`` on the step thread with each step's
+        ``(request_id, delta)`` pairs instead of pushing them on the loop. Call before
+        the first ``add_request``."""
 
 
 def read_json_object(path: Path) -> dict[str, Any]:

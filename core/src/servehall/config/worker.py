@@ -41,6 +41,16 @@ class WorkerSettings(BaseModel):
             ~390 events 2-6 ms apart — but at 16 concurrent streams the smaller, more
             frequent step messages cost throughput and API CPU per token
             (docs/performance.md, "Streams in bursts"). A latency-for-throughput choice.
+            Engines whose step thread sends its own output (``openvino_cpu``, ONNX
+            Runtime) no longer wait for the loop, so this matters little for them.
+        stream_interval_s: the least time, in seconds, between two step messages of the
+            worker (0: one per engine step). A step's tokens that come sooner wait for
+            the next step past the interval and leave with it, merged per request; a
+            request's first tokens and its end never wait. An engine that steps faster
+            than this (a tiny model) so streams a few tokens per SSE event instead of
+            one, which bounds the API process's work per second; a real model's steps
+            are longer and every token leaves at once. After vLLM's ``stream_interval``
+            (counted there in tokens).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -56,6 +66,7 @@ class WorkerSettings(BaseModel):
     crash_loop_restarts: int = Field(default=5, ge=0)
     crash_loop_window_s: float = Field(default=300.0, gt=0)
     switch_interval_s: float | None = Field(default=None, gt=0, le=1)
+    stream_interval_s: float = Field(default=0.005, ge=0, le=1)
 
     @model_validator(mode="after")
     def _check(self) -> WorkerSettings:

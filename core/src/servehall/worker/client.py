@@ -416,6 +416,7 @@ class ProcessEngine:
             loop_timeout_s=self.settings.loop_timeout_s,
             log_level=self.log_level,
             switch_interval_s=self.settings.switch_interval_s,
+            stream_interval_s=self.settings.stream_interval_s,
         )
         reader, writer = self._mp.Pipe(duplex=False)
         gen.oom_before = oom_kill_count()

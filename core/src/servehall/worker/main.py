@@ -12,9 +12,13 @@
    ``openvino_cpu``, ``cpu``, ``cuda``, ``rocm``, ``ascend``…), starts it and reports
    :class:`~servehall.worker.messages.WorkerReady` (or
    :class:`~servehall.worker.messages.StartFailed` and exits with status 3);
-3. serves commands: every delta its engine pushes during one event-loop turn (an engine
-   posts one step's deltas in one callback) goes out as one
-   :class:`~servehall.worker.messages.StepOutput`; a heartbeat with ``stats()`` and
+3. serves commands: an engine with a step thread of its own
+   (:class:`~servehall.engine_support.StepSinkEngine`: ``openvino_cpu``, ONNX Runtime)
+   sends each step's deltas as one :class:`~servehall.worker.messages.StepOutput` from
+   that thread, the moment the step ends — the event loop is not woken, and an engine
+   whose ``step()`` keeps the GIL does not make the loop wait for it before a step's
+   tokens can leave; for other engines every delta pushed during one event-loop turn
+   goes out as one StepOutput from the loop; a heartbeat with ``stats()`` and
    ``health()`` goes out every ``heartbeat_interval_s``. The event loop takes that
    snapshot; a thread of its own, on its own ZeroMQ socket, sends it. A loop starved of
    CPU by the engine's own compute threads (seen: 0.3 s turns with OpenVINO on 2 cores,
@@ -57,6 +61,7 @@ from typing import Any
 
 from servehall.config.models import ModelConfig
 from servehall.engine import Engine, TokenDelta
+from servehall.engine_support import StepSinkEngine
 
 log = logging.getLogger("servehall.worker")
 
@@ -84,6 +89,8 @@ class WorkerSpec:
         log_level: ``[server] log_level``.
         switch_interval_s: ``sys.setswitchinterval`` of the worker process, None for
             Python's default (see :class:`~servehall.config.worker.WorkerSettings`).
+        stream_interval_s: least seconds between two step messages sent from the
+            engine's step thread (see :class:`~servehall.config.worker.WorkerSettings`).
     """
 
     model: ModelConfig
@@ -97,6 +104,7 @@ class WorkerSpec:
     loop_timeout_s: float = 10.0
     log_level: str = "info"
     switch_interval_s: float | None = None
+    stream_interval_s: float = 0.0
 
 
 def parse_fault(value: str | None, generation: int) -> str | None:
@@ -183,11 +191,19 @@ class _Worker:
         self.beat: Any = None  # the latest Heartbeat snapshot (set on the loop)
         self.beat_at = 0.0  # when it was taken (time.monotonic())
         self.beating = threading.Event()  # set = the heartbeat thread must stop
+        self.send_lock = threading.Lock()  # the loop and the engine's step thread send
+        # step-thread state of on_step (the stream interval)
+        self.held: dict[str, list[Any]] = {}  # rid -> [tokens, finish, error, code]
+        self.streaming: set[str] = set()  # requests whose first tokens went out
+        self.sent_at = 0.0  # clock() of the last step message from on_step
+        self.clock = time.monotonic
 
     def send(self, message: Any) -> None:
+        """Encode and send one report (any thread: the socket is used under a lock)."""
         from servehall.worker.messages import report_encoder
 
-        self.reports.send(report_encoder.encode(message))  # small: copying beats zero-copy
+        with self.send_lock:
+            self.reports.send(report_encoder.encode(message))  # small: copying beats zero-copy
 
     async def run(self) -> int:
         from servehall.worker.messages import StartFailed, WorkerReady
@@ -201,6 +217,8 @@ class _Worker:
             self._close()
             return EXIT_START_FAILED
         self.engine = engine
+        if isinstance(engine, StepSinkEngine):
+            engine.set_step_sink(self.on_step)  # a step's output leaves from its thread
         info = engine.model_info
         self.vocab_size = info.vocab_size
         self.send(
@@ -317,13 +335,48 @@ class _Worker:
             assert self.loop is not None
             self.loop.call_soon(self._flush)
 
-    def _flush(self) -> None:
-        from servehall.worker.messages import StepOutput
+    def on_step(self, batch: list[tuple[str, TokenDelta]]) -> None:
+        """One engine step's deltas, on the engine's step thread (``set_step_sink``).
 
+        They leave from this thread as one StepOutput, without waking the event loop —
+        at once when the step ends a request or brings a request's first tokens, or
+        ``stream_interval_s`` has passed since the last message; else they are held
+        (merged per request) and leave with a later step's."""
+        if self.hung:
+            return
+        held = self.held
+        urgent = False
+        running: set[str] = set()
+        for rid, d in batch:
+            entry = held.get(rid)
+            if entry is None:
+                held[rid] = [list(d.token_ids), d.finish_reason, d.error, d.code]
+            else:
+                entry[0].extend(d.token_ids)
+                entry[1:] = [d.finish_reason, d.error, d.code]
+            if d.finish_reason is not None:
+                urgent = True
+            else:
+                running.add(rid)
+                urgent = urgent or rid not in self.streaming
+        self.streaming = running  # rids absent from a step (aborted, preempted) drop out
+        now = self.clock()
+        if not urgent and now - self.sent_at < self.spec.stream_interval_s:
+            return
+        self.held, self.sent_at = {}, now
+        self._ship([(rid, *entry) for rid, entry in held.items()])
+
+    def _flush(self) -> None:
+        """Loop thread: the deltas collected by :meth:`on_delta` as one StepOutput."""
         self.flush_scheduled = False
         if not self.pending:
             return
         batch, self.pending = self.pending, []
+        self._ship(batch)
+
+    def _ship(self, batch: list[Any]) -> None:
+        from servehall.worker.messages import StepOutput
+
         assert self.engine is not None
         try:
             st = self.engine.stats()
@@ -339,7 +392,8 @@ class _Worker:
             stall = STALL_LOOP_S if self.fault == "stall_loop" else 3600.0
             self.fault = None
             log.error("test fault: the event loop stalls for %g s", stall)
-            time.sleep(stall)
+            assert self.loop is not None
+            self.loop.call_soon_threadsafe(time.sleep, stall)  # on the loop, any thread
 
     async def _snapshots(self) -> None:
         """Every ``heartbeat_interval_s``: a new :meth:`_snapshot`."""

@@ -45,7 +45,7 @@ import json
 import logging
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -258,6 +258,11 @@ class OnnxRuntimeEngine:
             kv_cache_blocks_used=running,
             kv_cache_blocks_total=slots,
         )
+
+    def set_step_sink(self, sink: Callable[[list[tuple[str, TokenDelta]]], None]) -> None:
+        """Hand each step's ``(request_id, delta)`` pairs to ``sink`` on the step thread
+        (see ``LiveStreams.step_sink``; the engine worker process uses it)."""
+        self._streams.step_sink = sink
 
     async def shutdown(self) -> None:
         """Abort every request, stop the step thread, release the model. Idempotent."""
