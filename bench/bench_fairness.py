@@ -111,6 +111,8 @@ class Bench:
             options["max_num_batched_tokens"] = self.args.max_num_batched_tokens
         if self.args.inference_threads:
             options["inference_num_threads"] = self.args.inference_threads
+        if self.args.arrival_order_prefill:
+            options["shortest_prefill_first"] = False
         scheduler: dict[str, Any] = {
             "policy": policy,
             "max_concurrency": self.args.cap,
@@ -493,6 +495,11 @@ def main() -> None:
         type=int,
         default=0,
         help="openvino_cpu options.inference_num_threads, every phase (0: OpenVINO's default)",
+    )
+    ap.add_argument(
+        "--arrival-order-prefill",
+        action="store_true",
+        help="openvino_cpu options.shortest_prefill_first = false, every phase",
     )
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()

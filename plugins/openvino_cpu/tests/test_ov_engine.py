@@ -233,3 +233,51 @@ async def test_queued_requests_abort_and_free(ov_model: Callable[..., ModelConfi
         assert (st.running, st.waiting, st.kv_cache_blocks_used) == (0, 0, 0)
     finally:
         await eng.shutdown()
+
+
+async def first_token_order(
+    eng: OpenVINOEngine, requests: list[tuple[str, list[int]]], max_tokens: int
+) -> tuple[list[str], dict[str, list[int]]]:
+    """Add ``requests`` in one loop turn; the order of their first tokens and their outputs."""
+    order: list[str] = []
+    out: dict[str, list[int]] = {}
+    params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
+
+    async def run(rid: str, stream: AsyncIterator[TokenDelta]) -> None:
+        toks: list[int] = []
+        async for d in stream:
+            if d.token_ids and not toks:
+                order.append(rid)
+            toks.extend(d.token_ids)
+        out[rid] = toks
+
+    streams = [(rid, eng.add_request(rid, prompt, params)) for rid, prompt in requests]
+    await asyncio.wait_for(asyncio.gather(*(run(r, s) for r, s in streams)), 120)
+    return order, out
+
+
+async def test_a_short_prompt_is_not_prefilled_behind_long_ones(
+    ov_model: Callable[..., ModelConfig],
+) -> None:
+    """A 64-token step budget: two 640-token prompts need 10 steps of prefill each. With
+    ``shortest_prefill_first`` (the default) a short prompt added after them gets its first
+    token first, and the long ones — cancelled and re-added, their KV blocks from the
+    prefix cache — produce the same greedy tokens as on an engine without prefix caching
+    (so without the reordering either), where the short prompt waits for both."""
+    long_a = [30 + (i * 7) % 200 for i in range(640)]
+    long_b = [40 + (i * 11) % 200 for i in range(640)]
+    requests = [("a", long_a), ("b", long_b), ("short", [25, 26, 27, 28])]
+    results = {}
+    for caching in (True, False):
+        eng = plugin.factory(ov_model(max_num_batched_tokens=64, enable_prefix_caching=caching))
+        await eng.start()
+        try:
+            results[caching] = await first_token_order(eng, requests, 6)
+            await asyncio.sleep(0.1)
+            assert eng.stats().running == 0
+        finally:
+            await eng.shutdown()
+    (order, out), (plain_order, plain_out) = results[True], results[False]
+    assert order == ["short", "a", "b"]
+    assert plain_order == ["a", "b", "short"]
+    assert out == plain_out and all(len(t) == 6 for t in out.values())

@@ -9,6 +9,10 @@ prefill chunks fused with decodes, optional prefix caching). This module drives 
   unfinished, reads each ``GenerationHandle``'s new token ids and hands them, one batch
   per step, to the asyncio loop with ``loop.call_soon_threadsafe``; so requests join the
   running batch at the next step and the event loop never blocks;
+* **shortest prefill first** (``options.shortest_prefill_first``, on by default with
+  prefix caching): a new request whose prompt would wait behind longer prompts still in
+  prefill goes ahead of them — they are cancelled and re-added after it, and the prefix
+  cache gives them back their computed KV blocks;
 * **abort** ends the request's stream at once with ``finish_reason="abort"`` and tells the
   step thread to ``cancel()`` the handle and drop it; the pipeline frees the request's KV
   blocks at its next step (queued and running requests alike), which the thread runs at
@@ -36,7 +40,7 @@ import logging
 import queue
 import secrets
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,11 +77,15 @@ IDLE_WAIT_S = 0.5
 
 @dataclass(slots=True)
 class _Live:
-    """Step-thread state of one request."""
+    """Step-thread state of one request (``prompt``: the int64 row as added;
+    ``started``: a token of it has been read)."""
 
     stream: DeltaStream
     handle: Any
     stop_ids: frozenset[int]
+    prompt: Any = None
+    config: Any = None
+    started: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +270,11 @@ class OpenVINOEngine:
             kv_cache_blocks_total=self._num_blocks,
         )
 
+    def set_step_sink(self, sink: Callable[[list[tuple[str, TokenDelta]]], None]) -> None:
+        """Hand each step's ``(request_id, delta)`` pairs to ``sink`` on the step thread
+        (see ``LiveStreams.step_sink``; the engine worker process uses it)."""
+        self._streams.step_sink = sink
+
     async def shutdown(self) -> None:
         """Abort every request, stop the step thread, release the pipeline. Idempotent."""
         if self._stopped:
@@ -389,17 +402,41 @@ class OpenVINOEngine:
                 stream, prompt, config, stop_ids = arg
                 if stream.done:
                     continue  # aborted before it reached the pipeline
-                rid = self._next_id
-                self._next_id += 1
-                tensor = self._ov_tensor(_int64_row(prompt))
-                handle = self._pipe.add_request(rid, tensor, config)
-                live[rid] = _Live(stream, handle, stop_ids)
+                row = _int64_row(prompt)
+                behind = self._prefills_ahead(live, len(prompt))
+                self._pipe_add(live, _Live(stream, None, stop_ids, row, config))
+                for rid in behind:  # after it, in their order; their KV blocks stay cached
+                    entry = live.pop(rid)
+                    entry.handle.cancel()
+                    cleanup = True
+                    self._pipe_add(live, entry)
             elif kind == "abort":
                 for rid, entry in list(live.items()):
                     if entry.stream is arg:
                         entry.handle.cancel()
                         del live[rid]
                         cleanup = True
+
+    def _pipe_add(self, live: dict[int, _Live], entry: _Live) -> None:
+        """Add ``entry``'s prompt to the pipeline under a new id (step thread)."""
+        rid = self._next_id
+        self._next_id += 1
+        entry.handle = self._pipe.add_request(rid, self._ov_tensor(entry.prompt), entry.config)
+        live[rid] = entry
+
+    def _prefills_ahead(self, live: dict[int, _Live], prompt_len: int) -> list[int]:
+        """The ids of the requests to move behind a new ``prompt_len``-token prompt under
+        ``shortest_prefill_first``: those still in prefill (no token read yet) with a longer
+        prompt, when the prompts in prefill ahead of it exceed the step's token budget
+        (else it is prefilled in the next step anyway). A lower bound on their progress
+        is not known here, so their whole prompts are counted."""
+        opts = self.options
+        if not (opts.shortest_prefill_first and opts.enable_prefix_caching):
+            return []
+        waiting = [(rid, e.prompt.shape[1]) for rid, e in live.items() if not e.started]
+        if sum(n for _, n in waiting) + prompt_len <= opts.max_num_batched_tokens:
+            return []
+        return [rid for rid, n in waiting if n > prompt_len]
 
     def _collect(self, live: dict[int, _Live]) -> list[tuple[DeltaStream, TokenDelta]]:
         """New tokens of every live handle since the last read, as deltas to post."""
@@ -409,6 +446,7 @@ class OpenVINOEngine:
             tokens: list[int] = []
             finish = "NONE"
             if handle.can_read():
+                entry.started = True
                 for out in handle.read().values():
                     tokens.extend(int(t) for t in out.generated_ids)
                     finish = out.finish_reason.name
