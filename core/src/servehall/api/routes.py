@@ -7,6 +7,7 @@ import time
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from servehall.api.models import ModelCard
 from servehall.api.openapi import openapi_document
 from servehall.api.state import ApiState
 from servehall.errors import NotFoundError
@@ -45,13 +46,7 @@ def _principal(request: Request) -> Principal:
 
 def _card(name: str, served: ServedModel) -> dict[str, object]:
     """One model object of OpenAI's wire format (plus ``max_model_len``)."""
-    return {
-        "id": name,
-        "object": "model",
-        "created": _STARTED,
-        "owned_by": "servehall",
-        "max_model_len": served.max_model_len,
-    }
+    return ModelCard(id=name, created=_STARTED, max_model_len=served.max_model_len).model_dump()
 
 
 async def list_models(request: Request) -> Response:

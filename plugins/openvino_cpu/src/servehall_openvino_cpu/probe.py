@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 
 from servehall import ProbeResult
+from servehall_openvino_cpu.convert import EXPORTER_INSTALL, exporter_installed
 
 REQUIRED = ("openvino", "openvino_genai")
 """Modules the engine needs at run time (``openvino_tokenizers`` only for conversion)."""
@@ -71,9 +72,9 @@ def probe() -> ProbeResult:
     isa = isa or ("SSE4.2" if flags else "ISA unknown")
     extra = ", native bf16" if bf16_native(flags) else ""
     reason = f"OpenVINO GenAI {_version('openvino-genai')} on x86-64 CPU ({isa}{extra})"
-    if _version("optimum-intel") == "?":
+    if not exporter_installed():
         reason += (
             "; OpenVINO IR directories only: converting a Hugging Face directory needs "
-            "optimum-intel (pip install --no-deps 'optimum-intel==2.2.*')"
+            f"optimum-intel ({EXPORTER_INSTALL})"
         )
     return ProbeResult(True, reason)
