@@ -247,7 +247,7 @@ def test_step_output_waits_for_the_stream_interval_but_firsts_and_ends_do_not(
     """The worker's step sink (engine step thread) sends a step's tokens at once when they
     start or end a request, else at most once per ``stream_interval_s``: held tokens are
     merged per request into the next message."""
-    assert WorkerSettings().stream_interval_s == 0.005
+    assert WorkerSettings().stream_interval_s == 0.02
     with pytest.raises(pydantic.ValidationError):
         WorkerSettings(stream_interval_s=-0.1)
     spec = WorkerSpec(

@@ -66,7 +66,7 @@ class WorkerSettings(BaseModel):
     crash_loop_restarts: int = Field(default=5, ge=0)
     crash_loop_window_s: float = Field(default=300.0, gt=0)
     switch_interval_s: float | None = Field(default=None, gt=0, le=1)
-    stream_interval_s: float = Field(default=0.005, ge=0, le=1)
+    stream_interval_s: float = Field(default=0.02, ge=0, le=1)
 
     @model_validator(mode="after")
     def _check(self) -> WorkerSettings:
