@@ -401,6 +401,57 @@ async def test_per_token_host_cost(tok_dir: Path) -> None:
     assert per_token < 150e-6, f"{per_token * 1e6:.1f} µs per token"
 
 
+@pytest.mark.parametrize("merged", [True, False])
+async def test_a_stop_string_inside_a_merged_delta_counts_tokens_up_to_it(
+    tok_dir: Path, merged: bool
+) -> None:
+    """A worker merges the tokens of several steps into one delta (its stream interval),
+    a slow reader's backlog is coalesced: the completion tokens of a request ended by a
+    stop string must still be those up to the token that completed it, the same as with
+    one token per delta."""
+    from servehall.engine import SamplingParams, TokenDelta
+    from servehall.engine_support import DeltaStream
+    from servehall.serving.choice import ChoiceStream
+    from servehall.text import StopMatcher, load_tokenizer
+
+    tok = load_tokenizer(tok_dir)
+    ids = tok.encode_plain(" the quick brown fox jumps over")
+    assert len(ids) >= 4
+    upto = tok.decode(ids[:3])
+    stop = upto[-2:]  # completed by the third token
+    assert stop not in tok.decode(ids[:2])
+
+    class Engine:
+        def __init__(self) -> None:
+            self.aborted: list[str] = []
+
+        def add_request(self, rid: str, prompt: Any, params: Any) -> DeltaStream:
+            stream = DeltaStream(rid, self.aborted.append)
+            deltas = [ids] if merged else [[t] for t in ids]
+            for d in deltas:
+                stream.push(TokenDelta(tuple(d)))
+            return stream
+
+        async def abort(self, rid: str) -> None:
+            self.aborted.append(rid)
+
+    engine = Engine()
+    choice = ChoiceStream(
+        engine=engine,  # type: ignore[arg-type]
+        index=0,
+        request_id="r",
+        prompt_ids=[1],
+        params=SamplingParams(max_tokens=50, temperature=0),
+        detok=tok.new_detokenizer(),
+        stops=StopMatcher([stop]),
+    )
+    events = [ev async for ev in choice.events()]
+    assert events[-1].finish_reason == "stop"
+    assert choice.text == upto[: upto.index(stop)]
+    assert choice.completion_tokens == 3
+    assert "r" in engine.aborted  # the engine request is aborted at the stop
+
+
 async def test_ready_needs_healthy_engine_and_recent_probe(tok_dir: Path) -> None:
     from servehall.engine import EngineHealth
     from servehall.serving.probe import Readiness

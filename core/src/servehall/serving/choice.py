@@ -86,6 +86,38 @@ class ChoiceStream:
             out = "".join(pieces)
         return out, False
 
+    def _text(self, token_ids: Sequence[int], last: bool) -> tuple[str, bool]:
+        """The text ``token_ids`` add (``last``: the engine's final delta), after stop
+        strings; ``(text, stopped)``. Counts the completion tokens: with stop strings, a
+        delta of several tokens (a worker's merged steps, a slow reader's backlog) is fed
+        token by token, so that only the tokens up to the one completing a stop string
+        count — as if they had come one per delta."""
+        stops = self.stops
+        if stops is None or len(token_ids) <= 1:
+            self.completion_tokens += len(token_ids)
+            text = self.detok.feed(token_ids) if token_ids else ""
+            if last:
+                text += self.detok.finish()
+            if stops is None:
+                return text, False
+            text, stopped = stops.feed(text)
+        else:
+            parts: list[str] = []
+            stopped = False
+            for token in token_ids:
+                self.completion_tokens += 1
+                piece, stopped = stops.feed(self.detok.feed((token,)))
+                parts.append(piece)
+                if stopped:
+                    break
+            if last and not stopped:
+                piece, stopped = stops.feed(self.detok.finish())
+                parts.append(piece)
+            text = "".join(parts)
+        if last and not stopped:
+            text += stops.flush()
+        return text, stopped
+
     async def events(self) -> AsyncGenerator[ChoiceEvent, None]:
         """Run the engine request and yield text deltas; aborts it if cut short."""
         stream: Any = self.engine.add_request(self.request_id, self.prompt_ids, self.params)
@@ -95,23 +127,16 @@ class ChoiceStream:
             async for delta in stream:
                 if coalesce is not None:  # take the backlog of a slow consumer at once
                     delta = coalesce(delta)
-                if delta.token_ids:
-                    if self.first_token_at is None:
-                        self.first_token_at = time.monotonic()
-                    self.completion_tokens += len(delta.token_ids)
-                text = self.detok.feed(delta.token_ids) if delta.token_ids else ""
+                if delta.token_ids and self.first_token_at is None:
+                    self.first_token_at = time.monotonic()
                 finish: str | None = None
                 if delta.finish_reason is not None:
                     engine_done = True
                     if delta.finish_reason == "error":
                         raise engine_failure(delta)
-                    text += self.detok.finish()
-                if self.stops is not None:
-                    text, stopped = self.stops.feed(text)
-                    if stopped:
-                        finish = "stop"
-                    elif delta.finish_reason is not None:
-                        text += self.stops.flush()
+                text, stopped = self._text(delta.token_ids, delta.finish_reason is not None)
+                if stopped:
+                    finish = "stop"
                 if finish is None and delta.finish_reason is not None:
                     finish = _FINISH.get(delta.finish_reason, "stop")
                 if self.filters:
