@@ -166,6 +166,13 @@ INPUT_RULES = [
 ]
 
 
+def per_step(cfg: dict[str, Any]) -> None:
+    """One step message per engine step (``worker.stream_interval_s = 0``): these tests
+    need streams of many small chunks (phrases split across chunk boundaries), which the
+    default 20 ms interval merges on the fast demo model."""
+    cfg["models"][0]["worker"] = {"stream_interval_s": 0}
+
+
 @pytest.fixture(scope="module")
 def plain(servehall_server: Any, demo_model_dir: Path) -> Iterator[ServerHandle]:
     cfg = demo_config(
@@ -173,6 +180,7 @@ def plain(servehall_server: Any, demo_model_dir: Path) -> Iterator[ServerHandle]
         plugins={"enabled": ["safety_filter"]},
         safety_filter={"rules": INPUT_RULES},
     )
+    per_step(cfg)
     with servehall_server(cfg, name="safety-plain") as srv:
         yield srv
 
@@ -240,6 +248,7 @@ def tenants(
             },
         },
     )
+    per_step(cfg)
     config = work / "deploy.toml"
     config.write_text(dump_toml(cfg))
     cli(config, "db", "upgrade")
