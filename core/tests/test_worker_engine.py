@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import pydantic
 import pytest
 
@@ -38,6 +39,7 @@ from servehall.worker.main import (
     apply_switch_interval,
     parse_fault,
 )
+from servehall.worker.messages import StepOutput, delta_tuple, report_decoder, report_encoder
 
 GREEDY = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
 
@@ -241,6 +243,22 @@ def test_the_worker_switch_interval_comes_from_the_model_settings(tmp_path: Path
         sys.setswitchinterval(before)
 
 
+def test_a_step_output_crosses_the_wire_as_tuples_and_unknown_finishes_are_refused() -> None:
+    """StepOutput deltas decode to ``(rid, token-id tuple, finish, error, code)``; a
+    finish_reason that is not one of the engine's four is a decode error, not a delta."""
+    out = StepOutput(
+        [delta_tuple("a", TokenDelta((1, 2))), delta_tuple("b", TokenDelta((), "error", "x", "c"))],
+        (2, 0, 5),
+    )
+    back = report_decoder.decode(report_encoder.encode(out))
+    assert isinstance(back, StepOutput)
+    assert back.deltas == [("a", (1, 2), None, None, None), ("b", (), "error", "x", "c")]
+    assert back.counters == (2, 0, 5)
+    bad = StepOutput([("a", (1,), "exploded", None, None)], (0, 0, 0))  # type: ignore[list-item]
+    with pytest.raises(msgspec.ValidationError):
+        report_decoder.decode(report_encoder.encode(bad))
+
+
 def test_step_output_waits_for_the_stream_interval_but_firsts_and_ends_do_not(
     tmp_path: Path,
 ) -> None:
@@ -272,18 +290,18 @@ def test_step_output_waits_for_the_stream_interval_but_firsts_and_ends_do_not(
         worker.on_step([("a", TokenDelta((2,)))])  # held
         now[0] += 0.002
         worker.on_step([("a", TokenDelta((3,)))])  # held
-        assert sent == [[("a", [1], None, None, None)]]
+        assert sent == [[("a", (1,), None, None, None)]]
         now[0] += 0.007  # 11 ms since the last message
         worker.on_step([("a", TokenDelta((4,)))])
-        assert sent[1] == [("a", [2, 3, 4], None, None, None)]
+        assert sent[1] == [("a", (2, 3, 4), None, None, None)]
         now[0] += 0.001
         worker.on_step([("a", TokenDelta((5,))), ("b", TokenDelta((7,)))])  # b is new
-        assert sent[2] == [("a", [5], None, None, None), ("b", [7], None, None, None)]
+        assert sent[2] == [("a", (5,), None, None, None), ("b", (7,), None, None, None)]
         now[0] += 0.001
         worker.on_step([("a", TokenDelta((6,))), ("b", TokenDelta((8,)))])  # held
         now[0] += 0.001
         worker.on_step([("a", TokenDelta((9,), "stop"))])  # a ends: at once, with b's
-        assert sent[3] == [("a", [6, 9], "stop", None, None), ("b", [8], None, None, None)]
+        assert sent[3] == [("a", (6, 9), "stop", None, None), ("b", (8,), None, None, None)]
         assert len(sent) == 4
     finally:
         worker._close()

@@ -62,6 +62,7 @@ from typing import Any
 from servehall.config.models import ModelConfig
 from servehall.engine import Engine, TokenDelta
 from servehall.engine_support import StepSinkEngine
+from servehall.worker.messages import DeltaTuple, delta_tuple
 
 log = logging.getLogger("servehall.worker")
 
@@ -181,7 +182,7 @@ class _Worker:
         self.reports.connect(spec.reports_addr)
         self.engine: Engine | None = None
         self.vocab_size = 0
-        self.pending: list[Any] = []
+        self.pending: list[DeltaTuple] = []
         self.flush_scheduled = False
         self.fault = parse_fault(os.environ.get(FAULT_ENV), spec.generation)
         self.hung = False
@@ -193,7 +194,7 @@ class _Worker:
         self.beating = threading.Event()  # set = the heartbeat thread must stop
         self.send_lock = threading.Lock()  # the loop and the engine's step thread send
         # step-thread state of on_step (the stream interval)
-        self.held: dict[str, list[Any]] = {}  # rid -> [tokens, finish, error, code]
+        self.held: dict[str, TokenDelta] = {}  # rid -> its deltas since the last message, merged
         self.streaming: set[str] = set()  # requests whose first tokens went out
         self.sent_at = 0.0  # clock() of the last step message from on_step
         self.clock = time.monotonic
@@ -327,9 +328,7 @@ class _Worker:
         """Collect a delta; the turn's deltas leave as one StepOutput (loop thread)."""
         if self.hung:
             return
-        self.pending.append(
-            (rid, list(delta.token_ids), delta.finish_reason, delta.error, delta.code)
-        )
+        self.pending.append(delta_tuple(rid, delta))
         if not self.flush_scheduled:
             self.flush_scheduled = True
             assert self.loop is not None
@@ -348,12 +347,10 @@ class _Worker:
         urgent = False
         running: set[str] = set()
         for rid, d in batch:
-            entry = held.get(rid)
-            if entry is None:
-                held[rid] = [list(d.token_ids), d.finish_reason, d.error, d.code]
-            else:
-                entry[0].extend(d.token_ids)
-                entry[1:] = [d.finish_reason, d.error, d.code]
+            before = held.get(rid)
+            if before is not None:  # the later delta's finish, error and code win
+                d = TokenDelta(before.token_ids + d.token_ids, d.finish_reason, d.error, d.code)
+            held[rid] = d
             if d.finish_reason is not None:
                 urgent = True
             else:
@@ -364,7 +361,7 @@ class _Worker:
         if not urgent and now - self.sent_at < self.spec.stream_interval_s:
             return
         self.held, self.sent_at = {}, now
-        self._ship([(rid, *entry) for rid, entry in held.items()])
+        self._ship([delta_tuple(rid, d) for rid, d in held.items()])
 
     def _flush(self) -> None:
         """Loop thread: the deltas collected by :meth:`on_delta` as one StepOutput."""
@@ -374,7 +371,7 @@ class _Worker:
         batch, self.pending = self.pending, []
         self._ship(batch)
 
-    def _ship(self, batch: list[Any]) -> None:
+    def _ship(self, batch: list[DeltaTuple]) -> None:
         from servehall.worker.messages import StepOutput
 
         assert self.engine is not None

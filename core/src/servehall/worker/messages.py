@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from servehall.engine import SamplingParams
+from servehall.engine import EngineFinishReason, SamplingParams, TokenDelta
 
 
 class AddRequest(msgspec.Struct, tag="add", array_like=True):
@@ -41,9 +41,16 @@ class StopWorker(msgspec.Struct, tag="stop", array_like=True):
 
 Command = AddRequest | AbortRequest | StopWorker
 
-DeltaTuple = tuple[str, list[int], str | None, str | None, str | None]
+DeltaTuple = tuple[str, tuple[int, ...], EngineFinishReason | None, str | None, str | None]
 """One request's part of a step: ``(request_id, token_ids, finish_reason, error, code)``
-(the fields of :class:`~servehall.engine.TokenDelta`)."""
+(the fields of :class:`~servehall.engine.TokenDelta`; an unknown ``finish_reason`` is a
+decode error)."""
+
+
+def delta_tuple(request_id: str, delta: TokenDelta) -> DeltaTuple:
+    """``delta`` of ``request_id`` as the :data:`DeltaTuple` a StepOutput carries (no copy:
+    MessagePack encodes the token-id tuple as an array)."""
+    return (request_id, delta.token_ids, delta.finish_reason, delta.error, delta.code)
 
 
 class StepOutput(msgspec.Struct, tag="step", array_like=True):
