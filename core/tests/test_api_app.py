@@ -30,6 +30,7 @@ from servehall import (
 )
 from servehall.api.app import create_app
 from servehall.host import Host
+from servehall.metrics import Metrics
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +42,8 @@ def _ids(host: Host, text: str) -> list[int]:
     return host.models["m"].tokenizer.encode_plain(text)
 
 
-async def _client(host: Host) -> httpx.AsyncClient:
-    app = create_app(host)
+async def _client(host: Host, metrics: Metrics | None = None) -> httpx.AsyncClient:
+    app = create_app(host, metrics=metrics)
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
 
 
@@ -519,3 +520,31 @@ async def test_metric_labels_carry_no_identity_or_input(tok_dir: Path) -> None:
         and 'tenant="t1"' in line
         for line in tenant_lines
     )
+
+
+async def test_labelled_counters_are_exported_at_zero_before_their_first_event(
+    tok_dir: Path,
+) -> None:
+    """Every configured model's abort and token counters (and each accept-error reason)
+    have a 0 sample from the start, so ``rate()`` and alerts on them work at once."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from servehall.accept_errors import AcceptErrorMonitor
+    from servehall.metrics import ABORT_REASONS
+
+    host = make_host(tok_dir, ScriptedEngine(_script(tok_dir)))
+    metrics = Metrics(lambda: host)
+    AcceptErrorMonitor(metrics.registry)
+    async with await _client(host, metrics=metrics) as c:
+        text = (await c.get("/metrics")).text
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    for reason in ABORT_REASONS:
+        key = ("servehall_request_aborts_total", (("model", "m"), ("reason", reason)))
+        assert samples[key] == 0.0
+    assert samples[("servehall_generation_tokens_total", (("model", "m"),))] == 0.0
+    for reason in ("EMFILE", "ENFILE", "ENOBUFS", "ENOMEM"):
+        assert samples[("servehall_accept_errors_total", (("reason", reason),))] == 0.0

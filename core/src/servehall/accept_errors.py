@@ -101,6 +101,9 @@ class AcceptErrorMonitor:
             if registry is not None
             else None
         )
+        if self._counter is not None:  # every reason exported from the start, at 0
+            for number in sorted(RESOURCE_ERRNOS):
+                self._counter.labels(errno.errorcode[number])
         self._pending = 0
         self._pending_reason = ""
         self._last_log: float | None = None

@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
+ABORT_REASONS: tuple[str, ...] = ("client_disconnect", "error")
+"""The ``reason`` label values of ``servehall_request_aborts_total``: the client went away
+before the end, or the request failed after admission (engine or server error)."""
+
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
 
@@ -153,6 +157,18 @@ class Metrics:
             registry=r,
         )
         r.register(_EngineCollector(host_ref))
+
+    def start_series(self, models: Iterable[str]) -> None:
+        """Export a 0 sample for every label set known up front: each model's token
+        counters and ``servehall_request_aborts_total`` for each reason in
+        :data:`ABORT_REASONS` (Prometheus' advice for labelled counters: a series that
+        appears only with its first event makes ``rate()`` and alerts on it blind until
+        then)."""
+        for model in models:
+            self.prompt_tokens.labels(model)
+            self.generation_tokens.labels(model)
+            for reason in ABORT_REASONS:
+                self.aborts.labels(model, reason)
 
     def render(self) -> bytes:
         """The text exposition format: the host's families, then those on

@@ -26,6 +26,7 @@ def create_app(
     ``app.state.api`` holds the :class:`~servehall.api.state.ApiState`.
     """
     metrics = metrics or Metrics(lambda: host)
+    metrics.start_series(host.models)
     readiness = readiness or Readiness(host)
     core: list[BaseRoute] = [
         Route("/health/live", routes.health_live, methods=["GET"]),

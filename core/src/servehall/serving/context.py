@@ -14,6 +14,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from servehall.metrics import ABORT_REASONS
 from servehall.records.types import RequestRecord
 
 if TYPE_CHECKING:
@@ -137,5 +138,5 @@ class RequestContext:
                 m.tpot.labels(model).observe(
                     (now - self.first_token_at) / (rec.completion_tokens - 1)
                 )
-        if rec.finish_reason in ("client_disconnect", "error"):
+        if rec.finish_reason in ABORT_REASONS:
             m.aborts.labels(model, rec.finish_reason).inc()
