@@ -493,7 +493,7 @@ class ProcessEngine:
                     continue
                 if finish is not None:
                     del streams[rid]
-                stream.push(TokenDelta(tokens, finish, error, code))
+                stream.push(TokenDelta(tokens, finish, error, code))  # type: ignore[arg-type]
         elif isinstance(msg, Heartbeat):
             self._hb = msg
             self._counters = (msg.running, msg.waiting, msg.kv_cache_blocks_used)
