@@ -131,8 +131,10 @@ def test_bench_compare_null_engine_vs_launched_server(demo_model_dir: Path, tmp_
     assert all(row["completed"] == 6 for row in rows)
     assert rows[0]["throughput_ratio"] == pytest.approx(1.0)
     assert rows[0]["frontend_cpu_us_per_token"] is None
+    assert rows[0]["client_cpu_us_per_token"] is None  # no HTTP client in an engine run
     for row in rows[1:]:
         assert row["cpu_s"] > 0
+        assert row["client_cpu_us_per_token"] > 0  # the load generator's own CPU
         assert row["frontend_cpu_us_per_token"] == pytest.approx(
             row["cpu_us_per_token"] - rows[0]["cpu_us_per_token"]
         )

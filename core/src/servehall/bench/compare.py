@@ -14,7 +14,10 @@ Targets (positional arguments):
 Ratios are against the first target. CPU per output token is ``cpu_s ÷ output tokens``;
 for a server target, **frontend CPU per token** = server CPU per token − engine CPU per
 token, the engine figure coming from the first ``engine`` target of the same run (the
-engine target's CPU is this process's CPU during its run, all threads). Each target gets
+engine target's CPU is this process's CPU during its run, all threads). For a server
+target, **client CPU per token** is this process's CPU during the run (the load generator:
+httpx, h2, SSE parsing) per output token: on a machine with few cores it competes with the
+server and the engine for the same CPUs, which the engine target's run does not. Each target gets
 one short unmeasured warm-up request first (the
 preflight request of a server target).
 """
@@ -177,6 +180,7 @@ class TargetRun:
     result: RunResult
     cpu_s: float | None
     info: dict[str, Any] = field(default_factory=dict)
+    client_cpu_s: float | None = None
 
 
 def comparison_rows(runs: Sequence[TargetRun]) -> list[dict[str, Any]]:
@@ -206,6 +210,11 @@ def comparison_rows(runs: Sequence[TargetRun]) -> list[dict[str, Any]]:
             if cpu_us is not None and engine_us is not None and r.target.kind != "engine"
             else None
         )
+        client_us = (
+            r.client_cpu_s / s.total_output_tokens * 1e6
+            if r.client_cpu_s is not None and s.total_output_tokens
+            else None
+        )
         rows.append(
             {
                 "target": r.target.label,
@@ -223,6 +232,7 @@ def comparison_rows(runs: Sequence[TargetRun]) -> list[dict[str, Any]]:
                 "cpu_s": r.cpu_s,
                 "cpu_us_per_token": cpu_us,
                 "frontend_cpu_us_per_token": frontend,
+                "client_cpu_us_per_token": client_us,
                 **r.info,
             }
         )
@@ -267,15 +277,18 @@ async def run_target(
         url, model, api_key, spec.endpoint, http2=target.http2, ignore_eos=spec.ignore_eos
     )
     cpu0: list[float] = []
+    client0: list[float] = []
 
     def mark() -> None:
+        client0.append(time.process_time())
         if pid is not None:
             cpu0.append(process_cpu_s(pid))
 
     result = await run_serve(
         opts, spec, requests, quiet=quiet, label=target.label, after_preflight=mark
     )
+    client_cpu_s = time.process_time() - client0[0] if client0 else None
     serve_cpu_s = process_cpu_s(pid) - cpu0[0] if pid is not None and cpu0 else None
     info = {"protocol": "h2" if target.http2 else "http/1.1"}
     summary = summarize(result.outputs, result.duration_s, spec.slo, serve_cpu_s)
-    return TargetRun(target, summary, result, serve_cpu_s, info)
+    return TargetRun(target, summary, result, serve_cpu_s, info, client_cpu_s)

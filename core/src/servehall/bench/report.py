@@ -97,6 +97,7 @@ def comparison_table(rows: Sequence[dict[str, Any]], baseline: str) -> Table:
         "CPU s",
         "CPU µs/tok",
         "frontend µs/tok",
+        "client µs/tok",
     ):
         t.add_column(col, justify="right" if col != "target" else "left", overflow="fold")
 
@@ -117,5 +118,6 @@ def comparison_table(rows: Sequence[dict[str, Any]], baseline: str) -> Table:
             f(r["cpu_s"], ".2f"),
             f(r["cpu_us_per_token"], ".1f"),
             f(r["frontend_cpu_us_per_token"], ".1f"),
+            f(r.get("client_cpu_us_per_token"), ".1f"),
         )
     return t
