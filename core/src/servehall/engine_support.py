@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -101,20 +102,27 @@ class DeltaStream:
         detokenizer call, one event — instead of one per step. Loop thread only."""
         if first.finish_reason is not None or self._queue.empty():
             return first
-        tokens = list(first.token_ids)
-        last = first
-        while last.finish_reason is None and not self._queue.empty():
-            last = self._queue.get_nowait()
-            tokens.extend(last.token_ids)
-        if last.finish_reason is not None:
+        deltas = [first]
+        while deltas[-1].finish_reason is None and not self._queue.empty():
+            deltas.append(self._queue.get_nowait())
+        merged = merge_deltas(deltas)
+        if merged.finish_reason is not None:
             self.ended = True
-        return TokenDelta(tuple(tokens), last.finish_reason, last.error, last.code)
+        return merged
 
     async def aclose(self) -> None:
         """Stop iterating; calls ``on_close(request_id)`` when the request has not finished."""
         if not self.done:
             self._on_close(self.request_id)
         self.ended = True
+
+
+def merge_deltas(deltas: Sequence[TokenDelta]) -> TokenDelta:
+    """Consecutive deltas of one request as one: their token ids concatenated, the last
+    one's ``finish_reason``, ``error`` and ``code``. ``deltas`` must not be empty."""
+    last = deltas[-1]
+    tokens = tuple(itertools.chain.from_iterable(d.token_ids for d in deltas))
+    return TokenDelta(tokens, last.finish_reason, last.error, last.code)
 
 
 class LiveStreams(dict[str, DeltaStream]):

@@ -118,6 +118,6 @@ def comparison_table(rows: Sequence[dict[str, Any]], baseline: str) -> Table:
             f(r["cpu_s"], ".2f"),
             f(r["cpu_us_per_token"], ".1f"),
             f(r["frontend_cpu_us_per_token"], ".1f"),
-            f(r.get("client_cpu_us_per_token"), ".1f"),
+            f(r["client_cpu_us_per_token"], ".1f"),
         )
     return t

@@ -93,30 +93,25 @@ class ChoiceStream:
         token by token, so that only the tokens up to the one completing a stop string
         count — as if they had come one per delta."""
         stops = self.stops
-        if stops is None or len(token_ids) <= 1:
-            self.completion_tokens += len(token_ids)
-            text = self.detok.feed(token_ids) if token_ids else ""
-            if last:
-                text += self.detok.finish()
-            if stops is None:
-                return text, False
-            text, stopped = stops.feed(text)
-        else:
-            parts: list[str] = []
-            stopped = False
-            for token in token_ids:
-                self.completion_tokens += 1
-                piece, stopped = stops.feed(self.detok.feed((token,)))
-                parts.append(piece)
-                if stopped:
-                    break
-            if last and not stopped:
-                piece, stopped = stops.feed(self.detok.finish())
-                parts.append(piece)
-            text = "".join(parts)
-        if last and not stopped:
-            text += stops.flush()
-        return text, stopped
+        groups = [token_ids] if stops is None or len(token_ids) <= 1 else [(t,) for t in token_ids]
+        parts: list[str] = []
+        stopped = False
+        for group in groups:
+            self.completion_tokens += len(group)
+            piece = self.detok.feed(group) if group else ""
+            if stops is not None:
+                piece, stopped = stops.feed(piece)
+            parts.append(piece)
+            if stopped:
+                return "".join(parts), True
+        if last:
+            tail = self.detok.finish()
+            if stops is not None:
+                tail, stopped = stops.feed(tail)
+                if not stopped:
+                    tail += stops.flush()
+            parts.append(tail)
+        return "".join(parts), stopped
 
     async def events(self) -> AsyncGenerator[ChoiceEvent, None]:
         """Run the engine request and yield text deltas; aborts it if cut short."""

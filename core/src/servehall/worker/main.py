@@ -61,7 +61,7 @@ from typing import Any
 
 from servehall.config.models import ModelConfig
 from servehall.engine import Engine, TokenDelta
-from servehall.engine_support import StepSinkEngine
+from servehall.engine_support import StepSinkEngine, merge_deltas
 from servehall.worker.messages import DeltaTuple, delta_tuple
 
 log = logging.getLogger("servehall.worker")
@@ -348,8 +348,8 @@ class _Worker:
         running: set[str] = set()
         for rid, d in batch:
             before = held.get(rid)
-            if before is not None:  # the later delta's finish, error and code win
-                d = TokenDelta(before.token_ids + d.token_ids, d.finish_reason, d.error, d.code)
+            if before is not None:
+                d = merge_deltas((before, d))
             held[rid] = d
             if d.finish_reason is not None:
                 urgent = True
