@@ -20,6 +20,7 @@ from servehall.engine import (
     EngineStats,
     ModelInfo,
     SamplingParams,
+    StructuredConstraint,
     TokenDelta,
 )
 from servehall.engine_support import (
@@ -154,6 +155,7 @@ __all__ = [
     "Slot",
     "StepSinkEngine",
     "StreamFilterResult",
+    "StructuredConstraint",
     "Ticket",
     "TokenDelta",
     "UTCDateTime",

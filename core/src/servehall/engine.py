@@ -28,6 +28,38 @@ EngineFinishReason = Literal["stop", "length", "abort", "error"]
 
 
 @dataclass(frozen=True, slots=True)
+class StructuredConstraint:
+    """One engine-neutral decoding constraint (structured output, guided decoding, tools).
+
+    Exactly one of the fields below ``any_whitespace`` is set. The API layer validates and
+    normalises it once (a malformed or unsupported constraint is a 400 before any engine
+    work); each engine compiles it with its own grammar backend (OpenVINO GenAI's
+    ``StructuredOutputConfig``, vLLM's ``StructuredOutputsParams``, xgrammar masks in the
+    torch engine, llguidance in ONNX Runtime GenAI) and lists ``"structured_output"`` in
+    :attr:`Engine.supported_params` when it can.
+
+    Attributes:
+        json_schema: a JSON Schema as JSON text (``json_object`` becomes a generic object
+            schema).
+        regex: a regular expression the whole output must match.
+        choice: the output is exactly one of these strings.
+        grammar: an EBNF grammar (xgrammar / GBNF dialect) as text.
+        structural_tag: a triggered structure as JSON text (xgrammar's structural tag: free
+            text until a trigger such as ``<tool_call>``, then a schema-constrained body).
+        any_whitespace: False (the default) bounds whitespace between JSON tokens so a weak
+            model still closes the JSON in a small token budget (vLLM's
+            ``disable_any_whitespace``, xgrammar's ``any_whitespace=False``).
+    """
+
+    json_schema: str | None = None
+    regex: str | None = None
+    choice: tuple[str, ...] | None = None
+    grammar: str | None = None
+    structural_tag: str | None = None
+    any_whitespace: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class SamplingParams:
     """Decoding parameters of one engine request (one choice; ``n`` is expanded by the host).
 
@@ -47,6 +79,7 @@ class SamplingParams:
             greedy decoding too.
         stop_token_ids: extra token ids that end the request with ``stop`` (besides EOS).
         ignore_eos: keep generating past EOS (benchmarks only).
+        structured: a decoding constraint, or None for free text.
     """
 
     max_tokens: int
@@ -60,6 +93,7 @@ class SamplingParams:
     top_k: int = 0
     min_p: float = 0.0
     repetition_penalty: float = 1.0
+    structured: StructuredConstraint | None = None
 
 
 @dataclass(frozen=True, slots=True)
