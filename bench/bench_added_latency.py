@@ -112,7 +112,7 @@ def bare(n: int, warmup: int) -> list[float]:
 
 async def engine(config: Path, n: int, warmup: int) -> list[float]:
     from servehall.bench.engine_driver import loaded_engine
-    from servehall.engine import SamplingParams
+    from servehall.engines.contract import SamplingParams
 
     out: list[float] = []
     params = SamplingParams(max_tokens=1, temperature=0.0)

@@ -11,7 +11,7 @@ servers get the same churn, one after the other, each in its own process:
   the baseline, showing what servehall corrects (closed connections held in
   ``CLOSE-WAIT`` for ``keep_alive_timeout``, 75 s here as servehall's default);
 * ``Hypercorn + fixes`` — the same app with
-  :func:`servehall.api.connections.install_connection_fixes`;
+  :func:`servehall.server.hypercorn.install_connection_fixes`;
 * ``servehall serve --demo`` — the real server (demo model; skipped with
   ``--no-servehall``).
 
@@ -55,7 +55,7 @@ async def app(scope, receive, send):
     await send({"type": "http.response.body", "body": b"ok"})
 
 if sys.argv[2] == "fixes":
-    from servehall.api.connections import install_connection_fixes
+    from servehall.server.hypercorn import install_connection_fixes
     install_connection_fixes()
 sock = socket.socket()
 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

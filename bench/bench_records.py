@@ -35,7 +35,7 @@ from servehall import RequestRecord
 from servehall.config.settings import load_settings
 from servehall.db import create_db_engine
 from servehall.db.migrate import upgrade_database
-from servehall.plugins import PluginHost
+from servehall.plugin.manager import PluginHost
 from servehall.records.bus import open_record_bus
 
 

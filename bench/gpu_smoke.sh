@@ -55,7 +55,7 @@ servehall() { "$PY" -c 'from servehall.cli import main; main()' "$@"; }
 echo "== 1. probe"
 "$PY" - "$BACKEND" <<'EOF' || exit 2
 import sys
-from servehall.plugins import PluginHost
+from servehall.plugin.manager import PluginHost
 backend = sys.argv[1]
 reg = PluginHost(["cuda"] if backend == "cuda" else []).backends()
 r = reg.probe(backend)

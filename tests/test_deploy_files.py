@@ -76,7 +76,7 @@ def test_deploy_config_is_valid_with_shared_limits(tmp_path: Path) -> None:
         (tmp_path / name).write_text(value)
         text = text.replace(f"/run/secrets/{name}", str(tmp_path / name))
     (tmp_path / "s.toml").write_text(text)
-    from servehall.bootstrap import load_deployment
+    from servehall.server.bootstrap import load_deployment
 
     settings, _ = load_deployment(tmp_path / "s.toml")
     auth = settings.section("auth")

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from servehall.plugins import PluginHost, installed_entry_points
+from servehall.plugin.manager import PluginHost, installed_entry_points
 
 PROMPTS = [
     "Hello",

@@ -15,9 +15,9 @@ import pytest
 
 from servehall.config.settings import Settings
 from servehall.errors import ConfigError
-from servehall.listeners import bind_sockets, check_binds
-from servehall.plugins import PluginHost
-from servehall.server import run
+from servehall.plugin.manager import PluginHost
+from servehall.server.listeners import bind_sockets, check_binds
+from servehall.server.serve import run
 from tests.conftest import free_port, run_cli
 
 

@@ -9,9 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from servehall.config.settings import Settings
-from servehall.engine import EngineHealth, EngineStats, ModelInfo, SamplingParams, TokenDelta
-from servehall.host import Host, ServedModel
-from servehall.plugins import PluginHost
+from servehall.engines.contract import (
+    EngineHealth,
+    EngineStats,
+    ModelInfo,
+    SamplingParams,
+    TokenDelta,
+)
+from servehall.plugin.host import Host, ServedModel
+from servehall.plugin.manager import PluginHost
 from servehall.records.types import RequestRecord
 from servehall.schedulers.fcfs import FcfsScheduler
 from servehall.text import TextTokenizer

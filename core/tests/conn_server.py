@@ -2,7 +2,7 @@
 
 ``python conn_server.py PORT [--fixes] [--keep-alive S] [--max-streams N]`` serves
 127.0.0.1:PORT and prints ``ready`` once its socket listens. With ``--fixes`` it installs
-:func:`servehall.api.connections.install_connection_fixes` (what ``servehall serve``
+:func:`servehall.server.hypercorn.install_connection_fixes` (what ``servehall serve``
 does); without, it is a bare Hypercorn 0.18 (the control that shows each bug).
 
 Routes (any method):
@@ -76,8 +76,7 @@ def main() -> None:
     p.add_argument("--drain-s", type=float, default=None)
     args = p.parse_args()
     if args.fixes:
-        from servehall.api import h1_early_response
-        from servehall.api.connections import install_connection_fixes
+        from servehall.server.hypercorn import h1_early_response, install_connection_fixes
 
         install_connection_fixes()
     sock = socket.socket()

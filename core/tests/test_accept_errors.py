@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from servehall.accept_errors import AcceptErrorMonitor
+from servehall.server.accept_errors import AcceptErrorMonitor
 
 
 class FakeClock:
@@ -90,7 +90,7 @@ _REAL_ACCEPT = textwrap.dedent(
     """
     import asyncio, logging, os, resource, socket, sys
     from prometheus_client import CollectorRegistry
-    from servehall.accept_errors import AcceptErrorMonitor
+    from servehall.server.accept_errors import AcceptErrorMonitor
 
     logging.basicConfig(stream=sys.stdout, format="%(levelname)s %(name)s: %(message)s")
 

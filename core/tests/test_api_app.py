@@ -29,8 +29,8 @@ from servehall import (
     hookimpl,
 )
 from servehall.api.app import create_app
-from servehall.host import Host
 from servehall.metrics import Metrics
+from servehall.plugin.host import Host
 
 
 @pytest.fixture(scope="module")
@@ -374,7 +374,7 @@ async def test_one_record_per_request(tok_dir: Path) -> None:
 async def test_per_token_host_cost(tok_dir: Path) -> None:
     """Detokenize + stop matching + SSE framing per streamed token stays small (the budget
     is 30 µs on a quiet core; this shared CI box gets a generous 150 µs bound)."""
-    from servehall.engine import SamplingParams
+    from servehall.engines.contract import SamplingParams
     from servehall.serving.choice import ChoiceStream
     from servehall.text import StopMatcher
 
@@ -410,8 +410,8 @@ async def test_a_stop_string_inside_a_merged_delta_counts_tokens_up_to_it(
     a slow reader's backlog is coalesced: the completion tokens of a request ended by a
     stop string must still be those up to the token that completed it, the same as with
     one token per delta."""
-    from servehall.engine import SamplingParams, TokenDelta
-    from servehall.engine_support import DeltaStream
+    from servehall.engines.contract import SamplingParams, TokenDelta
+    from servehall.engines.kit import DeltaStream
     from servehall.serving.choice import ChoiceStream
     from servehall.text import StopMatcher, load_tokenizer
 
@@ -454,7 +454,7 @@ async def test_a_stop_string_inside_a_merged_delta_counts_tokens_up_to_it(
 
 
 async def test_ready_needs_healthy_engine_and_recent_probe(tok_dir: Path) -> None:
-    from servehall.engine import EngineHealth
+    from servehall.engines.contract import EngineHealth
     from servehall.serving.probe import Readiness
 
     engine = ScriptedEngine(_script(tok_dir))
@@ -479,7 +479,7 @@ async def test_ready_needs_healthy_engine_and_recent_probe(tok_dir: Path) -> Non
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_engine_error_is_reported_not_crashed(tok_dir: Path, stream: bool) -> None:
-    from servehall.engine import TokenDelta
+    from servehall.engines.contract import TokenDelta
 
     engine = ScriptedEngine(_script(tok_dir))
 
@@ -529,8 +529,8 @@ async def test_labelled_counters_are_exported_at_zero_before_their_first_event(
     have a 0 sample from the start, so ``rate()`` and alerts on them work at once."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from servehall.accept_errors import AcceptErrorMonitor
     from servehall.metrics import ABORT_REASONS
+    from servehall.server.accept_errors import AcceptErrorMonitor
 
     host = make_host(tok_dir, ScriptedEngine(_script(tok_dir)))
     metrics = Metrics(lambda: host)

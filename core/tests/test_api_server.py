@@ -1,4 +1,4 @@
-"""server.py: Hypercorn settings from config and startup refusals (no engine needed)."""
+"""server/serve.py: Hypercorn settings from config and startup refusals (no engine needed)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 
 from servehall.config.settings import Settings
 from servehall.errors import ConfigError
-from servehall.plugins import PluginHost
-from servehall.server import build_host, hypercorn_config, serve
+from servehall.plugin.manager import PluginHost
+from servehall.server.serve import build_host, hypercorn_config, serve
 
 
 def test_hypercorn_defaults_raised_for_streaming(tmp_path: Path) -> None:
@@ -32,7 +32,7 @@ def test_hypercorn_defaults_raised_for_streaming(tmp_path: Path) -> None:
 
 
 def test_early_response_drain_budget_reaches_hypercorn() -> None:
-    from servehall.api import h1_early_response
+    from servehall.server.hypercorn import h1_early_response
 
     s = Settings(server={"early_response_drain_bytes": 1000, "early_response_drain_s": 2.5})
     cfg = hypercorn_config(s)

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from servehall.api.errors import MAX_LISTED_ERRORS, from_validation_error
-from servehall.api.models import ChatCompletionRequest, CompletionRequest
+from servehall.api.wire import ChatCompletionRequest, CompletionRequest
 
 
 def _err(model: Any, body: dict[str, Any]) -> Any:

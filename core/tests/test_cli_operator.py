@@ -170,7 +170,7 @@ def test_plugins_keeps_names_whole_and_says_what_demo_enables(
     code, out, err = cli("plugins", "--json")
     assert code == 0, err
     data = json.loads(out)
-    from servehall.plugins import installed_entry_points
+    from servehall.plugin.manager import installed_entry_points
 
     expected_demo = ["openvino_cpu"] if "openvino_cpu" in installed_entry_points() else []
     assert data["demo_enables"] == expected_demo

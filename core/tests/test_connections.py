@@ -1,5 +1,5 @@
 """Connection handling on a real Hypercorn, with and without servehall's fixes
-(:mod:`servehall.api.connections`): closed connections released at once, early HTTP/1.1
+(:mod:`servehall.server.hypercorn`): closed connections released at once, early HTTP/1.1
 answers, refused HTTP/2 streams. Raw sockets only; socket states come from the kernel
 (``/proc/net/tcp``). Each bug is also shown on a bare Hypercorn (the ``control`` tests),
 so these tests can tell a fixed server from an unfixed one.
@@ -24,7 +24,7 @@ import h11
 import httpx
 import pytest
 
-from servehall.api import h1_early_response
+from servehall.server.hypercorn import h1_early_response
 from servehall.testing.rawhttp import H2Client, read_response, read_until_closed
 from servehall.testing.sockets import server_socket_states, wait_for_states
 

@@ -153,8 +153,8 @@ def test_canonical_dtype() -> None:
 
 
 async def test_delta_stream_coalesces_the_backlog() -> None:
-    from servehall.engine import TokenDelta
-    from servehall.engine_support import DeltaStream
+    from servehall.engines.contract import TokenDelta
+    from servehall.engines.kit import DeltaStream
 
     s = DeltaStream("r", lambda rid: None)
     s.push(TokenDelta((1,)))
@@ -174,8 +174,8 @@ async def test_delta_stream_coalesces_the_backlog() -> None:
 
 
 async def test_delta_stream_listener_gets_backlog_then_pushes() -> None:
-    from servehall.engine import TokenDelta
-    from servehall.engine_support import DeltaStream
+    from servehall.engines.contract import TokenDelta
+    from servehall.engines.kit import DeltaStream
 
     got: list[tuple[str, TokenDelta]] = []
     s = DeltaStream("r", lambda rid: None)

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
+from servehall.admission.scheduler import Ticket
 from servehall.config.models import SchedulerSettings
 from servehall.errors import QueueFullError, QueueTimeoutError
 from servehall.schedulers.fcfs import FcfsScheduler
-from servehall.scheduling import Ticket
 
 
 def _t(i: int) -> Ticket:

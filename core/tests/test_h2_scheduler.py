@@ -1,4 +1,4 @@
-"""HTTP/2 send scheduling (:mod:`servehall.api.h2_scheduler`): the round-robin stream
+"""HTTP/2 send scheduling (:mod:`servehall.server.hypercorn.h2_scheduler`): the round-robin stream
 set on its own, and on a real Hypercorn (``conn_server.py --fixes``) with many streams,
 bodies and PRIORITY frames on one connection."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import priority
 import pytest
 
-from servehall.api.h2_scheduler import RoundRobinStreams
+from servehall.server.hypercorn.h2_scheduler import RoundRobinStreams
 from servehall.testing.rawhttp import H2Client
 
 SERVER = Path(__file__).with_name("conn_server.py")

@@ -29,9 +29,9 @@ from servehall import (
 )
 from servehall.config import load_settings, validate_plugin_sections
 from servehall.errors import ConfigError
-from servehall.host import Host
-from servehall.plugins import PluginHost
-from servehall.routes import RouteRegistry
+from servehall.plugin.host import Host
+from servehall.plugin.manager import PluginHost
+from servehall.plugin.registries import RouteRegistry
 
 
 def _host(*plugins: object) -> PluginHost:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from servehall import hookspecs
+from servehall.plugin import hookspecs
 
 ROOT = Path(__file__).resolve().parents[2]
 HOOKS = sorted(hookspecs.HOOK_NAMES)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import logging
 
-from servehall.logs import NOISY_LOGGERS, configure_logging
+from servehall.server.logs import NOISY_LOGGERS, configure_logging
 
 
 def test_debug_level_never_lets_header_dumps_through() -> None:

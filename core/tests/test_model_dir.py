@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from servehall.engines.model_dir import check_model_dir
 from servehall.errors import ConfigError
-from servehall.model_dir import check_model_dir
 
 
 def test_refusals_name_the_setting_and_what_is_missing(tmp_path: Path) -> None:

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from servehall.backends import BackendSpec
 from servehall.config.models import ModelConfig
 from servehall.defaults.null_backend import probe_null
-from servehall.engine import SamplingParams, TokenDelta
+from servehall.engines.backends import BackendSpec
+from servehall.engines.contract import SamplingParams, TokenDelta
 from servehall.engines.null import NullEngine, null_engine_factory
 from servehall.errors import ConfigError
-from servehall.plugins import PluginHost
+from servehall.plugin.manager import PluginHost
 from servehall.testing.conformance import BackendConformance, collect
 
 EOS = 2

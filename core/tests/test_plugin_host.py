@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from servehall.errors import PluginError
-from servehall.plugins import DEFAULT_PLUGINS, PluginHost
+from servehall.plugin.manager import DEFAULT_PLUGINS, PluginHost
 
 GOOD = """
 from servehall import hookimpl, BackendSpec, ProbeResult

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from servehall import ANONYMOUS, NotFoundError, PermissionDeniedError, Policy, Principal
-from servehall.access import check_model_access
+from servehall.admission.access import check_model_access
 from servehall.records.bus import RecordBus
 from servehall.records.types import RequestRecord
 

@@ -17,7 +17,7 @@ from servehall.config.settings import load_settings
 from servehall.db import create_db_engine
 from servehall.db.migrate import upgrade_database
 from servehall.db.testing import PgCluster, pg_bin_dir, require_pg
-from servehall.plugins import PluginHost
+from servehall.plugin.manager import PluginHost
 from servehall.records.bus import open_record_bus
 
 

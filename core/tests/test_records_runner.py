@@ -14,7 +14,7 @@ import pytest
 
 from servehall import AuditEvent, RequestRecord, ServiceUnavailableError
 from servehall.config.settings import load_settings
-from servehall.plugins import PluginHost
+from servehall.plugin.manager import PluginHost
 from servehall.records.bus import RecordBus, open_record_bus
 from servehall.records.jsonl_sink import JsonlSink
 from servehall.records.runner import SinkRunner

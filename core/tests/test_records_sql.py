@@ -17,7 +17,7 @@ from servehall.config.settings import Settings, load_settings
 from servehall.db import create_db_engine
 from servehall.db.migrate import ensure_schema, pending_heads, upgrade_database
 from servehall.db.testing import create_pg_database, drop_pg_database, require_pg, run_sql
-from servehall.plugins import PluginHost
+from servehall.plugin.manager import PluginHost
 from servehall.records.bus import open_record_bus
 from servehall.records.chain import append_events, verify_chain
 from servehall.records.sql_sink import SqlSink

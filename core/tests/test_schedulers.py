@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from servehall.bootstrap import check_names
+from servehall.admission.scheduler import DEFAULT_TENANT, Ticket
 from servehall.cli import build_cli
 from servehall.config.models import SchedulerSettings, SchedulerTenantSettings
 from servehall.config.settings import load_settings
 from servehall.errors import ConfigError, QueueFullError, QueueTimeoutError
-from servehall.plugins import PluginHost
+from servehall.plugin.manager import PluginHost
 from servehall.schedulers import FairScheduler, FcfsScheduler, Grant, PriorityScheduler
-from servehall.scheduling import DEFAULT_TENANT, Ticket
+from servehall.server.bootstrap import check_names
 
 
 class FakeClock:

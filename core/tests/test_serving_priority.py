@@ -3,7 +3,7 @@ the principal's ``max_priority`` (clamped, never an error)."""
 
 from __future__ import annotations
 
-from servehall.principal import ANONYMOUS, Policy, Principal
+from servehall.admission.principal import ANONYMOUS, Policy, Principal
 from servehall.serving.priority import request_priority
 
 

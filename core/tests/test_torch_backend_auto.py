@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from servehall import BackendRegistry, BackendSpec, ConfigError, ProbeResult
-from servehall.plugins import PluginHost
+from servehall.plugin.manager import PluginHost
 
 
 def _fake(name: str, available: bool, priority: int | None, reason: str = "") -> BackendSpec:

@@ -15,9 +15,10 @@ import msgspec
 import pydantic
 import pytest
 
+from servehall.admission.scheduler import Ticket
 from servehall.config.models import ModelConfig, SchedulerSettings
 from servehall.config.worker import WorkerSettings
-from servehall.engine import SamplingParams, TokenDelta
+from servehall.engines.contract import SamplingParams, TokenDelta
 from servehall.errors import (
     EngineError,
     EngineUnavailableError,
@@ -25,10 +26,8 @@ from servehall.errors import (
     QueueTimeoutError,
 )
 from servehall.schedulers.fcfs import FcfsScheduler
-from servehall.scheduling import Ticket
 from servehall.serving.choice import engine_failure
 from servehall.worker import ProcessEngine
-from servehall.worker.client import WATCH_INTERVAL_S
 from servehall.worker.exits import describe_exit, signal_name, with_stderr
 from servehall.worker.gate import EngineGate
 from servehall.worker.main import (
@@ -40,6 +39,7 @@ from servehall.worker.main import (
     parse_fault,
 )
 from servehall.worker.messages import StepOutput, delta_tuple, report_decoder, report_encoder
+from servehall.worker.supervisor import WATCH_INTERVAL_S
 
 GREEDY = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
 

@@ -8,13 +8,28 @@ anything else is internal and may change without notice.
 
 from typing import TYPE_CHECKING, Any
 
-from servehall.backends import BackendRegistry, BackendSpec, ProbeResult
-from servehall.bootstrap import load_deployment
-from servehall.cache import build_atomically, installed_versions, servehall_cache_dir
+from servehall.admission.filters import (
+    FilterVerdict,
+    InputFilter,
+    OutputStreamFilter,
+    PromptParts,
+    StreamFilterResult,
+)
+from servehall.admission.principal import (
+    ANONYMOUS,
+    SCOPE_ADMIN,
+    SCOPE_INFERENCE,
+    Limits,
+    Policy,
+    Principal,
+)
+from servehall.admission.scheduler import Scheduler, SchedulerSpec, Slot, Ticket
+from servehall.admission.usage import AdmissionRequest, Reservation
 from servehall.config import ModelConfig, Secret, Settings, load_settings
 from servehall.config.options import canonical_dtype, parse_model_options
-from servehall.conversion import run_converter, source_digest
-from servehall.engine import (
+from servehall.engines.backends import BackendRegistry, BackendSpec, ProbeResult
+from servehall.engines.cache import build_atomically, installed_versions, servehall_cache_dir
+from servehall.engines.contract import (
     Engine,
     EngineHealth,
     EngineStats,
@@ -23,7 +38,8 @@ from servehall.engine import (
     StructuredConstraint,
     TokenDelta,
 )
-from servehall.engine_support import (
+from servehall.engines.conversion import run_converter, source_digest
+from servehall.engines.kit import (
     DeltaStream,
     HfModelFacts,
     LiveStreams,
@@ -43,25 +59,15 @@ from servehall.errors import (
     ServehallError,
     ServiceUnavailableError,
 )
-from servehall.filters import (
-    FilterVerdict,
-    InputFilter,
-    OutputStreamFilter,
-    PromptParts,
-    StreamFilterResult,
-)
-from servehall.hookimpl import hookimpl
-from servehall.host import Host, ServedModel
-from servehall.migrations_api import MigrationBranch
-from servehall.plugin_metrics import plugin_counter
-from servehall.plugin_state import PluginState
-from servehall.principal import ANONYMOUS, SCOPE_ADMIN, SCOPE_INFERENCE, Limits, Policy, Principal
+from servehall.plugin.hookimpl import hookimpl
+from servehall.plugin.host import Host, ServedModel
+from servehall.plugin.metrics import plugin_counter
+from servehall.plugin.migrations import MigrationBranch
+from servehall.plugin.registries import RouteRegistry, SchedulerRegistry, SinkRegistry
+from servehall.plugin.state import PluginState
 from servehall.records.bus import open_record_bus
 from servehall.records.types import AuditEvent, RequestRecord, Sink, SinkSpec
-from servehall.registries import SchedulerRegistry, SinkRegistry
-from servehall.routes import RouteRegistry
-from servehall.scheduling import Scheduler, SchedulerSpec, Slot, Ticket
-from servehall.usage import AdmissionRequest, Reservation
+from servehall.server.bootstrap import load_deployment
 from servehall.version import HOOK_API_VERSION, __version__
 
 if TYPE_CHECKING:  # imported lazily below (SQLAlchemy is heavy): see __getattr__

@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from servehall.host import Host
+    from servehall.plugin.host import Host
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -16,7 +16,7 @@ import pytest
 from servehall import ConfigError, ModelConfig
 from servehall.engines.torch import TorchOptions
 from servehall.errors import ConfigError as CoreConfigError
-from servehall.plugins import PluginHost
+from servehall.plugin.manager import PluginHost
 from servehall.testing.conformance import TinyLlamaConformance
 from servehall_ascend_stub.device import NpuDevice, SimulatedNpuDevice
 from servehall_ascend_stub.probe import probe_ascend, visible_after_filter
@@ -126,7 +126,7 @@ def test_ascend_guard_keeps_host_alive_with_fake_broken_torch_npu(tmp_path: Path
     out = _run(
         """
         import os, sys
-        from servehall.plugins import PluginHost
+        from servehall.plugin.manager import PluginHost
         reg = PluginHost(["ascend"]).backends()
         r = reg.probe("ascend")
         print("PROBE", r.available, r.reason)

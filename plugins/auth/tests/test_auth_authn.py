@@ -17,7 +17,7 @@ from servehall import (
     Policy,
     Principal,
 )
-from servehall.access import check_model_access
+from servehall.admission.access import check_model_access
 from servehall_auth.audit import FailureAuditor
 from servehall_auth.runtime import AuthRuntime
 from servehall_auth.settings import AuthSettings
@@ -104,7 +104,7 @@ def req(p: Principal, model: str = "demo") -> AdmissionRequest:
 
 
 async def test_authorize_leaves_access_to_the_core(runtime: AuthRuntime) -> None:
-    # scope and model allow-list are decided once, by servehall.access (core); the
+    # scope and model allow-list are decided once, by servehall.admission.access (core); the
     # plugin's authorize hook only reserves quota
     p = Principal(id="b", policy=Policy(models=frozenset({"demo"})))
     assert await runtime.authorize(req(p)) is None  # no limits configured

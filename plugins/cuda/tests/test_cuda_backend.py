@@ -11,7 +11,7 @@ import pytest
 
 from servehall import BackendSpec, ConfigError
 from servehall.engines.torch import DriverCount, TorchBuild, TorchOptions
-from servehall.plugins import PluginHost
+from servehall.plugin.manager import PluginHost
 from servehall.testing.conformance import TinyLlamaConformance
 from servehall_cuda.device import CudaDevice
 from servehall_cuda.probe import probe_cuda
@@ -67,7 +67,7 @@ def test_cuda_device_accepts_flash_and_rejects_unknown_attention() -> None:
 
 def test_cuda_plugin_import_is_light() -> None:
     code = (
-        "import sys, servehall_cuda.plugin as p; from servehall.plugins import PluginHost;"
+        "import sys, servehall_cuda.plugin as p; from servehall.plugin.manager import PluginHost;"
         "PluginHost(['cuda']).backends().describe();"
         "print('HEAVY' if 'torch' in sys.modules or 'transformers' in sys.modules else 'LIGHT')"
     )

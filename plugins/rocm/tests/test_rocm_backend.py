@@ -11,7 +11,7 @@ import pytest
 
 from servehall import BackendSpec, ConfigError
 from servehall.engines.torch import DriverCount, TorchBuild, TorchOptions
-from servehall.plugins import PluginHost
+from servehall.plugin.manager import PluginHost
 from servehall.testing.conformance import TinyLlamaConformance
 from servehall_rocm.device import RocmDevice
 from servehall_rocm.probe import probe_rocm
@@ -60,7 +60,7 @@ def test_rocm_defaults() -> None:
 
 def test_rocm_plugin_import_is_light() -> None:
     code = (
-        "import sys, servehall_rocm.plugin; from servehall.plugins import PluginHost;"
+        "import sys, servehall_rocm.plugin; from servehall.plugin.manager import PluginHost;"
         "PluginHost(['rocm']).backends().describe();"
         "print('HEAVY' if 'torch' in sys.modules or 'transformers' in sys.modules else 'LIGHT')"
     )

@@ -7,7 +7,7 @@ from prometheus_client import REGISTRY
 
 from servehall import AdmissionRequest, Host, Principal, PromptParts, load_settings
 from servehall.errors import ConfigError
-from servehall.plugins import PluginHost
+from servehall.plugin.manager import PluginHost
 from servehall_safety_filter.policy import PolicyBook
 
 CONFIG = {

@@ -12,9 +12,9 @@ from servehall.api.auth import AuthMiddleware
 from servehall.api.errors import install_handlers
 from servehall.api.inference import InferenceEndpoint
 from servehall.api.state import ApiState
-from servehall.host import Host
 from servehall.metrics import Metrics
-from servehall.routes import RouteRegistry
+from servehall.plugin.host import Host
+from servehall.plugin.registries import RouteRegistry
 from servehall.serving.probe import Readiness
 
 

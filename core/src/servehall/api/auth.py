@@ -5,7 +5,8 @@ Pure ASGI, wrapped around the whole app, so it covers core routes, plugin routes
 which routes exist). The principal goes to ``scope["state"]["principal"]``
 (``request.state.principal``):
 
-* no plugin implements ``servehall_authenticate`` → :data:`~servehall.principal.ANONYMOUS`;
+* no plugin implements ``servehall_authenticate`` →
+  :data:`~servehall.admission.principal.ANONYMOUS`;
 * a plugin returns a principal → that principal (first one wins);
 * none does, or one raises ``AuthenticationError`` → 401 with ``WWW-Authenticate: Bearer``;
   another ``ServehallError`` (403, 429 …) keeps its status; any other exception from a
@@ -22,11 +23,11 @@ import uuid
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from servehall.admission.principal import ANONYMOUS
 from servehall.api.body import drain_body
 from servehall.api.errors import error_response
 from servehall.api.state import ApiState
 from servehall.errors import AuthenticationError, ServehallError
-from servehall.principal import ANONYMOUS
 from servehall.serving.context import RequestContext
 
 log = logging.getLogger("servehall.auth")

@@ -167,7 +167,7 @@ async def drain_body(receive: Receive, timeout_s: float = 60.0) -> None:
     """Read and drop the rest of a request body after an early response (413, 401 …),
     until the body ends, the client goes away, or ``timeout_s`` passes. Keeps Hypercorn's
     bounded per-request queue flowing so the connection (and, on HTTP/2, its other
-    streams) is not stalled; see :mod:`servehall.api.h2_workaround`."""
+    streams) is not stalled; see :mod:`servehall.server.hypercorn.h2_workaround`."""
     with contextlib.suppress(Exception):
         async with asyncio.timeout(timeout_s):
             while True:

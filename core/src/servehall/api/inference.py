@@ -32,33 +32,33 @@ from pydantic import ValidationError
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
-from servehall.access import check_model_access
+from servehall.admission.access import check_model_access
+from servehall.admission.filters import PromptParts
+from servehall.admission.principal import ANONYMOUS
+from servehall.admission.scheduler import Slot, Ticket
+from servehall.admission.usage import AdmissionRequest, Reservation
 from servehall.api.body import check_media_type, drain_body, parse_json_object, read_body
 from servehall.api.disconnect import ClientGone, DisconnectWatch
 from servehall.api.errors import error_response, from_validation_error
-from servehall.api.models import ChatCompletionRequest, CompletionRequest
+from servehall.api.offload import run_heavy
 from servehall.api.prompt import chat_turns, prompt_texts
 from servehall.api.response import send_completion
 from servehall.api.run import InferenceRun, completion_text, fill_record
+from servehall.api.sampling import check_unsupported, resolve_max_tokens, sampling_params
 from servehall.api.sse import send_stream
 from servehall.api.state import ApiState
+from servehall.api.wire import ChatCompletionRequest, CompletionRequest
 from servehall.errors import (
     ContentFilterError,
     InvalidRequestError,
     PayloadTooLargeError,
     ServehallError,
 )
-from servehall.filters import PromptParts
-from servehall.memory import run_heavy
-from servehall.principal import ANONYMOUS
-from servehall.scheduling import Slot, Ticket
 from servehall.serving.choice import ChoiceStream
 from servehall.serving.context import RequestContext
-from servehall.serving.params import check_unsupported, resolve_max_tokens, sampling_params
 from servehall.serving.priority import request_priority
 from servehall.text.budget import check_prompt_chars
 from servehall.text.stops import StopMatcher
-from servehall.usage import AdmissionRequest, Reservation
 
 log = logging.getLogger("servehall.api")
 

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from servehall.api import models as m
+from servehall.api import wire as m
 from servehall.version import __version__
 
 _ERRORS = {

@@ -3,7 +3,7 @@ and the chat turns the tokenizer's chat template renders."""
 
 from __future__ import annotations
 
-from servehall.api.models import ChatCompletionRequest, CompletionRequest
+from servehall.api.wire import ChatCompletionRequest, CompletionRequest
 from servehall.text.tokenizer import ChatTurn
 
 

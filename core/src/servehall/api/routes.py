@@ -7,13 +7,13 @@ import time
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from servehall.api.models import ModelCard
+from servehall.admission.principal import ANONYMOUS, Principal
 from servehall.api.openapi import openapi_document
 from servehall.api.state import ApiState
+from servehall.api.wire import ModelCard
 from servehall.errors import NotFoundError
-from servehall.host import ServedModel
 from servehall.metrics import CONTENT_TYPE
-from servehall.principal import ANONYMOUS, Principal
+from servehall.plugin.host import ServedModel
 
 _STARTED = int(time.time())
 
@@ -89,7 +89,7 @@ async def openapi(request: Request) -> Response:
     api = _api(request)
     doc = getattr(request.app.state, "openapi", None)
     if doc is None:
-        from servehall.serving.params import OPTIONAL_SAMPLING_FIELDS
+        from servehall.api.sampling import OPTIONAL_SAMPLING_FIELDS
 
         host = api.host
         unsupported = {

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from servehall.admission.filters import FilterVerdict
+from servehall.admission.principal import Principal
 from servehall.api.state import ApiState
-from servehall.filters import FilterVerdict
-from servehall.principal import Principal
 from servehall.serving.choice import ChoiceStream
 from servehall.serving.context import RequestContext
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servehall.host import Host
 from servehall.metrics import Metrics
+from servehall.plugin.host import Host
 from servehall.serving.probe import Readiness
 
 

@@ -42,7 +42,7 @@ from servehall.bench.runner import RunResult
 from servehall.bench.workload import BenchRequest
 
 if TYPE_CHECKING:
-    from servehall.bench.cli import WorkloadSpec
+    from servehall.bench.workload import WorkloadSpec
 
 
 @dataclass(frozen=True, slots=True)

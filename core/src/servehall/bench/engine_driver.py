@@ -23,7 +23,7 @@ from typing import Any
 from servehall.bench.client import Endpoint, TargetError
 from servehall.bench.metrics import RequestOutput
 from servehall.bench.workload import BenchRequest
-from servehall.engine import Engine, SamplingParams
+from servehall.engines.contract import Engine, SamplingParams
 from servehall.errors import ServehallError
 
 
@@ -63,7 +63,7 @@ async def loaded_engine(config: Path | str | None, model: str) -> AsyncIterator[
         TargetError: the model is not configured (lists the configured names).
         ServehallError: the config, backend or engine failed (its own message).
     """
-    from servehall.bootstrap import load_deployment
+    from servehall.server.bootstrap import load_deployment
     from servehall.text.tokenizer import load_tokenizer
 
     settings, plugins = load_deployment(config)

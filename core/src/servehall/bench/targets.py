@@ -25,8 +25,8 @@ from servehall.bench.runner import RunResult, run_workload
 from servehall.bench.workload import BenchRequest
 
 if TYPE_CHECKING:
-    from servehall.bench.cli import WorkloadSpec
     from servehall.bench.engine_driver import LoadedEngine
+    from servehall.bench.workload import WorkloadSpec
 
 
 @contextmanager

@@ -23,7 +23,10 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from servehall.bench.client import Endpoint
 
 DATASETS: tuple[str, ...] = ("random", "sharegpt")
 
@@ -231,3 +234,59 @@ def arrival_offsets(
         out.append(t)
         t += rng.gammavariate(burstiness, theta)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """The workload options of one command, checked."""
+
+    num_requests: int
+    concurrency: int | None
+    request_rate: float
+    burstiness: float
+    dataset: str
+    dataset_path: Path | None
+    input_len: int
+    output_len: int | None
+    range_ratio: float
+    seed: int
+    endpoint: Endpoint
+    ignore_eos: bool
+    slo: dict[str, float]
+
+    def requests(self, tokenizer: Any, max_len: int | None = None) -> list[BenchRequest]:
+        return build_requests(
+            self.dataset,
+            self.num_requests,
+            input_len=self.input_len,
+            output_len=self.output_len,
+            dataset_path=self.dataset_path,
+            tokenizer=tokenizer,
+            range_ratio=self.range_ratio,
+            max_len=max_len,
+            seed=self.seed,
+        )
+
+    def offsets(self) -> list[float] | None:
+        if math.isinf(self.request_rate):
+            return None
+        return arrival_offsets(
+            self.num_requests, self.request_rate, burstiness=self.burstiness, seed=self.seed
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "num_requests": self.num_requests,
+            "concurrency": self.concurrency,
+            "request_rate": None if math.isinf(self.request_rate) else self.request_rate,
+            "burstiness": self.burstiness,
+            "dataset": self.dataset,
+            "dataset_path": str(self.dataset_path) if self.dataset_path else None,
+            "input_len": self.input_len,
+            "output_len": self.output_len,
+            "range_ratio": self.range_ratio,
+            "seed": self.seed,
+            "endpoint": self.endpoint,
+            "ignore_eos": self.ignore_eos,
+            "slo_ms": self.slo,
+        }

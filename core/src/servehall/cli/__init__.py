@@ -54,7 +54,7 @@ def build_cli(argv: list[str] | None = None) -> typer.Typer:
     reported later by the command itself.
     """
     from servehall.config.settings import load_settings
-    from servehall.plugins import PluginHost
+    from servehall.plugin.manager import PluginHost
 
     cli = typer.Typer(
         name="servehall",

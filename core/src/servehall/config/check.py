@@ -1,6 +1,6 @@
 """``servehall config check``: every problem of a config file in one run.
 
-:func:`~servehall.bootstrap.load_deployment` stops at the first stage that fails (core
+:func:`~servehall.server.bootstrap.load_deployment` stops at the first stage that fails (core
 types, then plugin names, then plugin sections, then policy/sink/backend names), which
 is right for ``serve``. An operator fixing a file wants the whole list, so
 :func:`check_config` goes on after each stage with what is valid: a core section (or a
@@ -95,8 +95,8 @@ def check_config(path: Path) -> list[tuple[str, str]]:
     Environment overrides (``SERVEHALL_<SECTION>__<KEY>``) apply as in ``serve``. A file
     that cannot be read or parsed is one error (nothing else can be checked).
     """
-    from servehall.bootstrap import check_names
-    from servehall.plugins import PluginHost, installed_entry_points
+    from servehall.plugin.manager import PluginHost, installed_entry_points
+    from servehall.server.bootstrap import check_names
 
     try:
         data = read_config_file(path.expanduser())

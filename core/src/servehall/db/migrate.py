@@ -6,7 +6,7 @@ The Alembic environment and the core's revisions are package data of ``servehall
 (``servehall/migrations``), so an installed wheel migrates exactly like a checkout. The
 core's revisions form the main line from ``0001_base``; each plugin that owns tables
 ships its revisions in its own package as a branch rooted at ``0001_base`` and declares
-it with ``servehall_migrations`` (:class:`~servehall.migrations_api.MigrationBranch`).
+it with ``servehall_migrations`` (:class:`~servehall.plugin.migrations.MigrationBranch`).
 
 Every function takes ``branches``: the plugin branches to *apply* (those of the enabled
 plugins), and ``known``: branches of installed plugins that are not enabled, used only
@@ -35,7 +35,7 @@ from sqlalchemy.engine import Connection  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncEngine  # noqa: E402
 
 from servehall.errors import ConfigError, PluginError  # noqa: E402
-from servehall.migrations_api import MigrationBranch  # noqa: E402
+from servehall.plugin.migrations import MigrationBranch  # noqa: E402
 
 UPGRADE_HINT = "servehall db upgrade"
 CORE_LABEL = "servehall"

@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.text import Text
 
 from servehall.errors import ServehallError
-from servehall.hookimpl import hookimpl
-from servehall.plugins import PluginHost
+from servehall.plugin.hookimpl import hookimpl
+from servehall.plugin.manager import PluginHost
 
 ConfigOpt = Annotated[
     Path | None,
@@ -29,8 +29,8 @@ def plugins_command(
 
     Also says which plugins 'serve --demo' enables on top of the config.
     """
-    from servehall.bootstrap import load_deployment
-    from servehall.server import demo_enables
+    from servehall.server.bootstrap import load_deployment
+    from servehall.server.serve import demo_enables
 
     settings, host = load_deployment(config, load_all=True)
     data: dict[str, Any] = {
@@ -128,8 +128,8 @@ def config_check(file: Annotated[Path, typer.Argument(help="Config file to valid
 def config_show(config: ConfigOpt = None) -> None:
     """Print the effective config (file + environment + defaults) as JSON, secrets masked
     (database URLs are shown with their password hidden)."""
-    from servehall.bootstrap import load_deployment
     from servehall.config.settings import masked_dump
+    from servehall.server.bootstrap import load_deployment
 
     settings, _ = load_deployment(config)
     typer.echo(json.dumps(masked_dump(settings), indent=2, default=str))
@@ -150,7 +150,7 @@ def serve_command(
     ] = None,
 ) -> None:
     """Start the HTTP server (HTTP/1.1, h2c, and TLS h2 when configured)."""
-    from servehall.server import serve
+    from servehall.server.serve import serve
 
     serve(config=config, demo=demo, bind=bind)
 

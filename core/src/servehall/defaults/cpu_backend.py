@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import importlib.util
 
-from servehall.backends import BackendRegistry, BackendSpec, ProbeResult
+from servehall.engines.backends import BackendRegistry, BackendSpec, ProbeResult
 from servehall.engines.onnxruntime.probe import cpu_provider_status
 from servehall.engines.select import engine_factory
 from servehall.engines.torch import CpuDevice
-from servehall.hookimpl import hookimpl
+from servehall.plugin.hookimpl import hookimpl
 
 CPU_AUTO_PRIORITY = 10
 

@@ -13,9 +13,9 @@ See :mod:`servehall.engines.null` for the options and the pacing rules.
 
 from __future__ import annotations
 
-from servehall.backends import BackendRegistry, BackendSpec, ProbeResult
+from servehall.engines.backends import BackendRegistry, BackendSpec, ProbeResult
 from servehall.engines.null import null_engine_factory
-from servehall.hookimpl import hookimpl
+from servehall.plugin.hookimpl import hookimpl
 
 
 def probe_null() -> ProbeResult:

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import typer
 
-from servehall.hookimpl import hookimpl
+from servehall.plugin.hookimpl import hookimpl
 
 ConfigOpt = Annotated[
     Path | None,
@@ -40,11 +40,11 @@ def _with_engine(
     run. Every failure — bad config, missing, un-migrated or unreachable database — is one
     ``error:`` line on stderr naming the database, and exit 2; never a traceback.
     """
-    from servehall.bootstrap import load_deployment
     from servehall.db.engine import create_db_engine, database_url
     from servehall.db.locate import config_source, describe_database, require_existing_database
     from servehall.db.migrate import UPGRADE_HINT, pending_heads
     from servehall.errors import ConfigError, ServehallError
+    from servehall.server.bootstrap import load_deployment
 
     where = ""
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from servehall.hookimpl import hookimpl
-from servehall.registries import SchedulerRegistry
+from servehall.admission.scheduler import SchedulerSpec
+from servehall.plugin.hookimpl import hookimpl
+from servehall.plugin.registries import SchedulerRegistry
 from servehall.schedulers.fair import FairScheduler
 from servehall.schedulers.fcfs import FcfsScheduler
 from servehall.schedulers.priority import PriorityScheduler
-from servehall.scheduling import SchedulerSpec
 
 
 @hookimpl

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from servehall.hookimpl import hookimpl
+from servehall.plugin.hookimpl import hookimpl
+from servehall.plugin.registries import SinkRegistry
 from servehall.records.types import Sink, SinkSpec
-from servehall.registries import SinkRegistry
 
 if TYPE_CHECKING:
     from servehall.config.settings import Settings

@@ -1,7 +1,7 @@
 """Building the demo model directory safely: file lock, temp dir, atomic rename.
 
 Several processes (test workers, two ``servehall serve --demo``) may ask for the same
-directory at once. :func:`servehall.cache.build_atomically` serialises builders on
+directory at once. :func:`servehall.engines.cache.build_atomically` serialises builders on
 ``<parent>/.<name>.lock`` (``fcntl.flock``); the model is written into a temporary sibling
 directory and moved into place with ``os.rename``, so a reader never sees a half-written
 model. A finished directory carries ``servehall-demo.json`` (builder version, seed,
@@ -15,10 +15,10 @@ import json
 import logging
 from pathlib import Path
 
-from servehall.cache import build_atomically, installed_versions, servehall_cache_dir
 from servehall.demo import corpus
 from servehall.demo.model import CONTEXT_LENGTH, SIZES, build_weights
 from servehall.demo.tokenizer import DEMO_CHAT_TEMPLATE, train_tokenizer, write_tokenizer_files
+from servehall.engines.cache import build_atomically, installed_versions, servehall_cache_dir
 
 log = logging.getLogger("servehall.demo")
 

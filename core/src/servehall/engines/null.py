@@ -39,8 +39,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servehall.config.models import ModelConfig
 from servehall.config.options import parse_model_options
-from servehall.engine import EngineHealth, EngineStats, ModelInfo, SamplingParams, TokenDelta
-from servehall.engine_support import DeltaStream, HfModelFacts, read_json_object, stop_token_set
+from servehall.engines.contract import (
+    EngineHealth,
+    EngineStats,
+    ModelInfo,
+    SamplingParams,
+    TokenDelta,
+)
+from servehall.engines.kit import DeltaStream, HfModelFacts, read_json_object, stop_token_set
 from servehall.errors import ConfigError
 
 BACKEND = "null"

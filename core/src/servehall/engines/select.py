@@ -16,7 +16,7 @@ from servehall.errors import ConfigError
 
 if TYPE_CHECKING:
     from servehall.config.models import ModelConfig
-    from servehall.engine import Engine
+    from servehall.engines.contract import Engine
     from servehall.engines.onnxruntime.options import OrtProvider
     from servehall.engines.torch.device import TorchDevice
 

@@ -44,7 +44,7 @@ from servehall.records.types import AuditEvent, RequestRecord
 
 if TYPE_CHECKING:
     from servehall.config.settings import Settings
-    from servehall.plugins import PluginHost
+    from servehall.plugin.manager import PluginHost
 
 log = logging.getLogger("servehall.records")
 

@@ -14,7 +14,7 @@ ties go to the earliest arrival.
 * Counter lift: a tenant that becomes backlogged (its queue was empty) gets
   ``c = max(c, min(c of backlogged tenants))``, or, when nobody is queued,
   ``max(c, c of the tenant that left the queue last)``: no credit for idling.
-* Requests without a tenant share :data:`~servehall.scheduling.DEFAULT_TENANT`.
+* Requests without a tenant share :data:`~servehall.admission.scheduler.DEFAULT_TENANT`.
 * ``[scheduler] burst_slots = N`` (default 0): a tenant with nothing queued that runs
   fewer requests than its weighted share of ``max_concurrency`` (a tenant with nothing
   running always does) may start a request on one of N slots above ``max_concurrency``

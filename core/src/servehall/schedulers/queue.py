@@ -34,9 +34,9 @@ import itertools
 import time
 from collections.abc import Callable
 
+from servehall.admission.scheduler import DEFAULT_TENANT, TenantState, Ticket
 from servehall.config.models import SchedulerSettings
 from servehall.errors import QueueFullError, QueueTimeoutError
-from servehall.scheduling import DEFAULT_TENANT, TenantState, Ticket
 
 Clock = Callable[[], float]
 
@@ -57,7 +57,7 @@ class Waiter:
 
 
 class Grant:
-    """A held slot (implements :class:`servehall.scheduling.Slot`).
+    """A held slot (implements :class:`servehall.admission.scheduler.Slot`).
 
     Attributes:
         ticket: the request's ticket.

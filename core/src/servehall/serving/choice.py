@@ -14,15 +14,15 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from servehall.engine import Engine, SamplingParams, TokenDelta
-from servehall.engine_support import DeltaStream
+from servehall.admission.filters import FilterVerdict, OutputStreamFilter
+from servehall.engines.contract import Engine, SamplingParams, TokenDelta
+from servehall.engines.kit import DeltaStream
 from servehall.errors import (
     EngineError,
     EngineUnavailableError,
     InvalidRequestError,
     ServehallError,
 )
-from servehall.filters import FilterVerdict, OutputStreamFilter
 from servehall.text.detokenize import IncrementalDetokenizer
 from servehall.text.stops import StopMatcher
 

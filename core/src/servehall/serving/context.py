@@ -18,10 +18,10 @@ from servehall.metrics import ABORT_REASONS
 from servehall.records.types import RequestRecord
 
 if TYPE_CHECKING:
-    from servehall.filters import FilterVerdict
-    from servehall.host import Host
+    from servehall.admission.filters import FilterVerdict
+    from servehall.admission.principal import Principal
     from servehall.metrics import Metrics
-    from servehall.principal import Principal
+    from servehall.plugin.host import Host
 
 log = logging.getLogger("servehall.request")
 

@@ -10,14 +10,14 @@ requests may ask for any priority (as on vLLM).
 
 from __future__ import annotations
 
-from servehall.principal import Principal
+from servehall.admission.principal import Principal
 
 
 def request_priority(principal: Principal, requested: int | None) -> int:
     """The priority a request is scheduled with: its principal's when it asks for none;
     else what it asks for, clamped to the principal's ceiling (lowering is always
     allowed, raising only up to ``policy.max_priority``; see
-    :meth:`~servehall.principal.Policy.request_priority`). The anonymous principal (no
+    :meth:`~servehall.admission.principal.Policy.request_priority`). The anonymous principal (no
     auth plugin) may ask for any priority. Never an error."""
     if principal.kind == "anonymous":
         return principal.policy.level if requested is None else requested

@@ -17,10 +17,10 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from servehall.engine import EngineHealth, SamplingParams
+from servehall.engines.contract import EngineHealth, SamplingParams
 
 if TYPE_CHECKING:
-    from servehall.host import Host, ServedModel
+    from servehall.plugin.host import Host, ServedModel
 
 log = logging.getLogger("servehall.health")
 _ids = itertools.count()

@@ -59,11 +59,11 @@ from typing import Any, ClassVar
 
 import pytest
 
-from servehall.backends import BackendSpec, ProbeResult
 from servehall.config.models import ModelConfig
-from servehall.engine import Engine, EngineStats, SamplingParams, TokenDelta
+from servehall.engines.backends import BackendSpec, ProbeResult
+from servehall.engines.contract import Engine, EngineStats, SamplingParams, TokenDelta
 from servehall.errors import EngineError
-from servehall.plugins import PluginHost
+from servehall.plugin.manager import PluginHost
 
 WorkerModel = tuple[tuple[str, ...], ModelConfig]
 """``(plugins, model)`` for process-mode runs (fixture ``conformance_worker_model``)."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from servehall.migrations_api import MigrationBranch
+from servehall.plugin.migrations import MigrationBranch
 
 __all__ = ["schema_diff"]
 

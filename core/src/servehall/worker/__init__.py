@@ -1,7 +1,8 @@
 """Engine worker processes: one supervised child process per model (``isolation =
 "process"``), reached through :class:`ProcessEngine`, an ordinary ``Engine``.
 
-* :mod:`servehall.worker.client` — :class:`ProcessEngine` and its supervision;
+* :mod:`servehall.worker.client` — :class:`ProcessEngine`, the engine client over IPC;
+* :mod:`servehall.worker.supervisor` — spawning, watching and restarting the worker;
 * :mod:`servehall.worker.main` — the child's side (engine built by the backend factory);
 * :mod:`servehall.worker.messages` — the msgspec messages over ZeroMQ;
 * :mod:`servehall.worker.exits` — exit reasons (signal names, OOM kills, stderr tails);

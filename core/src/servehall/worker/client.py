@@ -1,106 +1,52 @@
 """The API-process side of an engine worker: :class:`ProcessEngine`, an :class:`Engine`
-whose device work runs in a supervised child process.
+whose device work runs in a supervised child process (the supervision:
+:mod:`servehall.worker.supervisor`).
 
 The request path does not change shape: ``add_request`` returns a
-:class:`~servehall.engine_support.DeltaStream`; the commands of one event-loop turn leave
+:class:`~servehall.engines.kit.DeltaStream`; the commands of one event-loop turn leave
 as one ZeroMQ message; each :class:`~servehall.worker.messages.StepOutput` from the
 worker (one engine step, every request's new tokens) is delivered to its streams in one
 go. ``health()`` and ``stats()`` answer from the last heartbeat, without a round trip.
-
-Supervision (``[[models]] worker``, :class:`~servehall.config.worker.WorkerSettings`):
-
-* the worker is watched for exit (its process sentinel, at once), missed heartbeats
-  (no report at all for ``heartbeat_timeout_s``; the worker sends them from a thread of
-  its own, so a busy worker event loop is not mistaken for a dead one) and stalled
-  steps (requests in flight but no step output for ``step_timeout_s``), polled every
-  0.1 s;
-* when it is lost, every in-flight request ends at once with ``finish_reason="error"``
-  and ``code="engine_unavailable"`` (the host answers 503 + ``Retry-After``, or one SSE
-  error event then ``[DONE]``); ``health()`` turns false with the reason;
-* a new worker starts after ``restart_backoff_s`` (doubling per consecutive failure up
-  to ``restart_backoff_max_s``); once it answers a one-token probe, the engine is up
-  again. ``crash_loop_restarts`` failures within ``crash_loop_window_s`` stop the
-  restarts: the model stays not ready with the last exit reason (signal name, OOM kill,
-  last stderr lines);
-* a worker that fails during :meth:`ProcessEngine.start` is not restarted: start raises
-  ``ConfigError``/``EngineError`` with the worker's own message (no restart storm).
-
-Each restart and crash loop is reported through ``on_event(action, details)`` (the host
-writes an audit event) and counted in :attr:`ProcessEngine.restart_counts`.
+While the worker is down every request ends at once with ``code="engine_unavailable"``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import logging
-import multiprocessing
-import os
-import shutil
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from servehall.config.models import ModelConfig
 from servehall.config.worker import WorkerSettings
-from servehall.engine import EngineHealth, EngineStats, ModelInfo, SamplingParams, TokenDelta
-from servehall.engine_support import DeltaStream
+from servehall.engines.contract import (
+    EngineHealth,
+    EngineStats,
+    ModelInfo,
+    SamplingParams,
+    TokenDelta,
+)
+from servehall.engines.kit import DeltaStream
 from servehall.errors import ConfigError, EngineError
-from servehall.worker.exits import describe_exit, oom_kill_count, with_stderr
-from servehall.worker.main import WorkerSpec, worker_main
 from servehall.worker.messages import (
     AbortRequest,
     AddRequest,
-    Heartbeat,
-    StartFailed,
     StepOutput,
     StopWorker,
     WorkerReady,
     command_encoder,
-    report_decoder,
 )
+from servehall.worker.supervisor import EventFn, StartError, WorkerSupervisor
 
-log = logging.getLogger("servehall.worker")
-
-RESTART_REASONS = (
-    "crashed",
-    "oom_killed",
-    "heartbeat_timeout",
-    "step_stalled",
-    "start_failed",
-    "probe_failed",
-)
-"""Label values of ``servehall_engine_restarts_total{reason}``."""
-
-WATCH_INTERVAL_S = 0.1
 RESEND_DELAY_S = 0.01
 """Retry delay of commands a live but not yet connected worker could not take."""
-STDERR_TAIL_LINES = 40
-
-EventFn = Callable[[str, dict[str, Any]], None]
 
 
-class _Generation:
-    """One worker process and its sockets."""
-
-    def __init__(self, number: int) -> None:
-        self.number = number
-        self.proc: Any = None
-        self.commands: Any = None
-        self.reports: Any = None
-        self.reader: asyncio.Task[None] | None = None
-        self.output_fd: int | None = None
-        self.ready: asyncio.Future[None] | None = None
-        self.info: WorkerReady | None = None
-        self.oom_before: int | None = None
-        self.partial = b""
-
-
-class ProcessEngine:
-    """An engine in a supervised worker process (see the module docstring).
+class ProcessEngine(WorkerSupervisor):
+    """An engine in a supervised worker process (see the module docstring and
+    :class:`~servehall.worker.supervisor.WorkerSupervisor`).
 
     Args:
         model: the ``[[models]]`` entry (its ``worker`` table tunes supervision unless
@@ -125,43 +71,15 @@ class ProcessEngine:
         probe_prompt: Sequence[int] | None = None,
         on_event: EventFn | None = None,
     ) -> None:
-        self.name = model.name
-        self.model = model
-        self.backend = backend
-        self.plugins = tuple(plugins)
-        self.settings = settings or model.worker
-        self.log_level = log_level
-        self.probe_prompt = list(probe_prompt or [1])
-        self.on_event = on_event
-        self.supported_params: frozenset[str] = frozenset()
-        self.restart_counts: collections.Counter[str] = collections.Counter(
-            dict.fromkeys(RESTART_REASONS, 0)
+        super().__init__(
+            model, backend, plugins, settings=settings, log_level=log_level, on_event=on_event
         )
+        self.probe_prompt = list(probe_prompt or [1])
+        self.supported_params: frozenset[str] = frozenset()
         self._info = ModelInfo(max_model_len=1)
-        self._state = "new"  # new | starting | probing | up | down | failed | stopped
-        self._reason = "engine not started"
         self._streams: dict[str, DeltaStream] = {}
         self._commands: list[Any] = []
         self._flush_scheduled = False
-        self._gen: _Generation | None = None
-        self._generations = 0
-        self._tmp: str | None = None
-        self._ctx: Any = None
-        self._actx: Any = None
-        self._mp = multiprocessing.get_context("spawn")
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._up = asyncio.Event()
-        self._hb: Heartbeat | None = None
-        self._counters = (0, 0, 0)
-        self._last_hb = 0.0
-        self._hb_grace_until = 0.0  # no heartbeat verdict before (monotonic s)
-        self._last_progress = 0.0
-        self._up_since = 0.0
-        self._failures: collections.deque[float] = collections.deque()
-        self._consecutive = 0
-        self._watch: asyncio.Task[None] | None = None
-        self._restart: asyncio.Task[None] | None = None
-        self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self._probe_ids = 0
 
     # --- Engine facts ------------------------------------------------------------------
@@ -170,22 +88,6 @@ class ProcessEngine:
     def model_info(self) -> ModelInfo:
         """As reported by the worker's engine."""
         return self._info
-
-    @property
-    def worker_up(self) -> bool:
-        """The worker runs and serves requests (``servehall_engine_up``)."""
-        return self._state == "up"
-
-    @property
-    def worker_pid(self) -> int | None:
-        """The current worker's pid (None when none runs)."""
-        gen = self._gen
-        return gen.proc.pid if gen is not None and gen.proc is not None else None
-
-    @property
-    def state_reason(self) -> str:
-        """Why the engine is not up ("" when it is)."""
-        return "" if self._state == "up" else self._reason
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -243,16 +145,6 @@ class ProcessEngine:
             await self._wait_exit(gen, self.settings.stop_timeout_s)
         await self._teardown_generation(kill=True)
         self._close_contexts()
-
-    def _close_contexts(self) -> None:
-        for ctx in (self._ctx, self._actx):
-            if ctx is not None:
-                with contextlib.suppress(Exception):
-                    ctx.term()
-        self._ctx = self._actx = None
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
 
     # --- requests ----------------------------------------------------------------------
 
@@ -369,88 +261,29 @@ class ProcessEngine:
             device_memory_total_bytes=hb.device_memory_total_bytes,
         )
 
-    async def wait_up(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` s for the engine to be up; False when it is not (a crash
-        loop or shutdown answers False at once)."""
-        if self._state == "up":
-            return True
-        if self._state in ("failed", "stopped", "new"):
-            return False
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self._up.wait()
-        return self._state == "up"
+    # --- what the supervisor asks of the client ------------------------------------------
 
-    # --- one worker generation -----------------------------------------------------------
+    def _in_flight(self) -> int:
+        return len(self._streams)
 
-    async def _start_generation(self) -> None:
-        """Spawn a worker and wait for its first heartbeat after ready (StartError)."""
-        import zmq
+    def _on_step(self, msg: StepOutput) -> None:
+        streams = self._streams
+        for rid, tokens, finish, error, code in msg.deltas:
+            stream = streams.get(rid)
+            if stream is None:
+                continue
+            if finish is not None:
+                del streams[rid]
+            stream.push(TokenDelta(tokens, finish, error, code))  # type: ignore[arg-type]
 
-        assert self._loop is not None and self._tmp is not None
-        self._generations += 1
-        gen = _Generation(self._generations)
-        self._gen = gen
-        self._state = "starting"
-        self._hb = None
-        cmd_addr = f"ipc://{self._tmp}/cmd-{gen.number}"
-        rep_addr = f"ipc://{self._tmp}/rep-{gen.number}"
-        gen.commands = self._ctx.socket(zmq.PUSH)
-        gen.commands.setsockopt(zmq.SNDHWM, 0)
-        gen.commands.setsockopt(zmq.LINGER, 0)
-        gen.commands.bind(cmd_addr)
-        gen.reports = self._actx.socket(zmq.PULL)
-        gen.reports.setsockopt(zmq.RCVHWM, 0)
-        gen.reports.setsockopt(zmq.LINGER, 0)
-        gen.reports.bind(rep_addr)
-        gen.ready = self._loop.create_future()
-        spec = WorkerSpec(
-            model=self.model,
-            backend=self.backend,
-            plugins=self.plugins,
-            commands_addr=cmd_addr,
-            reports_addr=rep_addr,
-            parent_pid=os.getpid(),
-            generation=gen.number,
-            heartbeat_interval_s=self.settings.heartbeat_interval_s,
-            loop_timeout_s=self.settings.loop_timeout_s,
-            log_level=self.log_level,
-            switch_interval_s=self.settings.switch_interval_s,
-            stream_interval_s=self.settings.stream_interval_s,
-        )
-        reader, writer = self._mp.Pipe(duplex=False)
-        gen.oom_before = oom_kill_count()
-        # started on the event-loop thread: PR_SET_PDEATHSIG follows the spawning thread
-        gen.proc = self._mp.Process(
-            target=worker_main,
-            args=(spec, writer),
-            name=f"servehall-worker-{self.name}",
-            daemon=True,
-        )
-        gen.proc.start()
-        writer.close()
-        gen.output_fd = os.dup(reader.fileno())
-        reader.close()
-        os.set_blocking(gen.output_fd, False)
-        self._loop.add_reader(gen.output_fd, self._read_output, gen)
-        self._loop.add_reader(gen.proc.sentinel, self._on_exit, gen)
-        gen.reader = asyncio.ensure_future(self._read_reports(gen))
-        log.info(
-            "model %s: worker %d started (pid %d, backend %s)",
-            self.name,
-            gen.number,
-            gen.proc.pid,
-            self.backend,
-        )
-        try:
-            async with asyncio.timeout(self.settings.start_timeout_s):
-                await gen.ready
-        except TimeoutError:
-            raise StartError(
-                "", f"no ready report within start_timeout_s={self.settings.start_timeout_s:g}"
-            ) from None
-        assert gen.info is not None
-        info = gen.info
+    def _fail_in_flight(self) -> None:
+        streams, self._streams = self._streams, {}
+        failure = self._unavailable()
+        for stream in streams.values():
+            stream.push(failure)
+        self._commands.clear()
+
+    def _on_ready(self, info: WorkerReady) -> None:
         self._info = ModelInfo(
             max_model_len=info.max_model_len,
             eos_token_ids=tuple(info.eos_token_ids),
@@ -458,276 +291,6 @@ class ProcessEngine:
             extra={**info.extra, "isolation": "process", "worker_pid": info.pid},
         )
         self.supported_params = frozenset(info.supported_params)
-
-    async def _read_reports(self, gen: _Generation) -> None:
-        import zmq
-
-        sock = gen.reports
-        decode = report_decoder.decode
-        try:
-            while True:
-                frame = await sock.recv(copy=False)
-                self._on_report(gen, decode(frame.buffer))
-                while True:  # drain what already arrived without another loop turn
-                    fut = sock.recv(zmq.NOBLOCK, copy=False)
-                    if not fut.done() or fut.exception() is not None:
-                        if not fut.done():
-                            fut.cancel()
-                        break
-                    self._on_report(gen, decode(fut.result().buffer))
-        except (asyncio.CancelledError, zmq.ZMQError):
-            return
-        except Exception:  # a malformed report: the silence that follows restarts it
-            log.exception("model %s: reading the worker's reports failed", self.name)
-
-    def _on_report(self, gen: _Generation, msg: Any) -> None:
-        if gen is not self._gen:
-            return
-        if isinstance(msg, StepOutput):
-            self._last_progress = self._last_hb = time.monotonic()  # output is life too
-            self._counters = msg.counters
-            streams = self._streams
-            for rid, tokens, finish, error, code in msg.deltas:
-                stream = streams.get(rid)
-                if stream is None:
-                    continue
-                if finish is not None:
-                    del streams[rid]
-                stream.push(TokenDelta(tokens, finish, error, code))  # type: ignore[arg-type]
-        elif isinstance(msg, Heartbeat):
-            self._hb = msg
-            self._counters = (msg.running, msg.waiting, msg.kv_cache_blocks_used)
-            self._last_hb = time.monotonic()
-            if gen.info is not None and gen.ready is not None and not gen.ready.done():
-                gen.ready.set_result(None)
-        elif isinstance(msg, WorkerReady):
-            gen.info = msg
-        elif isinstance(msg, StartFailed) and gen.ready is not None and not gen.ready.done():
-            gen.ready.set_exception(StartError(msg.error_type, msg.message))
-
-    def _read_output(self, gen: _Generation) -> None:
-        """Forward the worker's stdout/stderr to ours; keep its last lines."""
-        fd = gen.output_fd
-        if fd is None:
-            return
-        while True:
-            try:
-                chunk = os.read(fd, 65536)
-            except BlockingIOError:
-                return
-            except OSError:
-                chunk = b""
-            if not chunk:
-                self._close_output(gen)
-                return
-            data = gen.partial + chunk
-            *lines, gen.partial = data.split(b"\n")
-            for raw in lines:
-                line = raw.decode(errors="replace")
-                self._stderr.append(line)
-                with contextlib.suppress(Exception):
-                    sys.stderr.write(line + "\n")
-            with contextlib.suppress(Exception):
-                sys.stderr.flush()
-
-    def _close_output(self, gen: _Generation) -> None:
-        fd = gen.output_fd
-        if fd is None:
-            return
-        if gen.partial:
-            self._stderr.append(gen.partial.decode(errors="replace"))
-            gen.partial = b""
-        gen.output_fd = None
-        if self._loop is not None:
-            self._loop.remove_reader(fd)
-        with contextlib.suppress(OSError):
-            os.close(fd)
-
-    def _on_exit(self, gen: _Generation) -> None:
-        """The worker process ended (its sentinel became readable)."""
-        if self._loop is not None and gen.proc is not None:
-            self._loop.remove_reader(gen.proc.sentinel)
-        if gen.proc is not None:
-            gen.proc.join(2.0)  # the sentinel closes just before the exit status is ready
-        if gen is not self._gen or self._state == "stopped":
-            return
-        self._read_output(gen)  # the last words, before composing the reason
-        exit_reason = describe_exit(
-            gen.proc.exitcode, oom_before=gen.oom_before, oom_after=oom_kill_count()
-        )
-        reason = with_stderr(f"worker {exit_reason}", self._stderr)
-        if gen.ready is not None and not gen.ready.done():
-            gen.ready.set_exception(StartError("", reason))
-            return
-        kind = "oom_killed" if "OOM killer" in exit_reason else "crashed"
-        self._lost(kind, reason)
-
-    async def _wait_exit(self, gen: _Generation, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while gen.proc is not None and gen.proc.exitcode is None:
-            if time.monotonic() > deadline:
-                return
-            await asyncio.sleep(0.02)
-
-    async def _teardown_generation(self, *, kill: bool) -> None:
-        gen = self._gen
-        if gen is None:
-            return
-        proc = gen.proc
-        if proc is not None:
-            if self._loop is not None:
-                with contextlib.suppress(Exception):
-                    self._loop.remove_reader(proc.sentinel)
-            if kill and proc.exitcode is None:
-                with contextlib.suppress(Exception):
-                    proc.kill()
-                await self._wait_exit(gen, 5.0)
-            with contextlib.suppress(Exception):
-                proc.join(0)
-        self._read_output(gen)
-        self._close_output(gen)
-        if gen.reader is not None:
-            gen.reader.cancel()
-            with contextlib.suppress(BaseException):
-                await gen.reader
-        for sock in (gen.commands, gen.reports):
-            if sock is not None:
-                with contextlib.suppress(Exception):
-                    sock.close(linger=0)
-        gen.commands = gen.reports = None
-
-    # --- supervision -------------------------------------------------------------------
-
-    def _set_up(self) -> None:
-        self._state = "up"
-        self._reason = ""
-        self._up_since = time.monotonic()
-        self._last_hb = time.monotonic()
-        self._up.set()
-
-    async def _watch_loop(self) -> None:
-        interval = min(WATCH_INTERVAL_S, self.settings.heartbeat_interval_s)
-        while True:
-            asleep = time.monotonic()
-            await asyncio.sleep(interval)
-            now = time.monotonic()
-            if now - asleep > interval + self.settings.heartbeat_interval_s:
-                # this process was not running (a stopped or starved machine, a blocked
-                # loop): the worker may have been frozen with it, so it gets two of its
-                # heartbeat intervals to be heard before its silence is judged
-                self._hb_grace_until = now + 2 * self.settings.heartbeat_interval_s
-            self._judge()
-
-    def _judge(self) -> None:
-        """One look at the worker: exited, silent, stalled, or up long enough."""
-        s = self.settings
-        if self._state not in ("up", "probing"):
-            return
-        now = time.monotonic()
-        gen = self._gen
-        if gen is not None and gen.proc is not None and gen.proc.exitcode is not None:
-            self._on_exit(gen)
-            return
-        silent = now - self._last_hb
-        stalled = bool(self._streams) and now - self._last_progress > s.step_timeout_s
-        if (silent > s.heartbeat_timeout_s or stalled) and (
-            now < self._hb_grace_until or self._reports_pending(gen)
-        ):
-            return  # this process was behind, not the worker: read its reports first
-        if silent > s.heartbeat_timeout_s:
-            self._lost("heartbeat_timeout", f"worker missed heartbeats for {silent:.1f} s")
-        elif stalled:
-            self._lost(
-                "step_stalled",
-                f"engine step stalled: no output for {now - self._last_progress:.1f} s "
-                f"with {len(self._streams)} request(s) in flight",
-            )
-        elif self._consecutive and now - self._up_since > s.crash_loop_window_s:
-            self._consecutive = 0  # stayed up long enough: back to the first delay
-
-    @staticmethod
-    def _reports_pending(gen: _Generation | None) -> bool:
-        """Whether reports wait unread on the socket (ZeroMQ's ``EVENTS`` & ``POLLIN``).
-
-        Then the silence is this process's own: its event loop was busy or starved
-        (ZeroMQ's I/O thread kept receiving), and the worker is not judged until the
-        reader has caught up. A silent worker leaves nothing pending. False when the
-        reader task has ended (reports would wait forever).
-        """
-        import zmq
-
-        sock = None if gen is None else gen.reports
-        if sock is None or gen is None or gen.reader is None or gen.reader.done():
-            return False
-        try:
-            return bool(sock.get(zmq.EVENTS) & zmq.POLLIN)
-        except zmq.ZMQError:
-            return False
-
-    def _lost(self, kind: str, reason: str) -> None:
-        """The worker failed (any state): end in-flight work, restart or give up."""
-        if self._state in ("stopped", "failed", "down"):
-            return
-        log.error("model %s: %s", self.name, reason)
-        self._state = "down"
-        self._reason = reason
-        self._up.clear()
-        gen = self._gen
-        if gen is not None and gen.proc is not None and gen.proc.exitcode is None:
-            with contextlib.suppress(Exception):
-                gen.proc.kill()  # a hung or silent worker is replaced, not waited for
-        streams, self._streams = self._streams, {}
-        failure = self._unavailable()
-        for stream in streams.values():
-            stream.push(failure)
-        self._commands.clear()
-        now = time.monotonic()
-        window = self.settings.crash_loop_window_s
-        self._failures.append(now)
-        while self._failures and now - self._failures[0] > window:
-            self._failures.popleft()
-        if len(self._failures) > self.settings.crash_loop_restarts:
-            self._state = "failed"
-            self._reason = (
-                f"crash loop: {len(self._failures)} worker failure(s) within {window:g} s, "
-                f"not restarting; last: {reason}"
-            )
-            log.error("model %s: %s", self.name, self._reason)
-            self._event("crash_loop", {"reason": reason, "kind": kind})
-            self._restart = asyncio.ensure_future(self._teardown_generation(kill=True))
-            return
-        s = self.settings
-        delay = min(s.restart_backoff_s * (2**self._consecutive), s.restart_backoff_max_s)
-        self._consecutive += 1
-        self.restart_counts[kind] += 1
-        self._reason = f"restarting in {delay:g} s after: {reason}"
-        self._event(
-            "restart",
-            {"reason": reason, "kind": kind, "delay_s": delay, "generation": self._generations + 1},
-        )
-        self._restart = asyncio.ensure_future(self._restart_after(delay, reason))
-
-    async def _restart_after(self, delay: float, cause: str) -> None:
-        await self._teardown_generation(kill=True)
-        await asyncio.sleep(delay)
-        if self._state != "down":
-            return
-        self._reason = f"restarting after: {cause}"
-        try:
-            await self._start_generation()
-        except StartError as exc:
-            self._state = "starting"
-            self._lost("start_failed", f"restarted worker failed to start: {exc.message}")
-            return
-        self._state = "probing"
-        self._last_hb = time.monotonic()
-        if not await self._probe():
-            if self._state == "probing":
-                self._state = "starting"
-                self._lost("probe_failed", "restarted worker failed its probe inference")
-            return
-        self._set_up()
-        log.info("model %s: worker %d is up again", self.name, self._generations)
 
     async def _probe(self) -> bool:
         """One greedy token through the new worker."""
@@ -743,20 +306,3 @@ class ProcessEngine:
         except TimeoutError:
             self._abort_now(rid)
         return False
-
-    def _event(self, action: str, details: dict[str, Any]) -> None:
-        if self.on_event is None:
-            return
-        try:
-            self.on_event(action, {"model": self.name, **details})
-        except Exception:
-            log.exception("model %s: the %s event handler failed", self.name, action)
-
-
-class StartError(Exception):
-    """A worker did not start: ``error_type`` from its StartFailed report (or "")."""
-
-    def __init__(self, error_type: str, message: str) -> None:
-        super().__init__(message)
-        self.error_type = error_type
-        self.message = message

@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from servehall.admission.scheduler import Scheduler, Slot, Ticket
 from servehall.config.models import SchedulerSettings
 from servehall.errors import EngineUnavailableError
-from servehall.scheduling import Scheduler, Slot, Ticket
 
 
 class Restartable(Protocol):
@@ -50,7 +50,7 @@ class _GatedSlot:
 
 
 class EngineGate:
-    """A :class:`~servehall.scheduling.Scheduler` that first waits for the engine (above).
+    """A :class:`~servehall.admission.scheduler.Scheduler` that first waits for the engine (above).
 
     Args:
         inner: the model's scheduling policy.

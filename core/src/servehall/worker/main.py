@@ -13,7 +13,7 @@
    :class:`~servehall.worker.messages.WorkerReady` (or
    :class:`~servehall.worker.messages.StartFailed` and exits with status 3);
 3. serves commands: an engine with a step thread of its own
-   (:class:`~servehall.engine_support.StepSinkEngine`: ``openvino_cpu``, ONNX Runtime)
+   (:class:`~servehall.engines.kit.StepSinkEngine`: ``openvino_cpu``, ONNX Runtime)
    sends each step's deltas as one :class:`~servehall.worker.messages.StepOutput` from
    that thread, the moment the step ends — the event loop is not woken, and an engine
    whose ``step()`` keeps the GIL does not make the loop wait for it before a step's
@@ -60,8 +60,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from servehall.config.models import ModelConfig
-from servehall.engine import Engine, TokenDelta
-from servehall.engine_support import StepSinkEngine, merge_deltas
+from servehall.engines.contract import Engine, TokenDelta
+from servehall.engines.kit import StepSinkEngine, merge_deltas
 from servehall.worker.messages import DeltaTuple, delta_tuple
 
 log = logging.getLogger("servehall.worker")
@@ -254,7 +254,7 @@ class _Worker:
         return 0
 
     async def _build(self) -> Engine:
-        from servehall.plugins import PluginHost
+        from servehall.plugin.manager import PluginHost
 
         plugins = PluginHost(list(self.spec.plugins))
         plugins.check_enabled()
@@ -290,7 +290,7 @@ class _Worker:
                     return
 
     def _add(self, cmd: Any) -> None:
-        from servehall.engine_support import DeltaStream
+        from servehall.engines.kit import DeltaStream
         from servehall.errors import ServehallError
 
         assert self.engine is not None

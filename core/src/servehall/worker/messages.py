@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from servehall.engine import SamplingParams, TokenDelta
+from servehall.engines.contract import SamplingParams, TokenDelta
 
 
 class AddRequest(msgspec.Struct, tag="add", array_like=True):
@@ -43,7 +43,7 @@ Command = AddRequest | AbortRequest | StopWorker
 
 DeltaTuple = tuple[str, tuple[int, ...], str | None, str | None, str | None]
 """One request's part of a step: ``(request_id, token_ids, finish_reason, error, code)``
-(the fields of :class:`~servehall.engine.TokenDelta`). ``finish_reason`` is any string on
+(the fields of :class:`~servehall.engines.contract.TokenDelta`). ``finish_reason`` is any string on
 the wire: a backend that strays from the four reasons must not make a whole step's
 message undecodable (the serving layer reads an unknown one as ``stop``)."""
 

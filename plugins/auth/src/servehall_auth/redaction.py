@@ -1,6 +1,6 @@
 """Keep credentials out of the process's logs, at every level (case C17).
 
-The host already caps the libraries that log raw headers at DEBUG (``servehall.logs``).
+The host already caps the libraries that log raw headers at DEBUG (``servehall.server.logs``).
 While the auth plugin runs it also adds :class:`RedactingFilter` to every handler of the
 root logger, which rewrites any record whose text contains a servehall key, a bearer
 credential, a JWT-shaped token or the configured pepper, replacing the secret part with

@@ -183,7 +183,7 @@ class AuthRuntime:
 
     async def authorize(self, request: AdmissionRequest) -> TokenReservation | None:
         """The rate-limit reservation (scope and model access are the core's:
-        :func:`servehall.access.check_model_access` runs before this hook).
+        :func:`servehall.admission.access.check_model_access` runs before this hook).
 
         Raises:
             RateLimitError: over a limit (429).

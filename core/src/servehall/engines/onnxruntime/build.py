@@ -24,8 +24,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from servehall.cache import build_atomically, installed_versions, servehall_cache_dir
-from servehall.conversion import run_converter, source_digest
+from servehall.engines.cache import build_atomically, installed_versions, servehall_cache_dir
+from servehall.engines.conversion import run_converter, source_digest
 from servehall.engines.onnxruntime.options import OrtOptions
 from servehall.errors import ConfigError, EngineError
 

@@ -51,8 +51,14 @@ from pathlib import Path
 from typing import Any
 
 from servehall.config.models import ModelConfig
-from servehall.engine import EngineHealth, EngineStats, ModelInfo, SamplingParams, TokenDelta
-from servehall.engine_support import (
+from servehall.engines.contract import (
+    EngineHealth,
+    EngineStats,
+    ModelInfo,
+    SamplingParams,
+    TokenDelta,
+)
+from servehall.engines.kit import (
     DeltaStream,
     HfModelFacts,
     LiveStreams,

@@ -9,8 +9,8 @@ reports at least one device (asked through ``libcuda``, as the torch probe does)
 
 from __future__ import annotations
 
-from servehall.backends import ProbeResult
-from servehall.cache import installed_versions
+from servehall.engines.backends import ProbeResult
+from servehall.engines.cache import installed_versions
 from servehall.engines.torch.probe import DriverCount, driver_device_count
 
 GENAI_DISTS = ("onnxruntime-genai", "onnxruntime-genai-cuda")

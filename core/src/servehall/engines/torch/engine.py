@@ -47,14 +47,14 @@ from pathlib import Path
 from typing import Any
 
 from servehall.config.models import ModelConfig
-from servehall.engine import (
+from servehall.engines.contract import (
     EngineHealth,
     EngineStats,
     ModelInfo,
     SamplingParams,
     TokenDelta,
 )
-from servehall.engine_support import DeltaStream, HfModelFacts, stop_token_set
+from servehall.engines.kit import DeltaStream, HfModelFacts, stop_token_set
 from servehall.engines.torch.device import TorchDevice
 from servehall.engines.torch.kvcache import KvGeometry, plan_kv_blocks
 from servehall.engines.torch.options import DTYPE_BYTES, TorchOptions, parse_torch_options

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from servehall.engine import SamplingParams
+from servehall.engines.contract import SamplingParams
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
-from servehall.principal import Principal
+from servehall.admission.principal import Principal
 
 FilterAction = Literal["allow", "redact", "block", "flag"]
 

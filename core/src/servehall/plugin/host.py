@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from servehall.config.settings import Settings
-from servehall.plugin_state import PluginState
-from servehall.plugins import PluginHost
+from servehall.plugin.manager import PluginHost
+from servehall.plugin.state import PluginState
 from servehall.replica import replica_name
 
 if TYPE_CHECKING:
-    from servehall.engine import Engine
-    from servehall.filters import InputFilter
-    from servehall.scheduling import Scheduler
+    from servehall.admission.filters import InputFilter
+    from servehall.admission.scheduler import Scheduler
+    from servehall.engines.contract import Engine
 
 
 @dataclass

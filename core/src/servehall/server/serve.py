@@ -2,7 +2,7 @@
 
 Startup, in order: load the deployment (config + enabled plugins + plugin sections),
 check that every ``bind`` address can be bound and every model path is a model
-directory (:mod:`servehall.listeners`, :mod:`servehall.model_dir`: one-line errors in
+directory (:mod:`servehall.server.listeners`, :mod:`servehall.engines.model_dir`: one-line errors in
 a second, before any model is loaded), add the demo model for ``--demo``, open the
 record bus, build every model (backend via
 ``BackendRegistry.select`` — ``auto`` included —, engine start, tokenizer, scheduler per
@@ -18,10 +18,10 @@ config: ``graceful_timeout`` (3 s → ``server.graceful_timeout_s``, so streams 
 finish on SIGTERM), ``keep_alive_max_requests`` (1000 → ``server.keep_alive_max_requests``,
 so long-lived HTTP/2 connections are not cut) and ``keep_alive_timeout``.
 Hypercorn's connection handling is corrected in place by
-:func:`servehall.api.connections.install_connection_fixes` (closed connections released
+:func:`servehall.server.hypercorn.install_connection_fixes` (closed connections released
 at once, early HTTP/1.1 answers, refused HTTP/2 streams), and running out of descriptors
 while accepting is logged once per interval with a count
-(:class:`servehall.accept_errors.AcceptErrorMonitor`).
+(:class:`servehall.server.accept_errors.AcceptErrorMonitor`).
 
 Shutdown: stop accepting, let in-flight requests finish within the graceful timeout,
 run ``servehall_shutdown`` hooks, shut engines down, close the record bus.
@@ -40,13 +40,13 @@ from typing import Any
 
 from servehall.config.models import ModelConfig
 from servehall.config.settings import Settings
-from servehall.engine import Engine
+from servehall.engines.contract import Engine
+from servehall.engines.model_dir import check_model_dir
 from servehall.errors import ConfigError, EngineError
-from servehall.host import Host, ServedModel
-from servehall.listeners import bind_sockets, check_binds, hypercorn_fd_binds
-from servehall.logs import configure_logging
-from servehall.model_dir import check_model_dir
-from servehall.plugins import PluginHost
+from servehall.plugin.host import Host, ServedModel
+from servehall.plugin.manager import PluginHost
+from servehall.server.listeners import bind_sockets, check_binds, hypercorn_fd_binds
+from servehall.server.logs import configure_logging
 from servehall.worker.client import ProcessEngine
 from servehall.worker.gate import EngineGate
 
@@ -61,7 +61,7 @@ serves the demo model through OpenVINO on the CPU (else the core's torch ``cpu``
 def demo_enables(settings: Settings) -> list[str]:
     """The plugins ``serve --demo`` would enable on top of ``[plugins] enabled``
     (those of :data:`DEMO_BACKEND_PLUGINS` that are installed and not enabled yet)."""
-    from servehall.plugins import installed_entry_points
+    from servehall.plugin.manager import installed_entry_points
 
     installed = installed_entry_points()
     return [p for p in DEMO_BACKEND_PLUGINS if p in installed and p not in settings.plugins.enabled]
@@ -92,7 +92,7 @@ async def build_host(settings: Settings, plugins: PluginHost) -> Host:
 
     Raises:
         ConfigError: no models, an unknown policy or backend, a path that is not a model
-            directory (:func:`servehall.model_dir.check_model_dir`), an unusable tokenizer.
+            directory (:func:`servehall.engines.model_dir.check_model_dir`), an unusable tokenizer.
         EngineError: an engine failed to start.
     """
     from servehall.records.bus import open_record_bus
@@ -225,7 +225,7 @@ def hypercorn_config(settings: Settings) -> Any:
     """The Hypercorn config for ``[server]`` (see the module docstring)."""
     from hypercorn.config import Config
 
-    from servehall.api import h1_early_response
+    from servehall.server.hypercorn import h1_early_response
 
     s = settings.server
     cfg = Config()
@@ -252,11 +252,11 @@ async def run(settings: Settings, plugins: PluginHost) -> None:
     """Build the host and serve until SIGINT/SIGTERM."""
     from hypercorn.asyncio import serve as hypercorn_serve
 
-    from servehall.accept_errors import AcceptErrorMonitor
     from servehall.api.app import create_app
-    from servehall.api.connections import install_connection_fixes
     from servehall.api.disconnect import install_closed_write_filter
     from servehall.metrics import Metrics
+    from servehall.server.accept_errors import AcceptErrorMonitor
+    from servehall.server.hypercorn import install_connection_fixes
     from servehall.serving.probe import Readiness
 
     cfg = hypercorn_config(settings)
@@ -315,7 +315,7 @@ def serve(
             before any model is loaded), a model path that is not a model directory.
         PluginError, EngineError: startup failed (the CLI prints the message).
     """
-    from servehall.bootstrap import load_deployment
+    from servehall.server.bootstrap import load_deployment
 
     settings, plugins = load_deployment(config)
     extra = demo_enables(settings) if demo else []

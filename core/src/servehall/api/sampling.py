@@ -1,4 +1,4 @@
-"""Mapping an OpenAI request onto engine :class:`~servehall.engine.SamplingParams`.
+"""Mapping an OpenAI request onto engine :class:`~servehall.engines.contract.SamplingParams`.
 
 ``n > 1`` becomes ``n`` engine requests; choice ``i`` gets ``seed + i`` so choices differ
 yet the whole request is reproducible.
@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from servehall.api.models import UNSUPPORTED_FIELDS, asks_for_nothing
-from servehall.engine import SamplingParams
+from servehall.api.wire import UNSUPPORTED_FIELDS, asks_for_nothing
+from servehall.engines.contract import SamplingParams
 from servehall.errors import ContextLengthExceededError, UnsupportedParameterError
 
 #: Optional sampling fields an engine may or may not honour, with the values that ask for

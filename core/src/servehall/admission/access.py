@@ -7,8 +7,8 @@ the 404-versus-403 choice (``Policy.hide_forbidden_models``) cannot disagree.
 
 from __future__ import annotations
 
+from servehall.admission.principal import SCOPE_INFERENCE, Principal
 from servehall.errors import NotFoundError, PermissionDeniedError
-from servehall.principal import SCOPE_INFERENCE, Principal
 
 
 def check_model_access(principal: Principal, model: str, *, served: bool) -> None:

@@ -7,10 +7,11 @@ Conventions (after pytest's ``hookspec.py`` and datasette's ``hookspecs.py``):
 * all hooks are *collect-all* (every implementation runs, results gathered in a list in
   chain order); none is firstresult and none is called per token;
 * registration hooks receive a typed registry and return nothing;
-* hooks that need state receive ``host``: the running :class:`~servehall.host.Host`, whose
+* hooks that need state receive ``host``: the running :class:`~servehall.plugin.host.Host`, whose
   ``host.state`` keeps each plugin's state by type (no module globals);
 * ``request`` always means the HTTP request (``starlette.requests.Request``); the parsed,
-  tokenized inference request is ``admission`` (:class:`~servehall.usage.AdmissionRequest`);
+  tokenized inference request is ``admission``
+  (:class:`~servehall.admission.usage.AdmissionRequest`);
 * async hooks return awaitables which the host awaits **in chain order** — that is why
   ``servehall_authenticate`` is collect-all: an async firstresult hook would stop at the
   first coroutine object.
@@ -36,14 +37,13 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
     from starlette.requests import Request
 
-    from servehall.backends import BackendRegistry
-    from servehall.filters import InputFilter, OutputStreamFilter
-    from servehall.host import Host
-    from servehall.migrations_api import MigrationBranch
-    from servehall.principal import Principal
-    from servehall.registries import SchedulerRegistry, SinkRegistry
-    from servehall.routes import RouteRegistry
-    from servehall.usage import AdmissionRequest, Reservation
+    from servehall.admission.filters import InputFilter, OutputStreamFilter
+    from servehall.admission.principal import Principal
+    from servehall.admission.usage import AdmissionRequest, Reservation
+    from servehall.engines.backends import BackendRegistry
+    from servehall.plugin.host import Host
+    from servehall.plugin.migrations import MigrationBranch
+    from servehall.plugin.registries import RouteRegistry, SchedulerRegistry, SinkRegistry
 
 hookspec = pluggy.HookspecMarker("servehall")
 
@@ -70,8 +70,8 @@ def servehall_authenticate(
 ) -> Principal | Awaitable[Principal | None] | None:
     """Identify the caller of an HTTP request (any route outside the auth allow-list).
 
-    Return a :class:`~servehall.principal.Principal` (with its typed
-    :class:`~servehall.principal.Policy`), ``None`` when this plugin does not recognise
+    Return a :class:`~servehall.admission.principal.Principal` (with its typed
+    :class:`~servehall.admission.principal.Policy`), ``None`` when this plugin does not recognise
     the credential, or an awaitable of either. Raise
     :class:`~servehall.errors.AuthenticationError` for a credential that is present but
     bad. Collect-all, awaited in chain order; the first principal wins and later
@@ -85,13 +85,13 @@ def servehall_authorize(
     host: Host, admission: AdmissionRequest
 ) -> Reservation | Awaitable[Reservation | None] | None:
     """Reserve quota for a parsed inference request (step 3, after the core's own access
-    check: scope and model allow-list, :func:`servehall.access.check_model_access`).
+    check: scope and model allow-list, :func:`servehall.admission.access.check_model_access`).
 
     Called once per inference request after validation and tokenization, with the
     principal, model and token estimate (``prompt_tokens + max_tokens × n``). Raise
     :class:`~servehall.errors.PermissionDeniedError` (403) or
     :class:`~servehall.errors.RateLimitError` (429 with ``Retry-After``). Return a
-    :class:`~servehall.usage.Reservation` to be settled with the real usage when the
+    :class:`~servehall.admission.usage.Reservation` to be settled with the real usage when the
     request ends (or released when it is rejected later), or None. Collect-all, awaited
     in chain order; when one raises, the reservations already made are released.
     """

@@ -4,7 +4,7 @@ Auth plugins return a Principal from ``servehall_authenticate``; when no auth pl
 enabled the host uses :data:`ANONYMOUS` (every scope, every model). The core reads only
 typed fields of :class:`Policy` — there is no free-form dict a plugin and the core must
 agree on by string key. Model access is decided in one place,
-:func:`servehall.access.check_model_access`.
+:func:`servehall.admission.access.check_model_access`.
 """
 
 from __future__ import annotations

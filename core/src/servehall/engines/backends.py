@@ -17,7 +17,7 @@ from servehall.errors import ConfigError
 
 if TYPE_CHECKING:
     from servehall.config.models import ModelConfig
-    from servehall.engine import Engine
+    from servehall.engines.contract import Engine
 
 
 ACCELERATOR_PRIORITY = 100

@@ -38,7 +38,7 @@ Hypercorn 0.18 has three problems with such an *early response* on HTTP/1.1:
 The budget is ``drain_bytes`` (bytes dropped after the response) and ``drain_s``
 (seconds after the response), read from the Hypercorn ``Config`` attributes
 :data:`DRAIN_BYTES_ATTR` / :data:`DRAIN_S_ATTR` (set by
-:func:`servehall.server.hypercorn_config` from ``[server] early_response_drain_bytes``
+:func:`servehall.server.serve.hypercorn_config` from ``[server] early_response_drain_bytes``
 and ``early_response_drain_s``), else :data:`DEFAULT_DRAIN_BYTES` /
 :data:`DEFAULT_DRAIN_S`. A server shutting down closes at once, as Hypercorn does.
 

@@ -168,7 +168,7 @@ class Engine(Protocol):
     #: Backend name that built this engine (``"openvino_cpu"``, ``"cpu"``, ...).
     backend: str
     #: Optional sampling fields this engine honours, a subset of
-    #: :data:`servehall.serving.params.OPTIONAL_SAMPLING_FIELDS` (``seed``, ``top_p``,
+    #: :data:`servehall.api.sampling.OPTIONAL_SAMPLING_FIELDS` (``seed``, ``top_p``,
     #: ``presence_penalty``, ``frequency_penalty``, ``top_k``, ``min_p``,
     #: ``repetition_penalty``). The host answers 400 ``unsupported_parameter`` naming the
     #: parameter when a request sets an unsupported one to anything but its neutral value.

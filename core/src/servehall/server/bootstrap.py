@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from servehall.admission.scheduler import POLICY_SETTINGS, SchedulerSpec
 from servehall.config.settings import Settings, load_settings, validate_plugin_sections
 from servehall.errors import ConfigError
-from servehall.plugins import PluginHost
-from servehall.scheduling import POLICY_SETTINGS, SchedulerSpec
+from servehall.plugin.manager import PluginHost
 
 
 def load_deployment(
@@ -79,7 +79,7 @@ def check_names(settings: Settings, plugins: PluginHost) -> None:
 def check_scheduler_tenants(settings: Settings, spec: SchedulerSpec) -> list[tuple[str, str]]:
     """``(key_path, message)`` for each ``[scheduler.tenants.<name>]`` setting the chosen
     policy does not read (a whole section when the policy reads none), and each
-    policy-specific ``[scheduler]`` key (:data:`~servehall.scheduling.POLICY_SETTINGS`)
+    policy-specific ``[scheduler]`` key (:data:`~servehall.admission.scheduler.POLICY_SETTINGS`)
     set for a policy that does not read it."""
     errs: list[tuple[str, str]] = []
     policy = spec.name

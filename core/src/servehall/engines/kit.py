@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Self, runtime_checkable
 
-from servehall.engine import SamplingParams, TokenDelta
+from servehall.engines.contract import SamplingParams, TokenDelta
 from servehall.errors import ConfigError
 
 

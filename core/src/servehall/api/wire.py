@@ -15,7 +15,7 @@ Validation policy (step 1 of the request path):
   them, so the validator does too;
 * ``top_k`` ≥ -1 (-1 and 0 = off), ``min_p`` ∈ [0, 1], ``repetition_penalty`` ∈ [0.01, 10]
   (vLLM/TGI extensions; honoured or refused per engine, see
-  :mod:`servehall.serving.params`);
+  :mod:`servehall.api.sampling`);
 * unknown fields are ignored, except known OpenAI fields servehall does not implement
   (``logprobs``, ``tools`` …), which get 400 ``unsupported_parameter`` when present
   with anything but null or a value that asks for nothing (``logprobs: 0`` on

@@ -38,10 +38,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pluggy
 
-from servehall import hookspecs
-from servehall.backends import BackendRegistry
+from servehall.engines.backends import BackendRegistry
 from servehall.errors import PluginError
-from servehall.registries import SchedulerRegistry, SinkRegistry
+from servehall.plugin import hookspecs
+from servehall.plugin.registries import SchedulerRegistry, SinkRegistry
 from servehall.version import HOOK_API_VERSION, check_hook_api
 
 if TYPE_CHECKING:
@@ -49,12 +49,12 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
     from starlette.requests import Request
 
-    from servehall.filters import InputFilter, OutputStreamFilter
-    from servehall.host import Host
-    from servehall.migrations_api import MigrationBranch
-    from servehall.principal import Principal
-    from servehall.routes import RouteRegistry
-    from servehall.usage import AdmissionRequest, Reservation
+    from servehall.admission.filters import InputFilter, OutputStreamFilter
+    from servehall.admission.principal import Principal
+    from servehall.admission.usage import AdmissionRequest, Reservation
+    from servehall.plugin.host import Host
+    from servehall.plugin.migrations import MigrationBranch
+    from servehall.plugin.registries import RouteRegistry
 
 log = logging.getLogger("servehall.plugins")
 

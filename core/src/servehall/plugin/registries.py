@@ -1,12 +1,15 @@
-"""Typed registries handed to the registration hooks (idea from tox 4's registrar objects)."""
+"""Typed registries handed to the registration hooks (idea from tox 4's registrar objects),
+and the route table plugins add to through ``servehall_register_routes``."""
 
 from __future__ import annotations
 
 from typing import Generic, TypeVar
 
+from starlette.routing import BaseRoute
+
+from servehall.admission.scheduler import SchedulerSpec
 from servehall.errors import ConfigError
 from servehall.records.types import SinkSpec
-from servehall.scheduling import SchedulerSpec
 
 T = TypeVar("T", SchedulerSpec, SinkSpec)
 
@@ -45,3 +48,14 @@ class SinkRegistry(_NamedRegistry[SinkSpec]):
     """Record sinks by name (``[[sinks]] name``)."""
 
     kind = "sink"
+
+
+class RouteRegistry:
+    """Collects Starlette routes; the host mounts them all behind authentication."""
+
+    def __init__(self) -> None:
+        self.routes: list[BaseRoute] = []
+
+    def add(self, route: BaseRoute) -> None:
+        """Add a route (``starlette.routing.Route`` or ``Mount``)."""
+        self.routes.append(route)

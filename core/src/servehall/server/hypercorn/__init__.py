@@ -4,22 +4,22 @@ Each lives in its own module with the Hypercorn/h2 behaviour it corrects, the ca
 shows it and the upstream reference (docs/api.md, "Known deviations from upstream
 Hypercorn"):
 
-* :mod:`servehall.api.conn_release` — a connection the client closed is released at
+* :mod:`servehall.server.hypercorn.conn_release` — a connection the client closed is released at
   once, not after ``keep_alive_timeout`` (no ``CLOSE-WAIT``; N29, N32);
-* :mod:`servehall.api.h1_early_response` — an HTTP/1.1 answer sent before the request
+* :mod:`servehall.server.hypercorn.h1_early_response` — an HTTP/1.1 answer sent before the request
   body arrived either reads and drops the body and keeps the connection, or says
   ``Connection: close`` and lingers, reading, before it closes (N27, N28, issue 16 item 5);
-* :mod:`servehall.api.h2_refused_stream` — an HTTP/2 stream over
+* :mod:`servehall.server.hypercorn.h2_refused_stream` — an HTTP/2 stream over
   ``MAX_CONCURRENT_STREAMS`` is refused alone with ``RST_STREAM(REFUSED_STREAM)`` (N11);
-* :mod:`servehall.api.h2_workaround` — late DATA frames after an early HTTP/2 answer do
+* :mod:`servehall.server.hypercorn.h2_workaround` — late DATA frames after an early HTTP/2 answer do
   not drop the connection;
-* :mod:`servehall.api.h2_scheduler` — HTTP/2 sends go round robin over the streams with
+* :mod:`servehall.server.hypercorn.h2_scheduler` — HTTP/2 sends go round robin over the streams with
   data instead of through the deprecated RFC 7540 priority tree (a profiled cost).
 """
 
 from __future__ import annotations
 
-from servehall.api import (
+from servehall.server.hypercorn import (
     conn_release,
     h1_early_response,
     h2_refused_stream,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from servehall.principal import Principal
+from servehall.admission.principal import Principal
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,556 @@
+"""The supervision of an engine worker process: :class:`WorkerSupervisor` spawns the
+worker, reads its reports and its stderr, watches it, and restarts it.
+
+Supervision (``[[models]] worker``, :class:`~servehall.config.worker.WorkerSettings`):
+
+* the worker is watched for exit (its process sentinel, at once), missed heartbeats
+  (no report at all for ``heartbeat_timeout_s``; the worker sends them from a thread of
+  its own, so a busy worker event loop is not mistaken for a dead one) and stalled
+  steps (requests in flight but no step output for ``step_timeout_s``), polled every
+  0.1 s;
+* when it is lost, every in-flight request ends at once with ``finish_reason="error"``
+  and ``code="engine_unavailable"`` (the host answers 503 + ``Retry-After``, or one SSE
+  error event then ``[DONE]``); ``health()`` turns false with the reason;
+* a new worker starts after ``restart_backoff_s`` (doubling per consecutive failure up
+  to ``restart_backoff_max_s``); once it answers a one-token probe, the engine is up
+  again. ``crash_loop_restarts`` failures within ``crash_loop_window_s`` stop the
+  restarts: the model stays not ready with the last exit reason (signal name, OOM kill,
+  last stderr lines);
+* a worker that fails during start is not restarted: the engine's ``start`` raises
+  ``ConfigError``/``EngineError`` with the worker's own message (no restart storm).
+
+Each restart and crash loop is reported through ``on_event(action, details)`` (the host
+writes an audit event) and counted in :attr:`WorkerSupervisor.restart_counts`.
+
+The engine client (:class:`~servehall.worker.client.ProcessEngine`) extends it with the
+request side; the supervisor reaches that side only through the five methods at the end
+of the class (in-flight count, step delivery, failing in-flight work, the probe, the
+ready report). Pattern: vLLM V1 keeps its engine client and its process manager apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import multiprocessing
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from servehall.config.models import ModelConfig
+from servehall.config.worker import WorkerSettings
+from servehall.worker.exits import describe_exit, oom_kill_count, with_stderr
+from servehall.worker.main import WorkerSpec, worker_main
+from servehall.worker.messages import (
+    Heartbeat,
+    StartFailed,
+    StepOutput,
+    WorkerReady,
+    report_decoder,
+)
+
+log = logging.getLogger("servehall.worker")
+
+RESTART_REASONS = (
+    "crashed",
+    "oom_killed",
+    "heartbeat_timeout",
+    "step_stalled",
+    "start_failed",
+    "probe_failed",
+)
+"""Label values of ``servehall_engine_restarts_total{reason}``."""
+
+WATCH_INTERVAL_S = 0.1
+STDERR_TAIL_LINES = 40
+
+EventFn = Callable[[str, dict[str, Any]], None]
+
+
+class _Generation:
+    """One worker process and its sockets."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.proc: Any = None
+        self.commands: Any = None
+        self.reports: Any = None
+        self.reader: asyncio.Task[None] | None = None
+        self.output_fd: int | None = None
+        self.ready: asyncio.Future[None] | None = None
+        self.info: WorkerReady | None = None
+        self.oom_before: int | None = None
+        self.partial = b""
+
+
+class WorkerSupervisor:
+    """Spawns, watches and restarts the worker process of one model (see the module
+    docstring).
+
+    Args:
+        model: the ``[[models]]`` entry (its ``worker`` table tunes supervision unless
+            ``settings`` is given).
+        backend: the resolved backend name whose factory builds the engine in the worker.
+        plugins: entry-point names the worker enables to find that backend.
+        settings: supervision settings (default ``model.worker``).
+        log_level: the worker's log level.
+        on_event: ``(action, details)`` for ``restart`` and ``crash_loop``.
+    """
+
+    def __init__(
+        self,
+        model: ModelConfig,
+        backend: str,
+        plugins: Sequence[str],
+        *,
+        settings: WorkerSettings | None = None,
+        log_level: str = "info",
+        on_event: EventFn | None = None,
+    ) -> None:
+        self.name = model.name
+        self.model = model
+        self.backend = backend
+        self.plugins = tuple(plugins)
+        self.settings = settings or model.worker
+        self.log_level = log_level
+        self.on_event = on_event
+        self.restart_counts: collections.Counter[str] = collections.Counter(
+            dict.fromkeys(RESTART_REASONS, 0)
+        )
+        self._state = "new"  # new | starting | probing | up | down | failed | stopped
+        self._reason = "engine not started"
+        self._gen: _Generation | None = None
+        self._generations = 0
+        self._tmp: str | None = None
+        self._ctx: Any = None
+        self._actx: Any = None
+        self._mp = multiprocessing.get_context("spawn")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._up = asyncio.Event()
+        self._hb: Heartbeat | None = None
+        self._counters = (0, 0, 0)
+        self._last_hb = 0.0
+        self._hb_grace_until = 0.0  # no heartbeat verdict before (monotonic s)
+        self._last_progress = 0.0
+        self._up_since = 0.0
+        self._failures: collections.deque[float] = collections.deque()
+        self._consecutive = 0
+        self._watch: asyncio.Task[None] | None = None
+        self._restart: asyncio.Task[None] | None = None
+        self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+
+    # --- state -------------------------------------------------------------------------
+
+    @property
+    def worker_up(self) -> bool:
+        """The worker runs and serves requests (``servehall_engine_up``)."""
+        return self._state == "up"
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The current worker's pid (None when none runs)."""
+        gen = self._gen
+        return gen.proc.pid if gen is not None and gen.proc is not None else None
+
+    @property
+    def state_reason(self) -> str:
+        """Why the engine is not up ("" when it is)."""
+        return "" if self._state == "up" else self._reason
+
+    async def wait_up(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the engine to be up; False when it is not (a crash
+        loop or shutdown answers False at once)."""
+        if self._state == "up":
+            return True
+        if self._state in ("failed", "stopped", "new"):
+            return False
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._up.wait()
+        return self._state == "up"
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def _close_contexts(self) -> None:
+        for ctx in (self._ctx, self._actx):
+            if ctx is not None:
+                with contextlib.suppress(Exception):
+                    ctx.term()
+        self._ctx = self._actx = None
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    # --- one worker generation -----------------------------------------------------------
+
+    async def _start_generation(self) -> None:
+        """Spawn a worker and wait for its first heartbeat after ready (StartError)."""
+        import zmq
+
+        assert self._loop is not None and self._tmp is not None
+        self._generations += 1
+        gen = _Generation(self._generations)
+        self._gen = gen
+        self._state = "starting"
+        self._hb = None
+        cmd_addr = f"ipc://{self._tmp}/cmd-{gen.number}"
+        rep_addr = f"ipc://{self._tmp}/rep-{gen.number}"
+        gen.commands = self._ctx.socket(zmq.PUSH)
+        gen.commands.setsockopt(zmq.SNDHWM, 0)
+        gen.commands.setsockopt(zmq.LINGER, 0)
+        gen.commands.bind(cmd_addr)
+        gen.reports = self._actx.socket(zmq.PULL)
+        gen.reports.setsockopt(zmq.RCVHWM, 0)
+        gen.reports.setsockopt(zmq.LINGER, 0)
+        gen.reports.bind(rep_addr)
+        gen.ready = self._loop.create_future()
+        spec = WorkerSpec(
+            model=self.model,
+            backend=self.backend,
+            plugins=self.plugins,
+            commands_addr=cmd_addr,
+            reports_addr=rep_addr,
+            parent_pid=os.getpid(),
+            generation=gen.number,
+            heartbeat_interval_s=self.settings.heartbeat_interval_s,
+            loop_timeout_s=self.settings.loop_timeout_s,
+            log_level=self.log_level,
+            switch_interval_s=self.settings.switch_interval_s,
+            stream_interval_s=self.settings.stream_interval_s,
+        )
+        reader, writer = self._mp.Pipe(duplex=False)
+        gen.oom_before = oom_kill_count()
+        # started on the event-loop thread: PR_SET_PDEATHSIG follows the spawning thread
+        gen.proc = self._mp.Process(
+            target=worker_main,
+            args=(spec, writer),
+            name=f"servehall-worker-{self.name}",
+            daemon=True,
+        )
+        gen.proc.start()
+        writer.close()
+        gen.output_fd = os.dup(reader.fileno())
+        reader.close()
+        os.set_blocking(gen.output_fd, False)
+        self._loop.add_reader(gen.output_fd, self._read_output, gen)
+        self._loop.add_reader(gen.proc.sentinel, self._on_exit, gen)
+        gen.reader = asyncio.ensure_future(self._read_reports(gen))
+        log.info(
+            "model %s: worker %d started (pid %d, backend %s)",
+            self.name,
+            gen.number,
+            gen.proc.pid,
+            self.backend,
+        )
+        try:
+            async with asyncio.timeout(self.settings.start_timeout_s):
+                await gen.ready
+        except TimeoutError:
+            raise StartError(
+                "", f"no ready report within start_timeout_s={self.settings.start_timeout_s:g}"
+            ) from None
+        assert gen.info is not None
+        self._on_ready(gen.info)
+
+    async def _read_reports(self, gen: _Generation) -> None:
+        import zmq
+
+        sock = gen.reports
+        decode = report_decoder.decode
+        try:
+            while True:
+                frame = await sock.recv(copy=False)
+                self._on_report(gen, decode(frame.buffer))
+                while True:  # drain what already arrived without another loop turn
+                    fut = sock.recv(zmq.NOBLOCK, copy=False)
+                    if not fut.done() or fut.exception() is not None:
+                        if not fut.done():
+                            fut.cancel()
+                        break
+                    self._on_report(gen, decode(fut.result().buffer))
+        except (asyncio.CancelledError, zmq.ZMQError):
+            return
+        except Exception:  # a malformed report: the silence that follows restarts it
+            log.exception("model %s: reading the worker's reports failed", self.name)
+
+    def _on_report(self, gen: _Generation, msg: Any) -> None:
+        if gen is not self._gen:
+            return
+        if isinstance(msg, StepOutput):
+            self._last_progress = self._last_hb = time.monotonic()  # output is life too
+            self._counters = msg.counters
+            self._on_step(msg)
+        elif isinstance(msg, Heartbeat):
+            self._hb = msg
+            self._counters = (msg.running, msg.waiting, msg.kv_cache_blocks_used)
+            self._last_hb = time.monotonic()
+            if gen.info is not None and gen.ready is not None and not gen.ready.done():
+                gen.ready.set_result(None)
+        elif isinstance(msg, WorkerReady):
+            gen.info = msg
+        elif isinstance(msg, StartFailed) and gen.ready is not None and not gen.ready.done():
+            gen.ready.set_exception(StartError(msg.error_type, msg.message))
+
+    def _read_output(self, gen: _Generation) -> None:
+        """Forward the worker's stdout/stderr to ours; keep its last lines."""
+        fd = gen.output_fd
+        if fd is None:
+            return
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._close_output(gen)
+                return
+            data = gen.partial + chunk
+            *lines, gen.partial = data.split(b"\n")
+            for raw in lines:
+                line = raw.decode(errors="replace")
+                self._stderr.append(line)
+                with contextlib.suppress(Exception):
+                    sys.stderr.write(line + "\n")
+            with contextlib.suppress(Exception):
+                sys.stderr.flush()
+
+    def _close_output(self, gen: _Generation) -> None:
+        fd = gen.output_fd
+        if fd is None:
+            return
+        if gen.partial:
+            self._stderr.append(gen.partial.decode(errors="replace"))
+            gen.partial = b""
+        gen.output_fd = None
+        if self._loop is not None:
+            self._loop.remove_reader(fd)
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+    def _on_exit(self, gen: _Generation) -> None:
+        """The worker process ended (its sentinel became readable)."""
+        if self._loop is not None and gen.proc is not None:
+            self._loop.remove_reader(gen.proc.sentinel)
+        if gen.proc is not None:
+            gen.proc.join(2.0)  # the sentinel closes just before the exit status is ready
+        if gen is not self._gen or self._state == "stopped":
+            return
+        self._read_output(gen)  # the last words, before composing the reason
+        exit_reason = describe_exit(
+            gen.proc.exitcode, oom_before=gen.oom_before, oom_after=oom_kill_count()
+        )
+        reason = with_stderr(f"worker {exit_reason}", self._stderr)
+        if gen.ready is not None and not gen.ready.done():
+            gen.ready.set_exception(StartError("", reason))
+            return
+        kind = "oom_killed" if "OOM killer" in exit_reason else "crashed"
+        self._lost(kind, reason)
+
+    async def _wait_exit(self, gen: _Generation, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while gen.proc is not None and gen.proc.exitcode is None:
+            if time.monotonic() > deadline:
+                return
+            await asyncio.sleep(0.02)
+
+    async def _teardown_generation(self, *, kill: bool) -> None:
+        gen = self._gen
+        if gen is None:
+            return
+        proc = gen.proc
+        if proc is not None:
+            if self._loop is not None:
+                with contextlib.suppress(Exception):
+                    self._loop.remove_reader(proc.sentinel)
+            if kill and proc.exitcode is None:
+                with contextlib.suppress(Exception):
+                    proc.kill()
+                await self._wait_exit(gen, 5.0)
+            with contextlib.suppress(Exception):
+                proc.join(0)
+        self._read_output(gen)
+        self._close_output(gen)
+        if gen.reader is not None:
+            gen.reader.cancel()
+            with contextlib.suppress(BaseException):
+                await gen.reader
+        for sock in (gen.commands, gen.reports):
+            if sock is not None:
+                with contextlib.suppress(Exception):
+                    sock.close(linger=0)
+        gen.commands = gen.reports = None
+
+    # --- supervision -------------------------------------------------------------------
+
+    def _set_up(self) -> None:
+        self._state = "up"
+        self._reason = ""
+        self._up_since = time.monotonic()
+        self._last_hb = time.monotonic()
+        self._up.set()
+
+    async def _watch_loop(self) -> None:
+        interval = min(WATCH_INTERVAL_S, self.settings.heartbeat_interval_s)
+        while True:
+            asleep = time.monotonic()
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            if now - asleep > interval + self.settings.heartbeat_interval_s:
+                # this process was not running (a stopped or starved machine, a blocked
+                # loop): the worker may have been frozen with it, so it gets two of its
+                # heartbeat intervals to be heard before its silence is judged
+                self._hb_grace_until = now + 2 * self.settings.heartbeat_interval_s
+            self._judge()
+
+    def _judge(self) -> None:
+        """One look at the worker: exited, silent, stalled, or up long enough."""
+        s = self.settings
+        if self._state not in ("up", "probing"):
+            return
+        now = time.monotonic()
+        gen = self._gen
+        if gen is not None and gen.proc is not None and gen.proc.exitcode is not None:
+            self._on_exit(gen)
+            return
+        silent = now - self._last_hb
+        stalled = self._in_flight() > 0 and now - self._last_progress > s.step_timeout_s
+        if (silent > s.heartbeat_timeout_s or stalled) and (
+            now < self._hb_grace_until or self._reports_pending(gen)
+        ):
+            return  # this process was behind, not the worker: read its reports first
+        if silent > s.heartbeat_timeout_s:
+            self._lost("heartbeat_timeout", f"worker missed heartbeats for {silent:.1f} s")
+        elif stalled:
+            self._lost(
+                "step_stalled",
+                f"engine step stalled: no output for {now - self._last_progress:.1f} s "
+                f"with {self._in_flight()} request(s) in flight",
+            )
+        elif self._consecutive and now - self._up_since > s.crash_loop_window_s:
+            self._consecutive = 0  # stayed up long enough: back to the first delay
+
+    @staticmethod
+    def _reports_pending(gen: _Generation | None) -> bool:
+        """Whether reports wait unread on the socket (ZeroMQ's ``EVENTS`` & ``POLLIN``).
+
+        Then the silence is this process's own: its event loop was busy or starved
+        (ZeroMQ's I/O thread kept receiving), and the worker is not judged until the
+        reader has caught up. A silent worker leaves nothing pending. False when the
+        reader task has ended (reports would wait forever).
+        """
+        import zmq
+
+        sock = None if gen is None else gen.reports
+        if sock is None or gen is None or gen.reader is None or gen.reader.done():
+            return False
+        try:
+            return bool(sock.get(zmq.EVENTS) & zmq.POLLIN)
+        except zmq.ZMQError:
+            return False
+
+    def _lost(self, kind: str, reason: str) -> None:
+        """The worker failed (any state): end in-flight work, restart or give up."""
+        if self._state in ("stopped", "failed", "down"):
+            return
+        log.error("model %s: %s", self.name, reason)
+        self._state = "down"
+        self._reason = reason
+        self._up.clear()
+        gen = self._gen
+        if gen is not None and gen.proc is not None and gen.proc.exitcode is None:
+            with contextlib.suppress(Exception):
+                gen.proc.kill()  # a hung or silent worker is replaced, not waited for
+        self._fail_in_flight()
+        now = time.monotonic()
+        window = self.settings.crash_loop_window_s
+        self._failures.append(now)
+        while self._failures and now - self._failures[0] > window:
+            self._failures.popleft()
+        if len(self._failures) > self.settings.crash_loop_restarts:
+            self._state = "failed"
+            self._reason = (
+                f"crash loop: {len(self._failures)} worker failure(s) within {window:g} s, "
+                f"not restarting; last: {reason}"
+            )
+            log.error("model %s: %s", self.name, self._reason)
+            self._event("crash_loop", {"reason": reason, "kind": kind})
+            self._restart = asyncio.ensure_future(self._teardown_generation(kill=True))
+            return
+        s = self.settings
+        delay = min(s.restart_backoff_s * (2**self._consecutive), s.restart_backoff_max_s)
+        self._consecutive += 1
+        self.restart_counts[kind] += 1
+        self._reason = f"restarting in {delay:g} s after: {reason}"
+        self._event(
+            "restart",
+            {"reason": reason, "kind": kind, "delay_s": delay, "generation": self._generations + 1},
+        )
+        self._restart = asyncio.ensure_future(self._restart_after(delay, reason))
+
+    async def _restart_after(self, delay: float, cause: str) -> None:
+        await self._teardown_generation(kill=True)
+        await asyncio.sleep(delay)
+        if self._state != "down":
+            return
+        self._reason = f"restarting after: {cause}"
+        try:
+            await self._start_generation()
+        except StartError as exc:
+            self._state = "starting"
+            self._lost("start_failed", f"restarted worker failed to start: {exc.message}")
+            return
+        self._state = "probing"
+        self._last_hb = time.monotonic()
+        if not await self._probe():
+            if self._state == "probing":
+                self._state = "starting"
+                self._lost("probe_failed", "restarted worker failed its probe inference")
+            return
+        self._set_up()
+        log.info("model %s: worker %d is up again", self.name, self._generations)
+
+    def _event(self, action: str, details: dict[str, Any]) -> None:
+        if self.on_event is None:
+            return
+        try:
+            self.on_event(action, {"model": self.name, **details})
+        except Exception:
+            log.exception("model %s: the %s event handler failed", self.name, action)
+
+    # --- what the engine client provides ------------------------------------------------
+
+    def _in_flight(self) -> int:
+        """Requests in flight (the stall check's and its message's count)."""
+        raise NotImplementedError
+
+    def _on_step(self, msg: StepOutput) -> None:
+        """Deliver one engine step's deltas to their streams."""
+        raise NotImplementedError
+
+    def _fail_in_flight(self) -> None:
+        """End every in-flight request now (the worker is lost); drop queued commands."""
+        raise NotImplementedError
+
+    async def _probe(self) -> bool:
+        """One inference through a freshly restarted worker; True when it finished."""
+        raise NotImplementedError
+
+    def _on_ready(self, info: WorkerReady) -> None:
+        """A new worker reported ready with its engine's facts."""
+        raise NotImplementedError
+
+
+class StartError(Exception):
+    """A worker did not start: ``error_type`` from its StartFailed report (or "")."""
+
+    def __init__(self, error_type: str, message: str) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+        self.message = message

@@ -1,0 +1,132 @@
+"""Every module under ``servehall`` imports, and no cycle of runtime imports joins them.
+
+A runtime import is one executed when the module is imported: at module level, outside
+``if TYPE_CHECKING:`` (imports inside functions run later, on first use, and are not
+counted). The graph's edges are the explicit ``import servehall.x`` / ``from servehall.x
+import y`` statements (to ``servehall.x.y`` when ``y`` is a module, else to
+``servehall.x``; a package is always imported before its modules, so that implicit edge
+is not counted); a strongly connected component of more than one module is a cycle and
+fails the test with its members.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+import servehall
+
+ROOT = Path(servehall.__file__).parent
+SKIP = ("servehall.migrations",)  # Alembic scripts: run by Alembic, not imported
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = ("servehall", *path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        name = ".".join(parts)
+        if not name.startswith(SKIP):
+            found[name] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_imports(name: str, path: Path) -> set[str]:
+    """The servehall modules ``name`` imports at module level."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    deps: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names if a.name in MODULES)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                submodules = {f"{base}.{a.name}" for a in node.names} & MODULES.keys()
+                deps.update(submodules)
+                if base in MODULES and len(submodules) < len(node.names):
+                    deps.add(base)  # names defined in ``base`` itself
+            elif isinstance(node, ast.If) and not _is_type_checking(node.test):
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.If):
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+                for handler in node.handlers:
+                    visit(handler.body)
+                visit(node.orelse)
+                visit(node.finalbody)
+
+    visit(tree.body)
+    deps.discard(name)
+    return deps
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component: list[str] = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return found
+
+
+def test_no_cycle_of_runtime_imports() -> None:
+    graph = {name: _runtime_imports(name, path) for name, path in MODULES.items()}
+    assert _cycles(graph) == []
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_every_module_imports(name: str) -> None:
+    if importlib.util.find_spec(name) is None:  # pragma: no cover - listing is from disk
+        pytest.fail(f"{name} is not importable")
+    importlib.import_module(name)
