@@ -28,7 +28,7 @@ from servehall.api.body import drain_body
 from servehall.api.errors import error_response
 from servehall.api.state import ApiState
 from servehall.errors import AuthenticationError, ServehallError
-from servehall.serving.request import RequestState
+from servehall.serving.context import RequestContext
 
 log = logging.getLogger("servehall.auth")
 
@@ -72,7 +72,7 @@ class AuthMiddleware:
         api: ApiState, scope: Scope, receive: Receive, send: Send, exc: ServehallError
     ) -> None:
         client = scope.get("client")
-        ctx = RequestState(
+        ctx = RequestContext(
             api.host,
             api.metrics,
             "req-" + uuid.uuid4().hex,

@@ -13,9 +13,8 @@ unsupported parameters → 4 input filters → 5 tokenize + context check → 3 
 filters, detokenize, stop strings, SSE → 10 one request record. Authentication (2) runs
 in :mod:`servehall.api.auth` before this endpoint is reached.
 
-The per-request state is :class:`servehall.serving.request.RequestState` (one object
-from the first byte to the record). The parts live beside it: :mod:`servehall.api.prompt`
-(prompt texts and chat turns),
+The parts live beside it: :mod:`servehall.api.run` (the per-request state and what the
+record takes from it), :mod:`servehall.api.prompt` (prompt texts and chat turns),
 :mod:`servehall.api.response` (the JSON response) and :mod:`servehall.api.sse` (the
 SSE stream).
 """
@@ -25,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from typing import Any, Literal
 
@@ -43,6 +43,7 @@ from servehall.api.errors import error_response, from_validation_error
 from servehall.api.offload import run_heavy
 from servehall.api.prompt import chat_turns, prompt_texts
 from servehall.api.response import send_completion
+from servehall.api.run import InferenceRun, completion_text, fill_record
 from servehall.api.sampling import check_unsupported, resolve_max_tokens, sampling_params
 from servehall.api.sse import send_stream
 from servehall.api.state import ApiState
@@ -54,8 +55,8 @@ from servehall.errors import (
     ServehallError,
 )
 from servehall.serving.choice import ChoiceStream
+from servehall.serving.context import RequestContext
 from servehall.serving.priority import request_priority
-from servehall.serving.request import RequestState
 from servehall.text.budget import check_prompt_chars
 from servehall.text.stops import StopMatcher
 
@@ -79,10 +80,11 @@ class InferenceEndpoint:
         principal = scope.get("state", {}).get("principal") or ANONYMOUS
         client = scope.get("client")
         rid = self.prefix + uuid.uuid4().hex
-        state = RequestState(
+        ctx = RequestContext(
             api.host, api.metrics, rid, self.endpoint, client[0] if client else None
         )
-        state.set_principal(principal)
+        ctx.set_principal(principal)
+        run = InferenceRun(api, ctx, principal, rid, int(time.time()))
         try:
             body_read = False
             try:
@@ -90,14 +92,14 @@ class InferenceEndpoint:
                 raw = await read_body(request, api.host.settings.server.max_body_bytes)
                 body_read = True
             except ClientDisconnect:
-                state.finish(STATUS_CLIENT_CLOSED, finish_reason="client_disconnect")
+                ctx.finish(STATUS_CLIENT_CLOSED, finish_reason="client_disconnect")
                 return
             body = parse_json_object(raw)
             raw = b""  # the parsed body is all that is needed from here
             # the client may leave at any point from here: see servehall.api.disconnect
             watch = DisconnectWatch(receive, send)
             watcher = watch.start()
-            work = asyncio.ensure_future(self._handle(api, state, body, watch.send))
+            work = asyncio.ensure_future(self._handle(run, body, watch.send))
             try:
                 await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
                 if not work.done() and not watch.gone:
@@ -111,18 +113,20 @@ class InferenceEndpoint:
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await work
                 if gone:
-                    state.finish(
+                    fill_record(run)
+                    ctx.finish(
                         STATUS_CLIENT_CLOSED,
                         finish_reason="client_disconnect",
-                        prompt_text=state.prompt_text,
-                        completion_text=state.completion_text(),
+                        prompt_text=run.prompt_text,
+                        completion_text=completion_text(run),
                     )
                 await watch.stop()
             if gone:
                 return
             work.result()
         except ServehallError as exc:
-            if not state.response_started:
+            fill_record(run)
+            if not run.response_started:
                 close = isinstance(exc, PayloadTooLargeError) and scope.get("http_version") in (
                     "1.0",
                     "1.1",
@@ -132,17 +136,19 @@ class InferenceEndpoint:
                 await resp(scope, receive, send)
                 if not body_read:
                     await drain_body(receive)
-            state.finish(exc.status, error_code=exc.code, prompt_text=state.prompt_text or None)
+            ctx.finish(exc.status, error_code=exc.code, prompt_text=run.prompt_text or None)
         except Exception:
             log.exception("request %s failed", rid)
-            if not state.response_started:
+            fill_record(run)
+            if not run.response_started:
                 await error_response(
                     ServehallError("The server had an error processing the request.")
                 )(scope, receive, send)
-            state.finish(500, error_code="server_error", finish_reason="error")
+            ctx.finish(500, error_code="server_error", finish_reason="error")
         finally:
             # cancellation from outside (server shutdown) still leaves one record
-            state.finish(
+            fill_record(run)
+            ctx.finish(
                 STATUS_CLIENT_CLOSED, finish_reason="client_disconnect", error_code="cancelled"
             )
 
@@ -157,19 +163,18 @@ class InferenceEndpoint:
 
     # --- the request path ----------------------------------------------------------------
 
-    async def _handle(
-        self, api: ApiState, state: RequestState, body: dict[str, Any], send: Send
-    ) -> None:
-        host = api.host
+    async def _handle(self, run: InferenceRun, body: dict[str, Any], send: Send) -> None:
+        host = run.api.host
+        ctx = run.ctx
         settings = host.settings
         req = self._validate(body)
-        state.record.stream = req.stream
+        ctx.record.stream = req.stream
         name = req.model
         served = host.models.get(name)
-        check_model_access(state.principal, name, served=served is not None)
+        check_model_access(run.principal, name, served=served is not None)
         assert served is not None
-        state.record.model = served.name
-        state.record.backend = served.backend
+        ctx.record.model = served.name
+        ctx.record.backend = served.backend
         n = req.n or 1
         if n > settings.server.max_n:
             raise InvalidRequestError(
@@ -181,10 +186,10 @@ class InferenceEndpoint:
         prompt_param = "messages" if self.kind == "chat" else "prompt"
         texts, owners = prompt_texts(req)
         if host.input_filters:
-            parts = PromptParts(list(texts), self.endpoint, name, state.principal)
+            parts = PromptParts(list(texts), self.endpoint, name, run.principal)
             for f in host.input_filters:
                 verdicts = f.check(parts)
-                state.input_verdicts.extend(verdicts)
+                run.input_verdicts.extend(verdicts)
                 for v in verdicts:
                     if v.action == "block" and not v.monitor:
                         raise ContentFilterError(
@@ -192,7 +197,7 @@ class InferenceEndpoint:
                             param=prompt_param,
                         )
             texts = parts.texts
-        state.prompt_text = "\n".join(texts)
+        run.prompt_text = "\n".join(texts)
 
         # 5 tokenize + context check; a prompt that cannot fit is refused before
         # tokenizing, a long one is tokenized on the worker thread (N31)
@@ -205,7 +210,7 @@ class InferenceEndpoint:
         )
         if isinstance(req, ChatCompletionRequest):
             turns = chat_turns(req, texts, owners)
-            if len(state.prompt_text) > _LONG_TEXT:
+            if len(run.prompt_text) > _LONG_TEXT:
                 prompt_ids = await run_heavy(tok.render_chat, turns)
             else:
                 prompt_ids = tok.render_chat(turns)
@@ -219,7 +224,7 @@ class InferenceEndpoint:
             requested = req.max_tokens
         if not prompt_ids:
             raise InvalidRequestError("The prompt is empty.", param=prompt_param)
-        state.prompt_tokens = len(prompt_ids)
+        run.prompt_tokens = len(prompt_ids)
         max_tokens = resolve_max_tokens(
             requested,
             len(prompt_ids),
@@ -232,16 +237,16 @@ class InferenceEndpoint:
 
         # 3 authorize + reserve quota, then 6 admission
         admission = AdmissionRequest(
-            request_id=state.request_id,
+            request_id=run.request_id,
             endpoint=self.endpoint,
             model=name,
-            principal=state.principal,
+            principal=run.principal,
             prompt_tokens=len(prompt_ids),
             max_tokens=max_tokens,
             n=n,
             stream=req.stream,
         )
-        priority = request_priority(state.principal, req.priority)
+        priority = request_priority(run.principal, req.priority)
         reservations: list[Reservation] = await host.plugins.authorize(host, admission)
         slot: Slot | None = None
         try:
@@ -249,10 +254,10 @@ class InferenceEndpoint:
                 host.records.check_admission()
             slot = await served.scheduler.acquire(
                 Ticket(
-                    request_id=state.request_id,
+                    request_id=run.request_id,
                     model=name,
-                    tenant=state.principal.tenant,
-                    principal_id=state.principal.id,
+                    tenant=run.principal.tenant,
+                    principal_id=run.principal.id,
                     priority=priority,
                     cost_tokens=admission.token_estimate,
                     prompt_tokens=len(prompt_ids),
@@ -263,18 +268,18 @@ class InferenceEndpoint:
                 with contextlib.suppress(Exception):
                     await r.release()
             raise
-        state.admitted = True
-        state.record.queue_time_s = slot.queue_time_s
-        headers: dict[str, str] = {"x-request-id": state.request_id}
+        ctx.admitted = True
+        ctx.record.queue_time_s = slot.queue_time_s
+        headers: dict[str, str] = {"x-request-id": run.request_id}
         for r in reservations:
             with contextlib.suppress(Exception):
                 headers.update(r.headers())
         try:
-            state.choices = [
+            run.choices = [
                 ChoiceStream(
                     engine=served.engine,
                     index=i,
-                    request_id=f"{state.request_id}-{i}",
+                    request_id=f"{run.request_id}-{i}",
                     prompt_ids=prompt_ids,
                     params=p,
                     detok=tok.new_detokenizer(),
@@ -287,24 +292,25 @@ class InferenceEndpoint:
             ]
             track = getattr(slot, "track", None)
             if track is not None:  # the scheduler reads generated tokens when it decides
-                choices = state.choices
+                choices = run.choices
                 track(lambda: sum(c.completion_tokens for c in choices))
-            echo = state.prompt_text if isinstance(req, CompletionRequest) and req.echo else ""
+            echo = run.prompt_text if isinstance(req, CompletionRequest) and req.echo else ""
             if req.stream:
-                await send_stream(state, self.kind, req, send, headers, echo)
+                await send_stream(run, self.kind, req, send, headers, echo)
             else:
-                await send_completion(state, self.kind, req.model, send, headers, echo)
-            api.readiness.mark_ok(name)
+                await send_completion(run, self.kind, req.model, send, headers, echo)
+            run.api.readiness.mark_ok(name)
         finally:
             slot.release()
-            completion = sum(c.completion_tokens for c in state.choices)
+            completion = sum(c.completion_tokens for c in run.choices)
             for r in reservations:
                 with contextlib.suppress(Exception):
                     await r.settle(len(prompt_ids), completion)
-        finish = state.choices[0].finish_reason if state.choices else None
-        state.finish(
+        fill_record(run)
+        finish = run.choices[0].finish_reason if run.choices else None
+        ctx.finish(
             200,
             finish_reason=finish,
-            prompt_text=state.prompt_text,
-            completion_text=state.completion_text(),
+            prompt_text=run.prompt_text,
+            completion_text=completion_text(run),
         )

@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from starlette.types import Send
 
+from servehall.api.run import InferenceRun, record_before_last_byte, usage
 from servehall.serving.choice import ChoiceStream
-from servehall.serving.request import RequestState
 
 log = logging.getLogger("servehall.api")
 
@@ -50,27 +50,27 @@ async def _drain(c: ChoiceStream) -> None:
 
 
 async def send_completion(
-    state: RequestState,
+    run: InferenceRun,
     kind: Literal["chat", "completion"],
     model: str,
     send: Send,
     headers: dict[str, str],
     echo: str,
 ) -> None:
-    """Generate every choice of ``state`` to its end (the first failure propagates as
+    """Generate every choice of ``run`` to its end (the first failure propagates as
     itself), then send status 200 and the whole JSON body (``echo`` prefixes each
     completion text)."""
-    if len(state.choices) == 1:
-        await _drain(state.choices[0])  # no task, no gather: two loop turns fewer
+    if len(run.choices) == 1:
+        await _drain(run.choices[0])  # no task, no gather: two loop turns fewer
     else:
-        tasks = [asyncio.ensure_future(_drain(c)) for c in state.choices]
+        tasks = [asyncio.ensure_future(_drain(c)) for c in run.choices]
         try:
             await asyncio.gather(*tasks)  # the first failure propagates as itself
         finally:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-    base = {"id": state.request_id, "created": state.created, "model": model}
+    base = {"id": run.request_id, "created": run.created, "model": model}
     if kind == "chat":
         body: dict[str, Any] = {
             **base,
@@ -82,7 +82,7 @@ async def send_completion(
                     "logprobs": None,
                     "finish_reason": c.finish_reason,
                 }
-                for c in state.choices
+                for c in run.choices
             ],
         }
     else:
@@ -96,13 +96,13 @@ async def send_completion(
                     "logprobs": None,
                     "finish_reason": c.finish_reason,
                 }
-                for c in state.choices
+                for c in run.choices
             ],
         }
-    body["usage"] = state.usage()
+    body["usage"] = usage(run)
     data = dumps(body).encode("utf-8")
-    await state.record_before_last_byte()
-    state.response_started = True
+    await record_before_last_byte(run)
+    run.response_started = True
     await send(
         {
             "type": "http.response.start",
