@@ -46,7 +46,6 @@ from servehall.engines.kit import (
     StepSinkEngine,
     stop_token_set,
 )
-from servehall.engines.step_thread import StepThreadEngine
 from servehall.errors import (
     AuthenticationError,
     ConfigError,
@@ -161,7 +160,6 @@ __all__ = [
     "SinkSpec",
     "Slot",
     "StepSinkEngine",
-    "StepThreadEngine",
     "StreamFilterResult",
     "StructuredConstraint",
     "Ticket",

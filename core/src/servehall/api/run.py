@@ -1,0 +1,80 @@
+"""The state of one inference request while it runs (:class:`InferenceRun`), and what
+the request record and the ``usage`` object take from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from servehall.admission.filters import FilterVerdict
+from servehall.admission.principal import Principal
+from servehall.api.state import ApiState
+from servehall.serving.choice import ChoiceStream
+from servehall.serving.context import RequestContext
+
+
+@dataclass
+class InferenceRun:
+    """Mutable state of one request, readable by the outer handler after cancellation.
+
+    ``created`` is the OpenAI ``created`` time (Unix seconds); ``choices`` holds one
+    :class:`ChoiceStream` per choice once the request is admitted (``n`` of them);
+    ``prompt_tokens`` counts the rendered prompt's token ids.
+    """
+
+    api: ApiState
+    ctx: RequestContext
+    principal: Principal
+    request_id: str
+    created: int
+    response_started: bool = False
+    choices: list[ChoiceStream] = field(default_factory=list)
+    prompt_text: str = ""
+    prompt_tokens: int = 0
+    input_verdicts: list[FilterVerdict] = field(default_factory=list)
+
+
+def fill_record(run: InferenceRun) -> None:
+    """Copy token counts, the first token's time (TTFT) and filter verdicts into the
+    request record of ``run.ctx`` (safe to call more than once)."""
+    rec = run.ctx.record
+    rec.prompt_tokens = run.prompt_tokens
+    if run.choices:
+        rec.completion_tokens = sum(c.completion_tokens for c in run.choices)
+        firsts = [c.first_token_at for c in run.choices if c.first_token_at is not None]
+        if firsts:
+            run.ctx.token(min(firsts))
+    run.ctx.verdicts = [*run.input_verdicts, *(v for c in run.choices for v in c.verdicts)]
+
+
+async def record_before_last_byte(run: InferenceRun) -> None:
+    """With a sink that confirms writes (``[[sinks]] options.commit_wait_s``): finish the
+    request's record (status 200) now and wait until it is written, so that the client
+    receives the response's last bytes only once its request-log row is stored — a
+    replica killed afterwards loses no record of a request its client saw complete.
+    Without such a sink: nothing (the record is emitted after the response, as usual)."""
+    bus = run.api.host.records
+    if bus is None or not getattr(bus, "commit_wait", False):
+        return
+    fill_record(run)
+    run.ctx.finish(
+        200,
+        finish_reason=run.choices[0].finish_reason if run.choices else None,
+        prompt_text=run.prompt_text,
+        completion_text=completion_text(run),
+    )
+    await bus.wait_written(run.ctx.record)
+
+
+def completion_text(run: InferenceRun) -> str | None:
+    """The first choice's text so far (what the record stores), or None before admission."""
+    return run.choices[0].text if run.choices else None
+
+
+def usage(run: InferenceRun) -> dict[str, int]:
+    """The OpenAI ``usage`` object: prompt, completion (all choices) and total tokens."""
+    completion = sum(c.completion_tokens for c in run.choices)
+    return {
+        "prompt_tokens": run.prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": run.prompt_tokens + completion,
+    }
