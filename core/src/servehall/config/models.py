@@ -126,6 +126,16 @@ class DatabaseSettings(_Section):
     url: Secret = Field(default="sqlite+aiosqlite:///servehall.db", validate_default=True)
     store_prompts: bool = False
     auto_migrate: bool = False
+    #: PostgreSQL: most seconds one statement may take (asyncpg ``command_timeout`` and
+    #: the server's ``statement_timeout``) and a connect may take; 0 = no limit
+    command_timeout_s: float = Field(default=30.0, ge=0)
+    #: PostgreSQL ``lock_timeout``: most seconds a statement waits for a lock (e.g. the
+    #: audit chain head held by another replica); 0 = no limit
+    lock_timeout_s: float = Field(default=10.0, ge=0)
+    #: PostgreSQL ``idle_in_transaction_session_timeout``: a session that stalls inside
+    #: a transaction (a replica stopped while it holds the audit chain head) is ended
+    #: by the server after this many seconds, releasing its locks; 0 = no limit
+    idle_in_transaction_timeout_s: float = Field(default=30.0, ge=0)
 
 
 class SinkConfig(_Section):

@@ -17,8 +17,10 @@ building blocks. Not imported by the server.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -205,7 +207,37 @@ class PgCluster:
         """Stop the server (``pg_ctl stop -m mode``; ``immediate`` simulates a crash)."""
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop", check=False)
 
+    def pids(self) -> list[int]:
+        """The postmaster's pid and its children's (the backends), from ``/proc``."""
+        try:
+            master = int((self.data / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return []
+        pids = [master]
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == master:
+                pids.append(int(stat.parent.name))
+        return pids
+
+    def pause(self) -> None:
+        """SIGSTOP every process of the cluster: it hangs (accepts TCP, answers nothing)
+        instead of refusing — the failure a stopped VM or a stuck storage gives."""
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT every process of the cluster (after :meth:`pause`)."""
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
     def destroy(self) -> None:
         """Stop and delete the cluster."""
+        self.resume()
         self.stop("immediate")
         shutil.rmtree(self.root, ignore_errors=True)
