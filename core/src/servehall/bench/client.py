@@ -141,13 +141,16 @@ async def send_request(
     """Stream one request and time it (see :class:`~servehall.bench.metrics.RequestOutput`).
 
     Transport errors and non-2xx statuses give a failed output with a one-line
-    ``error``; an error event inside the stream does too."""
+    ``error``; an error event inside the stream does too, and so does a stream that
+    ends before its ``data: [DONE]`` line (cut by the server or a proxy: tokens may be
+    missing)."""
     out = RequestOutput(prompt_tokens=req.prompt_len)
     start = time.perf_counter()
     out.start = start - t0
     last = start
     chunks = 0
     usage: dict[str, Any] | None = None
+    done = False
     try:
         async with client.stream("POST", opts.url, json=request_body(opts, req, max_tokens)) as r:
             out.status = r.status_code
@@ -159,6 +162,7 @@ async def send_request(
                     continue
                 data = line[5:].strip()
                 if data == "[DONE]":
+                    done = True
                     break
                 now = time.perf_counter()
                 chunk = json.loads(data)
@@ -189,8 +193,10 @@ async def send_request(
     if usage:
         out.output_tokens = int(usage.get("completion_tokens") or chunks)
         out.prompt_tokens = int(usage.get("prompt_tokens") or req.prompt_len)
-    out.success = chunks > 0
-    if not out.success:
+    out.success = chunks > 0 and done
+    if not done:
+        out.error = f"the stream ended before [DONE] after {chunks} token chunk(s)"
+    elif not out.success:
         out.error = "the stream carried no token"
     return out
 
