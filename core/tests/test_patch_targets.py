@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from servehall.server.hypercorn.patch_targets import TARGETS, PatchTarget, PatchTargetError, check_patch_targets
+from servehall.server.hypercorn.patch_targets import (
+    TARGETS,
+    PatchTarget,
+    PatchTargetError,
+    check_patch_targets,
+)
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
@@ -30,7 +35,9 @@ def test_a_missing_internal_is_a_clear_error() -> None:
     with pytest.raises(PatchTargetError) as ei:
         check_patch_targets((gone,))
     msg = str(ei.value)
-    assert "servehall.server.hypercorn.h2_workaround" in msg and "H2Protocol._gone is missing" in msg
+    assert (
+        "servehall.server.hypercorn.h2_workaround" in msg and "H2Protocol._gone is missing" in msg
+    )
     assert f"hypercorn {version('hypercorn')}" in msg
 
 

@@ -23,6 +23,8 @@ from importlib.metadata import PackageNotFoundError, version
 
 from servehall.errors import ServehallError
 
+_PKG = "servehall.server.hypercorn"
+
 
 class PatchTargetError(ServehallError):
     """A patched library's internals are not what a servehall patch expects."""
@@ -130,7 +132,7 @@ def check_patch_targets(targets: tuple[PatchTarget, ...] = TARGETS) -> None:
                 obj = getattr(obj, part)
         except (ImportError, AttributeError):
             problems.append(
-                f"servehall.server.hypercorn.{t.patch}: {where} is missing ({t.dist} {_dist_version(t.dist)})"
+                f"{_PKG}.{t.patch}: {where} is missing ({t.dist} {_dist_version(t.dist)})"
             )
             continue
         if not t.snippets or str(getattr(obj, "__module__", "")).startswith("servehall."):
@@ -138,12 +140,12 @@ def check_patch_targets(targets: tuple[PatchTarget, ...] = TARGETS) -> None:
         try:
             source = _squash(inspect.getsource(obj))  # type: ignore[arg-type]
         except (OSError, TypeError):
-            problems.append(f"servehall.server.hypercorn.{t.patch}: the source of {where} cannot be read")
+            problems.append(f"{_PKG}.{t.patch}: the source of {where} cannot be read")
             continue
         for snippet in t.snippets:
             if _squash(snippet) not in source:
                 problems.append(
-                    f"servehall.server.hypercorn.{t.patch}: {where} no longer contains {snippet!r} "
+                    f"{_PKG}.{t.patch}: {where} no longer contains {snippet!r} "
                     f"({t.dist} {_dist_version(t.dist)})"
                 )
     if problems:
