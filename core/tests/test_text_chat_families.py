@@ -78,7 +78,7 @@ def test_piecewise_encoding_equals_whole_text(fam: TextTokenizer) -> None:
         msgs = [{"role": r, "content": c} for r, c in conv]
         text = fam.hf.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
         enc = fam._special.encode(text, add_special_tokens=False)
-        specials = fam._matches(text, enc.ids, enc.offsets)
+        specials = fam._matches(text, enc)
         assert specials
         assert fam.encode_pieces(text, specials) == _hf_ids(fam, conv), conv
 

@@ -195,19 +195,22 @@ class TextTokenizer:
         """True when ``text`` holds special-token text (tokenizing it with special tokens
         recognised finds one)."""
         enc = self._special.encode_batch([text], add_special_tokens=False)[0]
-        return bool(self._matches(text, enc.ids, enc.offsets))
+        return bool(self._matches(text, enc))
 
-    def _matches(
-        self, text: str, ids: Sequence[int], offsets: Sequence[tuple[int, int]]
-    ) -> list[tuple[int, tuple[int, int]]]:
-        """The special added tokens the tokenizer matched in ``text``: ``(id, offsets)``
-        of each token that is special *and* stands for its own text (not an ``<unk>``
-        the model produced for an unknown character)."""
+    def _matches(self, text: str, enc: Any) -> list[tuple[int, tuple[int, int]]]:
+        """The special added tokens the tokenizer matched in ``text`` (``enc`` is its
+        ``tokenizers.Encoding``): ``(id, offsets)`` of each token that is special *and*
+        stands for its own text (not an ``<unk>`` the model produced for an unknown
+        character). Only those tokens' offsets are looked up (a multi-MB prompt has
+        millions of tokens)."""
         out = []
-        for i, off in zip(ids, offsets, strict=True):
+        for k, i in enumerate(enc.ids):
             content = self._specials.get(i)
-            if content is not None and text[off[0] : off[1]].strip() == content.strip():
-                out.append((i, off))
+            if content is None:
+                continue
+            start, end = enc.token_to_chars(k)
+            if text[start:end].strip() == content.strip():
+                out.append((i, (start, end)))
         return out
 
     def _encode_rendered(self, rendered: str, spans: Sequence[tuple[int, int]]) -> list[int]:
@@ -223,12 +226,10 @@ class TextTokenizer:
         """
         enc = self._special.encode_batch([rendered], add_special_tokens=False)[0]
         ids: list[int] = list(enc.ids)
-        marks = [(k, enc.offsets[k]) for k, i in enumerate(ids) if i in self._special_ids]
+        marks = self._matches(rendered, enc)
         if not any(_overlaps(off, spans) for _, off in marks):
             return ids
-        return self.encode_pieces(
-            rendered, [(ids[k], off) for k, off in marks if not _overlaps(off, spans)]
-        )
+        return self.encode_pieces(rendered, [m for m in marks if not _overlaps(m[1], spans)])
 
     def encode_pieces(
         self, text: str, specials: Sequence[tuple[int, tuple[int, int]]]
