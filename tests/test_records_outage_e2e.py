@@ -13,9 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from servehall.db import create_db_engine
-from servehall.db.migrate import upgrade_database
-from servehall.db.testing import PgCluster, pg_bin_dir, require_pg, run_sql
+from servehall.db.testing import PgCluster, private_cluster, run_sql
 
 
 def B(content: str) -> dict[str, Any]:
@@ -43,20 +41,7 @@ def wait_count(url: str, where: str, n: int, timeout: float = 40.0) -> int:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[PgCluster]:
-    require_pg()
-    if pg_bin_dir() is None:
-        pytest.skip("PostgreSQL server binaries not installed")
-    c = PgCluster().init()
-    c.start()
-
-    async def migrate() -> None:
-        engine = create_db_engine(c.url)
-        await upgrade_database(engine)
-        await engine.dispose()
-
-    asyncio.run(migrate())
-    yield c
-    c.destroy()
+    yield from private_cluster()
 
 
 def _config(

@@ -18,10 +18,8 @@ from datetime import UTC, datetime
 import pytest
 
 from servehall import AuditEvent
-from servehall.db import create_db_engine
 from servehall.db.engine import DbTimeouts
-from servehall.db.migrate import upgrade_database
-from servehall.db.testing import PgCluster, pg_bin_dir, require_pg, run_sql
+from servehall.db.testing import PgCluster, private_cluster, run_sql
 from servehall.records.chain import verify_chain
 from servehall.records.sql_sink import SqlSink
 
@@ -53,20 +51,7 @@ asyncio.run(main())
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[PgCluster]:
-    require_pg()
-    if pg_bin_dir() is None:
-        pytest.skip("PostgreSQL server binaries not installed")
-    c = PgCluster().init()
-    c.start()
-
-    async def migrate() -> None:
-        engine = create_db_engine(c.url)
-        await upgrade_database(engine)
-        await engine.dispose()
-
-    asyncio.run(migrate())
-    yield c
-    c.destroy()
+    yield from private_cluster()
 
 
 async def test_stalled_replica_does_not_block_audit_appends(cluster: PgCluster) -> None:

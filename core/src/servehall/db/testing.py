@@ -25,6 +25,7 @@ import socket
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -241,3 +242,35 @@ class PgCluster:
         self.resume()
         self.stop("immediate")
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def private_cluster(*, migrate: bool = True) -> Iterator[PgCluster]:
+    """A started private :class:`PgCluster` (migrated to the core's head when
+    ``migrate``), destroyed afterwards: the body of a module-scoped pytest fixture
+    (``yield from private_cluster()``). Skips (or fails under ``CI=true``) like
+    :func:`require_pg` when PostgreSQL is not available."""
+    import asyncio
+
+    import pytest
+
+    require_pg()
+    if pg_bin_dir() is None:
+        pytest.skip("PostgreSQL server binaries not installed")
+    cluster = PgCluster().init()
+    cluster.start()
+    try:
+        if migrate:
+            from servehall.db.engine import create_db_engine
+            from servehall.db.migrate import upgrade_database
+
+            async def _migrate() -> None:
+                engine = create_db_engine(cluster.url)
+                try:
+                    await upgrade_database(engine)
+                finally:
+                    await engine.dispose()
+
+            asyncio.run(_migrate())
+        yield cluster
+    finally:
+        cluster.destroy()
