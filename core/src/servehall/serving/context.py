@@ -125,6 +125,9 @@ class RequestContext:
         model = rec.model if rec.model in self.host.models else ""
         endpoint = rec.endpoint if rec.endpoint in KNOWN_ENDPOINTS else "other"
         m.requests.labels(model, endpoint, str(rec.status_code)).inc()
+        if rec.status_code >= 400:
+            code = rec.error_code or "none"
+            m.request_errors.labels(model, endpoint, str(rec.status_code), code).inc()
         if not self.admitted:
             return
         m.e2e.labels(model).observe(now - self.started)
