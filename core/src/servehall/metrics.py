@@ -2,11 +2,12 @@
 
 Names follow Prometheus conventions (base units, ``_total`` counters). Labels are only
 ``model``, ``endpoint``, ``status`` (and ``reason`` for aborts and engine restarts),
-plus ``tenant`` on the two scheduler families: never a key or a principal id, so no
-secret or caller identity can reach a metric label. Engine gauges (running, waiting,
-KV-cache usage) are read from ``Engine.stats()`` at scrape time; for models whose engine
-runs in a worker process (``isolation = "process"``), ``servehall_engine_up{model}`` and
-``servehall_engine_restarts_total{model,reason}`` come from its supervisor; the scheduler
+plus ``tenant`` on the two scheduler families and the tenant refusals: never a key or a
+principal id, so no secret or caller identity can reach a metric label. Engine gauges
+(running, waiting, KV-cache usage) are read from ``Engine.stats()`` at scrape time; for
+models whose engine runs in a worker process (``isolation = "process"``),
+``servehall_engine_up{model}`` and ``servehall_engine_restarts_total{model,reason}`` come
+from its supervisor; the scheduler
 families (``servehall_scheduler_queue{model,tenant}``,
 ``servehall_scheduler_service_tokens_total{model,tenant}``) from the scheduler's
 ``tenant_states()`` at scrape time, for policies that offer it (the built-in ones).
@@ -14,6 +15,10 @@ families (``servehall_scheduler_queue{model,tenant}``,
 Operations families (deploy/prometheus rules and deploy/grafana read them; every name is
 checked against a live server in tests/test_ops_metrics_e2e.py):
 
+* ``servehall_inter_token_latency_seconds{model}``: gaps between output tokens after the
+  first (a delta of n tokens after a gap g counts n gaps of g/n);
+* ``servehall_tenant_refusals_total{tenant,status}``: requests of an authenticated tenant
+  refused with 403, 429 or 503;
 * ``servehall_request_errors_total{model,endpoint,status,code}``: answered requests with
   status >= 400, by the OpenAI ``error.code`` (``none`` when there was none);
 * ``servehall_structured_output_requests_total{model,kind,outcome}``: requests with a
@@ -71,6 +76,9 @@ STRUCTURED_KINDS: tuple[str, ...] = (
     "structural_tag",
 )
 """``kind`` values of ``servehall_structured_output_requests_total``."""
+
+TENANT_REFUSALS = frozenset({403, 429, 503})
+"""Statuses counted per tenant in ``servehall_tenant_refusals_total{tenant,status}``."""
 
 STRUCTURED_OUTCOMES: tuple[str, ...] = ("valid", "invalid", "length", "refused")
 """``outcome`` values of ``servehall_structured_output_requests_total``: the output parsed
@@ -343,6 +351,19 @@ class Metrics:
             "Mean decode time per output token after the first, per request",
             ["model"],
             buckets=_TPOT_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "servehall_inter_token_latency_seconds",
+            "Gaps between output tokens after the first (a delta of n tokens: n gaps of 1/n)",
+            ["model"],
+            buckets=_TPOT_BUCKETS,
+            registry=r,
+        )
+        self.tenant_refusals = Counter(
+            "servehall_tenant_refusals",
+            "Requests of a known tenant refused with 403, 429 or 503",
+            ["tenant", "status"],
             registry=r,
         )
         self.e2e = Histogram(

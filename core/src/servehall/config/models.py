@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from servehall.config.secrets import Secret
 from servehall.config.worker import WorkerSettings
@@ -126,6 +126,25 @@ class DatabaseSettings(_Section):
     url: Secret = Field(default="sqlite+aiosqlite:///servehall.db", validate_default=True)
     store_prompts: bool = False
     auto_migrate: bool = False
+
+
+class TracingSettings(_Section):
+    """``[tracing]``: OpenTelemetry traces of inference requests (docs/operations.md,
+    "Traces"). Off by default; needs the ``tracing`` extra (``opentelemetry-sdk`` and the
+    OTLP/HTTP exporter).
+
+    ``endpoint`` is the OTLP/HTTP traces URL (protobuf POSTs); ``sample_ratio`` the share
+    of new traces kept (a caller's sampled ``traceparent`` is always followed);
+    ``headers`` extra HTTP headers for the collector (e.g. an auth token);
+    ``export_timeout_s`` the timeout of one export.
+    """
+
+    enabled: bool = False
+    endpoint: str = "http://127.0.0.1:4318/v1/traces"
+    service_name: str = Field(default="servehall", min_length=1)
+    sample_ratio: float = Field(default=1.0, ge=0, le=1)
+    headers: dict[str, SecretStr] = Field(default_factory=dict)
+    export_timeout_s: float = Field(default=10.0, gt=0)
 
 
 class SinkConfig(_Section):

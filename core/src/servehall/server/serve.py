@@ -254,6 +254,7 @@ async def run(settings: Settings, plugins: PluginHost) -> None:
 
     from servehall.api.app import create_app
     from servehall.api.disconnect import install_closed_write_filter
+    from servehall.api.tracing import Tracing
     from servehall.metrics import Metrics
     from servehall.server.accept_errors import AcceptErrorMonitor
     from servehall.server.hypercorn import install_connection_fixes
@@ -272,9 +273,11 @@ async def run(settings: Settings, plugins: PluginHost) -> None:
     metrics = Metrics(lambda: host)
     accept_errors = AcceptErrorMonitor(metrics.registry)
     accept_errors.install(loop)
+    tracing: Tracing | None = None
     try:
         await plugins.startup(host)
-        app = create_app(host, metrics=metrics, readiness=readiness)
+        tracing = Tracing.from_settings(settings.tracing)
+        app = create_app(host, metrics=metrics, readiness=readiness, tracing=tracing)
         for served in host.models.values():
             if not await readiness.probe(served):
                 raise EngineError(
@@ -294,6 +297,8 @@ async def run(settings: Settings, plugins: PluginHost) -> None:
         except Exception:
             log.exception("a shutdown hook failed")
         await shutdown_host(host)
+        if tracing is not None:
+            tracing.shutdown()  # flushes the spans still batched
         log.info("servehall stopped")
 
 
