@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from servehall.config.secrets import Secret
 from servehall.config.worker import WorkerSettings
@@ -143,7 +143,7 @@ class TracingSettings(_Section):
     endpoint: str = "http://127.0.0.1:4318/v1/traces"
     service_name: str = Field(default="servehall", min_length=1)
     sample_ratio: float = Field(default=1.0, ge=0, le=1)
-    headers: dict[str, SecretStr] = Field(default_factory=dict)
+    headers: dict[str, Secret] = Field(default_factory=dict)
     export_timeout_s: float = Field(default=10.0, gt=0)
 
 
