@@ -47,6 +47,9 @@ class ServerSettings(_Section):
     #: without query, status, bytes, duration, request id, principal id); never headers,
     #: query strings or bodies. See :mod:`servehall.api.access_log`.
     access_log: bool = False
+    #: ``host:port`` of the HAProxy agent endpoint (weight from free KV cache and queue,
+    #: ``drain`` on SIGTERM, ``down`` when no model is ready; :mod:`servehall.server.agent`).
+    agent_bind: str | None = Field(default=None, pattern=r"^.+:\d+$")
 
     @field_validator("bind")
     @classmethod

@@ -257,6 +257,7 @@ async def run(settings: Settings, plugins: PluginHost) -> None:
     from servehall.api.tracing import Tracing
     from servehall.metrics import Metrics
     from servehall.server.accept_errors import AcceptErrorMonitor
+    from servehall.server.agent import AgentServer
     from servehall.server.hypercorn import install_connection_fixes
     from servehall.serving.probe import Readiness
 
@@ -274,6 +275,7 @@ async def run(settings: Settings, plugins: PluginHost) -> None:
     accept_errors = AcceptErrorMonitor(metrics.registry)
     accept_errors.install(loop)
     tracing: Tracing | None = None
+    agent: AgentServer | None = None
     try:
         await plugins.startup(host)
         tracing = Tracing.from_settings(settings.tracing)
@@ -285,11 +287,16 @@ async def run(settings: Settings, plugins: PluginHost) -> None:
                     f"{readiness.last_error.get(served.name)}"
                 )
         readiness.start()
+        if settings.server.agent_bind:
+            agent = AgentServer(host, readiness, stop.is_set, settings.server.agent_bind)
+            await agent.start()
         binds = list(cfg.bind)
         cfg.bind = hypercorn_fd_binds(bind_sockets(binds))
         log.info("servehall serving %s on %s", ", ".join(host.models), ", ".join(binds))
         await hypercorn_serve(app, cfg, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
     finally:
+        if agent is not None:
+            await agent.close()  # answered "drain" while the listeners drained
         accept_errors.uninstall()
         await readiness.stop()
         try:
