@@ -362,6 +362,9 @@ def haproxy(topology: Topology, tmp_path: Path) -> Iterator[str]:
         "HAPROXY_BIND": f"127.0.0.1:{port}",
         "SERVEHALL_A": f"127.0.0.1:{topology.a.port}",
         "SERVEHALL_B": f"127.0.0.1:{topology.b.port}",
+        # these replicas run no agent: nobody listens, HAProxy keeps the configured weight
+        "SERVEHALL_A_AGENT_PORT": str(free_port()),
+        "SERVEHALL_B_AGENT_PORT": str(free_port()),
     }
     log = (tmp_path / "haproxy.log").open("wb")
     proc = subprocess.Popen(

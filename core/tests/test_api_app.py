@@ -5,6 +5,7 @@ strings, n, unsupported parameters, and the per-token cost of the host's stream 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -529,7 +530,7 @@ async def test_labelled_counters_are_exported_at_zero_before_their_first_event(
     have a 0 sample from the start, so ``rate()`` and alerts on them work at once."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from servehall.metrics import ABORT_REASONS
+    from servehall.metrics import ABORT_REASONS, STRUCTURED_KINDS, STRUCTURED_OUTCOMES
     from servehall.server.accept_errors import AcceptErrorMonitor
 
     host = make_host(tok_dir, ScriptedEngine(_script(tok_dir)))
@@ -548,3 +549,10 @@ async def test_labelled_counters_are_exported_at_zero_before_their_first_event(
     assert samples[("servehall_generation_tokens_total", (("model", "m"),))] == 0.0
     for reason in ("EMFILE", "ENFILE", "ENOBUFS", "ENOMEM"):
         assert samples[("servehall_accept_errors_total", (("reason", reason),))] == 0.0
+    for kind in STRUCTURED_KINDS:
+        for outcome in STRUCTURED_OUTCOMES:
+            labels = (("kind", kind), ("model", "m"), ("outcome", outcome))
+            assert samples[("servehall_structured_output_requests_total", labels)] == 0.0
+    assert samples[("servehall_config_revision", ())] == 0.0
+    (info,) = [k for k in samples if k[0] == "servehall_config_info"]
+    assert re.fullmatch(r"[0-9a-f]{64}", dict(info[1])["sha256"])

@@ -2,14 +2,46 @@
 
 Names follow Prometheus conventions (base units, ``_total`` counters). Labels are only
 ``model``, ``endpoint``, ``status`` (and ``reason`` for aborts and engine restarts),
-plus ``tenant`` on the two scheduler families: never a key or a principal id, so no
-secret or caller identity can reach a metric label. Engine gauges (running, waiting,
-KV-cache usage) are read from ``Engine.stats()`` at scrape time; for models whose engine
-runs in a worker process (``isolation = "process"``), ``servehall_engine_up{model}`` and
-``servehall_engine_restarts_total{model,reason}`` come from its supervisor; the scheduler
+plus ``tenant`` on the two scheduler families and the tenant refusals: never a key or a
+principal id, so no secret or caller identity can reach a metric label. Engine gauges
+(running, waiting, KV-cache usage) are read from ``Engine.stats()`` at scrape time; for
+models whose engine runs in a worker process (``isolation = "process"``),
+``servehall_engine_up{model}`` and ``servehall_engine_restarts_total{model,reason}`` come
+from its supervisor; the scheduler
 families (``servehall_scheduler_queue{model,tenant}``,
 ``servehall_scheduler_service_tokens_total{model,tenant}``) from the scheduler's
 ``tenant_states()`` at scrape time, for policies that offer it (the built-in ones).
+
+Operations families (deploy/prometheus rules and deploy/grafana read them; every name is
+checked against a live server in tests/test_ops_metrics_e2e.py):
+
+* ``servehall_inter_token_latency_seconds{model}``: gaps between output tokens after the
+  first (a delta of n tokens after a gap g counts n gaps of g/n);
+* ``servehall_tenant_refusals_total{tenant,status}``: requests of an authenticated tenant
+  refused with 403, 429 or 503;
+* ``servehall_request_errors_total{model,endpoint,status,code}``: answered requests with
+  status >= 400, by the OpenAI ``error.code`` (``none`` when there was none);
+* ``servehall_structured_output_requests_total{model,kind,outcome}``: requests with a
+  structured-output constraint, ``outcome`` valid|invalid|length|refused (0 from start for
+  each model, kind and outcome; the structured-output work increments it);
+* ``servehall_prefix_cache_queries_total{model}`` / ``servehall_prefix_cache_hits_total
+  {model}``: prompt tokens looked up in / found in the prefix cache, for engines that can
+  tell (the torch engine with ``prefix_caching``); none for the others (OpenVINO GenAI and
+  ONNX Runtime GenAI report no hit counts);
+* ``servehall_device_memory_used_bytes{model,device}`` / ``..._total_bytes``: from
+  ``EngineStats`` (absent when the engine cannot report them);
+* ``servehall_engine_start_time_seconds{model}`` (Unix time the current engine came up),
+  ``servehall_engine_last_exit{model,reason}`` (1 for the last reason a worker was lost,
+  ``none`` before any), ``servehall_engine_oom_kills_total{model}``,
+  ``servehall_engine_crash_loop{model}`` (1 once the supervisor gave up restarting);
+* record sinks: ``servehall_sink_up{sink,required}``, ``servehall_sink_refusing{sink}``,
+  ``servehall_sink_queued_records{sink}``, ``servehall_sink_write_failures_total{sink}``,
+  ``servehall_sink_dropped_records_total{sink}``,
+  ``servehall_audit_write_failures_total{sink}`` (failed writes of batches with audit
+  events — the audit chain could not be extended);
+* ``servehall_config_revision`` (the running config revision; 0 until revisions exist)
+  and ``servehall_config_info{sha256}`` (1, the digest of the effective config with secrets
+  masked, as in the ``config.loaded`` audit event).
 
 Each :class:`Metrics` owns its own ``CollectorRegistry`` so several apps can live in one
 process (tests) without clashing.
@@ -17,6 +49,7 @@ process (tests) without clashing.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -25,6 +58,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from servehall.engines.contract import EngineStats
     from servehall.plugin.host import Host
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -32,6 +66,23 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ABORT_REASONS: tuple[str, ...] = ("client_disconnect", "error")
 """The ``reason`` label values of ``servehall_request_aborts_total``: the client went away
 before the end, or the request failed after admission (engine or server error)."""
+
+STRUCTURED_KINDS: tuple[str, ...] = (
+    "json_object",
+    "json_schema",
+    "regex",
+    "choice",
+    "grammar",
+    "structural_tag",
+)
+"""``kind`` values of ``servehall_structured_output_requests_total``."""
+
+TENANT_REFUSALS = frozenset({403, 429, 503})
+"""Statuses counted per tenant in ``servehall_tenant_refusals_total{tenant,status}``."""
+
+STRUCTURED_OUTCOMES: tuple[str, ...] = ("valid", "invalid", "length", "refused")
+"""``outcome`` values of ``servehall_structured_output_requests_total``: the output parsed
+and matched, did not match, was cut by ``max_tokens``, or the model refused."""
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
@@ -78,13 +129,16 @@ class _EngineCollector(Collector):
             "Tokens served per tenant: prompt tokens at admission plus generated tokens",
             labels=["model", "tenant"],
         )
+        ops = _EngineOpsFamilies()
         host = self._host_ref()
         for name, served in (host.models if host else {}).items():
-            counts = getattr(served.engine, "restart_counts", None)
+            engine = served.engine
+            counts = getattr(engine, "restart_counts", None)
             if counts is not None:  # an engine in a supervised worker process
-                up.add_metric([name], 1.0 if served.engine.worker_up else 0.0)  # type: ignore[attr-defined]
+                up.add_metric([name], 1.0 if engine.worker_up else 0.0)  # type: ignore[attr-defined]
                 for reason, n in sorted(counts.items()):
                     restarts.add_metric([name, reason], n)
+            ops.add_supervision(name, engine)
             tenant_states = getattr(served.scheduler, "tenant_states", None)
             if tenant_states is not None:
                 for tenant, st in tenant_states().items():
@@ -99,7 +153,179 @@ class _EngineCollector(Collector):
             total = s.kv_cache_blocks_total
             kv.add_metric([name], (s.kv_cache_blocks_used / total) if total else 0.0)
             kv_used.add_metric([name], s.kv_cache_blocks_used)
-        return [running, waiting, kv, kv_used, up, restarts, queue, service]
+            ops.add_stats(name, engine, s)
+        return [running, waiting, kv, kv_used, up, restarts, queue, service, *ops.families()]
+
+
+class _EngineOpsFamilies:
+    """Per-model operations families read at scrape time (module docstring)."""
+
+    def __init__(self) -> None:
+        self.start = GaugeMetricFamily(
+            "servehall_engine_start_time_seconds",
+            "Unix time the model's current engine came up",
+            labels=["model"],
+        )
+        self.last_exit = GaugeMetricFamily(
+            "servehall_engine_last_exit",
+            "1 for the reason the model's engine worker was last lost (none: never)",
+            labels=["model", "reason"],
+        )
+        self.oom = CounterMetricFamily(
+            "servehall_engine_oom_kills",
+            "Engine worker processes killed by the kernel's OOM killer",
+            labels=["model"],
+        )
+        self.crash_loop = GaugeMetricFamily(
+            "servehall_engine_crash_loop",
+            "1 once the supervisor stopped restarting the model's worker (crash loop)",
+            labels=["model"],
+        )
+        self.mem_used = GaugeMetricFamily(
+            "servehall_device_memory_used_bytes",
+            "Device memory in use, as the model's engine reports it",
+            labels=["model", "device"],
+        )
+        self.mem_total = GaugeMetricFamily(
+            "servehall_device_memory_total_bytes",
+            "Device memory in all, as the model's engine reports it",
+            labels=["model", "device"],
+        )
+        self.prefix_queries = CounterMetricFamily(
+            "servehall_prefix_cache_queries",
+            "Prompt tokens looked up in the prefix cache (engines that can tell)",
+            labels=["model"],
+        )
+        self.prefix_hits = CounterMetricFamily(
+            "servehall_prefix_cache_hits",
+            "Prompt tokens found in the prefix cache (engines that can tell)",
+            labels=["model"],
+        )
+
+    def add_supervision(self, name: str, engine: object) -> None:
+        """Start time, last exit, OOM kills and crash loop of ``engine`` (attributes an
+        engine may offer: ``started_at`` (Unix s), ``last_exit_reason``, ``oom_kills``,
+        ``crash_looping``; :class:`~servehall.worker.client.ProcessEngine` offers all)."""
+        started = getattr(engine, "started_at", None)
+        if started:
+            self.start.add_metric([name], float(started))
+        reason = getattr(engine, "last_exit_reason", None)
+        if reason is not None:
+            self.last_exit.add_metric([name, reason or "none"], 1.0)
+        oom = getattr(engine, "oom_kills", None)
+        if oom is not None:
+            self.oom.add_metric([name], float(oom))
+        loop = getattr(engine, "crash_looping", None)
+        if loop is not None:
+            self.crash_loop.add_metric([name], 1.0 if loop else 0.0)
+
+    def add_stats(self, name: str, engine: object, s: EngineStats) -> None:
+        """Device memory and prefix-cache counters from one ``EngineStats``."""
+        if s.device_memory_total_bytes:
+            device = _device_of(engine)
+            self.mem_total.add_metric([name, device], float(s.device_memory_total_bytes))
+            self.mem_used.add_metric([name, device], float(s.device_memory_used_bytes or 0))
+        if s.prefix_cache_queries is not None:
+            self.prefix_queries.add_metric([name], float(s.prefix_cache_queries))
+            self.prefix_hits.add_metric([name], float(s.prefix_cache_hits or 0))
+
+    def families(self) -> list[Metric]:
+        return [
+            self.start,
+            self.last_exit,
+            self.oom,
+            self.crash_loop,
+            self.mem_used,
+            self.mem_total,
+            self.prefix_queries,
+            self.prefix_hits,
+        ]
+
+
+def _device_of(engine: object) -> str:
+    """The device an engine runs on, from ``model_info.extra["device"]`` ("" unknown)."""
+    try:
+        extra = engine.model_info.extra  # type: ignore[attr-defined]
+        return str(extra.get("device", "")) if isinstance(extra, dict) else ""
+    except Exception:
+        return ""
+
+
+class _HostOpsCollector(Collector):
+    """Record sinks and the config revision (module docstring)."""
+
+    def __init__(self, host_ref: Callable[[], Host | None]) -> None:
+        self._host_ref = host_ref
+
+    def collect(self) -> Iterable[Metric]:
+        sink_up = GaugeMetricFamily(
+            "servehall_sink_up",
+            "1 while the record sink writes (or its check passes), else 0",
+            labels=["sink", "required"],
+        )
+        refusing = GaugeMetricFamily(
+            "servehall_sink_refusing",
+            "1 while a required sink makes this replica refuse new requests (503)",
+            labels=["sink"],
+        )
+        queued = GaugeMetricFamily(
+            "servehall_sink_queued_records",
+            "Records waiting to be written (memory and spill file)",
+            labels=["sink"],
+        )
+        failures = CounterMetricFamily(
+            "servehall_sink_write_failures", "Failed sink write attempts", labels=["sink"]
+        )
+        dropped = CounterMetricFamily(
+            "servehall_sink_dropped_records",
+            "Records a sink dropped (buffer and spill file full, not required)",
+            labels=["sink"],
+        )
+        audit = CounterMetricFamily(
+            "servehall_audit_write_failures",
+            "Failed writes of batches holding audit events (the chain was not extended)",
+            labels=["sink"],
+        )
+        revision = GaugeMetricFamily(
+            "servehall_config_revision", "The running config revision (0: none stored)"
+        )
+        info = GaugeMetricFamily(
+            "servehall_config_info",
+            "1, labelled with the sha256 of the effective config (secrets masked)",
+            labels=["sha256"],
+        )
+        host = self._host_ref()
+        runners = getattr(host.records, "runners", ()) if host is not None else ()
+        for r in runners:
+            try:
+                st = r.stats()
+            except Exception:  # a scrape must never fail because of one sink
+                continue
+            name = str(st["sink"])
+            sink_up.add_metric([name, "true" if st["required"] else "false"], float(st["healthy"]))
+            refusing.add_metric([name], float(st["refusing"]))
+            queued.add_metric([name], float(st["queued"]))
+            failures.add_metric([name], float(st["failures"]))
+            dropped.add_metric([name], float(st["dropped"]))
+            audit.add_metric([name], float(st.get("audit_failures", 0)))
+        if host is not None:
+            revision.add_metric([], float(getattr(host, "config_revision", 0) or 0))
+            info.add_metric([config_digest(host)], 1.0)
+        return [sink_up, refusing, queued, failures, dropped, audit, revision, info]
+
+
+def config_digest(host: Host) -> str:
+    """sha256 hex of the host's effective config with secrets masked (the digest of the
+    ``config.loaded`` audit event); computed once per host."""
+    cached: str | None = getattr(host, "_config_sha256", None)
+    if cached is None:
+        from servehall.config.settings import masked_dump
+        from servehall.records.bus import config_digest as digest
+
+        cached = digest(masked_dump(host.settings))
+        with contextlib.suppress(Exception):
+            host._config_sha256 = cached  # type: ignore[attr-defined]
+    return cached
 
 
 class Metrics:
@@ -125,6 +351,19 @@ class Metrics:
             "Mean decode time per output token after the first, per request",
             ["model"],
             buckets=_TPOT_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "servehall_inter_token_latency_seconds",
+            "Gaps between output tokens after the first (a delta of n tokens: n gaps of 1/n)",
+            ["model"],
+            buckets=_TPOT_BUCKETS,
+            registry=r,
+        )
+        self.tenant_refusals = Counter(
+            "servehall_tenant_refusals",
+            "Requests of a known tenant refused with 403, 429 or 503",
+            ["tenant", "status"],
             registry=r,
         )
         self.e2e = Histogram(
@@ -156,12 +395,26 @@ class Metrics:
             ["model", "reason"],
             registry=r,
         )
+        self.request_errors = Counter(
+            "servehall_request_errors",
+            "Answered requests with status >= 400, by error code",
+            ["model", "endpoint", "status", "code"],
+            registry=r,
+        )
+        self.structured_output = Counter(
+            "servehall_structured_output_requests",
+            "Requests with a structured-output constraint, by kind and outcome",
+            ["model", "kind", "outcome"],
+            registry=r,
+        )
         r.register(_EngineCollector(host_ref))
+        r.register(_HostOpsCollector(host_ref))
 
     def start_series(self, models: Iterable[str]) -> None:
         """Export a 0 sample for every label set known up front: each model's token
-        counters and ``servehall_request_aborts_total`` for each reason in
-        :data:`ABORT_REASONS` (Prometheus' advice for labelled counters: a series that
+        counters, ``servehall_request_aborts_total`` for each reason in
+        :data:`ABORT_REASONS` and ``servehall_structured_output_requests_total`` for each
+        kind and outcome (Prometheus' advice for labelled counters: a series that
         appears only with its first event makes ``rate()`` and alerts on it blind until
         then)."""
         for model in models:
@@ -169,6 +422,9 @@ class Metrics:
             self.generation_tokens.labels(model)
             for reason in ABORT_REASONS:
                 self.aborts.labels(model, reason)
+            for kind in STRUCTURED_KINDS:
+                for outcome in STRUCTURED_OUTCOMES:
+                    self.structured_output.labels(model, kind, outcome)
 
     def render(self) -> bytes:
         """The text exposition format: the host's families, then those on

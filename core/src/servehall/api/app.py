@@ -12,6 +12,7 @@ from servehall.api.auth import AuthMiddleware
 from servehall.api.errors import install_handlers
 from servehall.api.inference import InferenceEndpoint
 from servehall.api.state import ApiState
+from servehall.api.tracing import Tracing, TracingMiddleware
 from servehall.metrics import Metrics
 from servehall.plugin.host import Host
 from servehall.plugin.registries import RouteRegistry
@@ -19,9 +20,14 @@ from servehall.serving.probe import Readiness
 
 
 def create_app(
-    host: Host, *, metrics: Metrics | None = None, readiness: Readiness | None = None
+    host: Host,
+    *,
+    metrics: Metrics | None = None,
+    readiness: Readiness | None = None,
+    tracing: Tracing | None = None,
 ) -> Starlette:
-    """Build the ASGI app for ``host``: core routes, plugin routes, auth, error envelope.
+    """Build the ASGI app for ``host``: core routes, plugin routes, auth, error envelope,
+    and a server span per inference request when ``tracing`` is given.
 
     ``app.state.api`` holds the :class:`~servehall.api.state.ApiState`.
     """
@@ -41,9 +47,11 @@ def create_app(
     registry = RouteRegistry()
     host.plugins.routes(host, registry)
     middleware = [Middleware(AuthMiddleware)]
+    if tracing is not None:
+        middleware.insert(0, Middleware(TracingMiddleware, tracing=tracing))
     if host.settings.server.access_log:
         middleware.insert(0, Middleware(AccessLogMiddleware))  # outermost: 401s too
     app = Starlette(routes=[*core, *registry.routes], middleware=middleware)
-    app.state.api = ApiState(host=host, metrics=metrics, readiness=readiness)
+    app.state.api = ApiState(host=host, metrics=metrics, readiness=readiness, tracing=tracing)
     install_handlers(app)
     return app

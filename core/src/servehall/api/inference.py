@@ -33,7 +33,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
 from servehall.admission.access import check_model_access
-from servehall.admission.filters import PromptParts
+from servehall.admission.filters import InputFilter, PromptParts
 from servehall.admission.principal import ANONYMOUS
 from servehall.admission.scheduler import Slot, Ticket
 from servehall.admission.usage import AdmissionRequest, Reservation
@@ -47,6 +47,7 @@ from servehall.api.run import InferenceRun, completion_text, fill_record
 from servehall.api.sampling import check_unsupported, resolve_max_tokens, sampling_params
 from servehall.api.sse import send_stream
 from servehall.api.state import ApiState
+from servehall.api.tracing import maybe_span, request_span
 from servehall.api.wire import ChatCompletionRequest, CompletionRequest
 from servehall.errors import (
     ContentFilterError,
@@ -54,6 +55,7 @@ from servehall.errors import (
     PayloadTooLargeError,
     ServehallError,
 )
+from servehall.plugin.host import ServedModel
 from servehall.serving.choice import ChoiceStream
 from servehall.serving.context import RequestContext
 from servehall.serving.priority import request_priority
@@ -84,6 +86,7 @@ class InferenceEndpoint:
             api.host, api.metrics, rid, self.endpoint, client[0] if client else None
         )
         ctx.set_principal(principal)
+        ctx.trace(api.tracing, request_span(scope))
         run = InferenceRun(api, ctx, principal, rid, int(time.time()))
         try:
             body_read = False
@@ -161,6 +164,50 @@ class InferenceEndpoint:
         except ValidationError as exc:
             raise from_validation_error(exc) from None
 
+    @staticmethod
+    def _input_filters(
+        run: InferenceRun, filters: list[InputFilter], parts: PromptParts, param: str
+    ) -> None:
+        """Step 4: run every input filter; the first enforced block is a 400."""
+        for f in filters:
+            verdicts = f.check(parts)
+            run.input_verdicts.extend(verdicts)
+            for v in verdicts:
+                if v.action == "block" and not v.monitor:
+                    raise ContentFilterError(
+                        f"The prompt was blocked by the content filter (rule '{v.rule}').",
+                        param=param,
+                    )
+
+    @staticmethod
+    async def _admit(
+        run: InferenceRun, served: ServedModel, admission: AdmissionRequest, priority: int
+    ) -> tuple[Slot, list[Reservation]]:
+        """Steps 3 and 6: authorize (quota reservations), the record bus's admission
+        check, then wait for a scheduler slot; reservations are released on failure."""
+        host = run.api.host
+        reservations: list[Reservation] = await host.plugins.authorize(host, admission)
+        try:
+            if host.records is not None:
+                host.records.check_admission()
+            slot = await served.scheduler.acquire(
+                Ticket(
+                    request_id=run.request_id,
+                    model=served.name,
+                    tenant=run.principal.tenant,
+                    principal_id=run.principal.id,
+                    priority=priority,
+                    cost_tokens=admission.token_estimate,
+                    prompt_tokens=admission.prompt_tokens,
+                )
+            )
+        except BaseException:
+            for r in reservations:
+                with contextlib.suppress(Exception):
+                    await r.release()
+            raise
+        return slot, reservations
+
     # --- the request path ----------------------------------------------------------------
 
     async def _handle(self, run: InferenceRun, body: dict[str, Any], send: Send) -> None:
@@ -187,16 +234,10 @@ class InferenceEndpoint:
         texts, owners = prompt_texts(req)
         if host.input_filters:
             parts = PromptParts(list(texts), self.endpoint, name, run.principal)
-            for f in host.input_filters:
-                verdicts = f.check(parts)
-                run.input_verdicts.extend(verdicts)
-                for v in verdicts:
-                    if v.action == "block" and not v.monitor:
-                        raise ContentFilterError(
-                            f"The prompt was blocked by the content filter (rule '{v.rule}').",
-                            param=prompt_param,
-                        )
+            with maybe_span(run.api.tracing, "filters", servehall__filter_stage="input"):
+                self._input_filters(run, host.input_filters, parts, prompt_param)
             texts = parts.texts
+
         run.prompt_text = "\n".join(texts)
 
         # 5 tokenize + context check; a prompt that cannot fit is refused before
@@ -247,28 +288,11 @@ class InferenceEndpoint:
             stream=req.stream,
         )
         priority = request_priority(run.principal, req.priority)
-        reservations: list[Reservation] = await host.plugins.authorize(host, admission)
-        slot: Slot | None = None
-        try:
-            if host.records is not None:
-                host.records.check_admission()
-            slot = await served.scheduler.acquire(
-                Ticket(
-                    request_id=run.request_id,
-                    model=name,
-                    tenant=run.principal.tenant,
-                    principal_id=run.principal.id,
-                    priority=priority,
-                    cost_tokens=admission.token_estimate,
-                    prompt_tokens=len(prompt_ids),
-                )
-            )
-        except BaseException:
-            for r in reservations:
-                with contextlib.suppress(Exception):
-                    await r.release()
-            raise
+        ctx.request_params(max_tokens, req.temperature, req.top_p)
+        with maybe_span(run.api.tracing, "admission"):
+            slot, reservations = await self._admit(run, served, admission, priority)
         ctx.admitted = True
+        ctx.admitted_at = time.monotonic()
         ctx.record.queue_time_s = slot.queue_time_s
         headers: dict[str, str] = {"x-request-id": run.request_id}
         for r in reservations:

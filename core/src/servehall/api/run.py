@@ -43,6 +43,7 @@ def fill_record(run: InferenceRun) -> None:
         firsts = [c.first_token_at for c in run.choices if c.first_token_at is not None]
         if firsts:
             run.ctx.token(min(firsts))
+        run.ctx.inter_token_s = [g for c in run.choices for g in c.inter_token_s]
     run.ctx.verdicts = [*run.input_verdicts, *(v for c in run.choices for v in c.verdicts)]
 
 

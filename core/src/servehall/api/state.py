@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servehall.api.tracing import Tracing
 from servehall.metrics import Metrics
 from servehall.plugin.host import Host
 from servehall.serving.probe import Readiness
@@ -16,3 +17,4 @@ class ApiState:
     host: Host
     metrics: Metrics
     readiness: Readiness
+    tracing: Tracing | None = None

@@ -47,6 +47,9 @@ class ServerSettings(_Section):
     #: without query, status, bytes, duration, request id, principal id); never headers,
     #: query strings or bodies. See :mod:`servehall.api.access_log`.
     access_log: bool = False
+    #: ``host:port`` of the HAProxy agent endpoint (weight from free KV cache and queue,
+    #: ``drain`` on SIGTERM, ``down`` when no model is ready; :mod:`servehall.server.agent`).
+    agent_bind: str | None = Field(default=None, pattern=r"^.+:\d+$")
 
     @field_validator("bind")
     @classmethod
@@ -136,6 +139,25 @@ class DatabaseSettings(_Section):
     #: a transaction (a replica stopped while it holds the audit chain head) is ended
     #: by the server after this many seconds, releasing its locks; 0 = no limit
     idle_in_transaction_timeout_s: float = Field(default=30.0, ge=0)
+
+
+class TracingSettings(_Section):
+    """``[tracing]``: OpenTelemetry traces of inference requests (docs/operations.md,
+    "Traces"). Off by default; needs the ``tracing`` extra (``opentelemetry-sdk`` and the
+    OTLP/HTTP exporter).
+
+    ``endpoint`` is the OTLP/HTTP traces URL (protobuf POSTs); ``sample_ratio`` the share
+    of new traces kept (a caller's sampled ``traceparent`` is always followed);
+    ``headers`` extra HTTP headers for the collector (e.g. an auth token);
+    ``export_timeout_s`` the timeout of one export.
+    """
+
+    enabled: bool = False
+    endpoint: str = "http://127.0.0.1:4318/v1/traces"
+    service_name: str = Field(default="servehall", min_length=1)
+    sample_ratio: float = Field(default=1.0, ge=0, le=1)
+    headers: dict[str, Secret] = Field(default_factory=dict)
+    export_timeout_s: float = Field(default=10.0, gt=0)
 
 
 class SinkConfig(_Section):

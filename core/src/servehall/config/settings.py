@@ -31,11 +31,12 @@ from servehall.config.models import (
     SchedulerSettings,
     ServerSettings,
     SinkConfig,
+    TracingSettings,
 )
 from servehall.errors import ConfigError
 
 ENV_PREFIX = "SERVEHALL_"
-CORE_SECTIONS = ("plugins", "server", "models", "scheduler", "database", "sinks")
+CORE_SECTIONS = ("plugins", "server", "models", "scheduler", "database", "sinks", "tracing")
 
 
 class Settings(BaseSettings):
@@ -55,6 +56,7 @@ class Settings(BaseSettings):
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     sinks: list[SinkConfig] = Field(default_factory=lambda: [SinkConfig(name="sql")])
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -120,7 +120,9 @@ class EngineStats:
     """A point-in-time view of an engine, for metrics and ``/health``.
 
     ``kv_cache_blocks_*`` count KV-cache pages; ``device_memory_*`` are bytes (None when
-    the device cannot report them).
+    the device cannot report them); ``prefix_cache_*`` are cumulative prompt tokens looked
+    up in / found in the prefix cache since the engine started (None when the engine has
+    no prefix cache or cannot tell).
     """
 
     running: int
@@ -129,6 +131,8 @@ class EngineStats:
     kv_cache_blocks_total: int
     device_memory_used_bytes: int | None = None
     device_memory_total_bytes: int | None = None
+    prefix_cache_queries: int | None = None
+    prefix_cache_hits: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from servehall.records.codec import dumps, from_json
-from servehall.records.types import Record, RequestRecord, Sink
+from servehall.records.types import AuditEvent, Record, RequestRecord, Sink
 
 log = logging.getLogger("servehall.records")
 
@@ -188,6 +188,7 @@ class SinkRunner:
         self.written = 0
         self.dropped = 0
         self.failures = 0
+        self.audit_failures = 0
         self.healthy = True
         self.last_error: str | None = None
         self._last_warn: dict[str, float] = {}
@@ -428,6 +429,8 @@ class SinkRunner:
                 await self._write(batch)
             except Exception as exc:
                 self.failures += 1
+                if any(isinstance(r, AuditEvent) for r in batch):
+                    self.audit_failures += 1
                 self._unhealthy("write", exc)
                 await asyncio.sleep(backoff) if not self._closing else await self._sleep(backoff)
                 backoff = min(backoff * 2, self.retry_max_s)
@@ -590,6 +593,7 @@ class SinkRunner:
             "written": self.written,
             "dropped": self.dropped,
             "failures": self.failures,
+            "audit_failures": self.audit_failures,
             "checks_failed": self.checks_failed,
             "write_timeouts": self.write_timeouts,
             "last_error": self.last_error,

@@ -254,8 +254,10 @@ async def run(settings: Settings, plugins: PluginHost) -> None:
 
     from servehall.api.app import create_app
     from servehall.api.disconnect import install_closed_write_filter
+    from servehall.api.tracing import Tracing
     from servehall.metrics import Metrics
     from servehall.server.accept_errors import AcceptErrorMonitor
+    from servehall.server.agent import AgentServer
     from servehall.server.hypercorn import install_connection_fixes
     from servehall.serving.probe import Readiness
 
@@ -272,9 +274,12 @@ async def run(settings: Settings, plugins: PluginHost) -> None:
     metrics = Metrics(lambda: host)
     accept_errors = AcceptErrorMonitor(metrics.registry)
     accept_errors.install(loop)
+    tracing: Tracing | None = None
+    agent: AgentServer | None = None
     try:
         await plugins.startup(host)
-        app = create_app(host, metrics=metrics, readiness=readiness)
+        tracing = Tracing.from_settings(settings.tracing)
+        app = create_app(host, metrics=metrics, readiness=readiness, tracing=tracing)
         for served in host.models.values():
             if not await readiness.probe(served):
                 raise EngineError(
@@ -282,11 +287,16 @@ async def run(settings: Settings, plugins: PluginHost) -> None:
                     f"{readiness.last_error.get(served.name)}"
                 )
         readiness.start()
+        if settings.server.agent_bind:
+            agent = AgentServer(host, readiness, stop.is_set, settings.server.agent_bind)
+            await agent.start()
         binds = list(cfg.bind)
         cfg.bind = hypercorn_fd_binds(bind_sockets(binds))
         log.info("servehall serving %s on %s", ", ".join(host.models), ", ".join(binds))
         await hypercorn_serve(app, cfg, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
     finally:
+        if agent is not None:
+            await agent.close()  # answered "drain" while the listeners drained
         accept_errors.uninstall()
         await readiness.stop()
         try:
@@ -294,6 +304,8 @@ async def run(settings: Settings, plugins: PluginHost) -> None:
         except Exception:
             log.exception("a shutdown hook failed")
         await shutdown_host(host)
+        if tracing is not None:
+            tracing.shutdown()  # flushes the spans still batched
         log.info("servehall stopped")
 
 

@@ -63,6 +63,10 @@ class ChoiceStream:
     filters: list[OutputStreamFilter] = field(default_factory=list)
     completion_tokens: int = 0
     first_token_at: float | None = None
+    last_token_at: float | None = None
+    inter_token_s: list[float] = field(default_factory=list)
+    """Per-token gaps after the first token (s): a delta of n tokens after a gap g adds n
+    entries g/n (``servehall_inter_token_latency_seconds``)."""
     finish_reason: str | None = None
     text_parts: list[str] = field(default_factory=list)
     verdicts: list[FilterVerdict] = field(default_factory=list)
@@ -122,8 +126,14 @@ class ChoiceStream:
             async for delta in stream:
                 if coalesce is not None:  # take the backlog of a slow consumer at once
                     delta = coalesce(delta)
-                if delta.token_ids and self.first_token_at is None:
-                    self.first_token_at = time.monotonic()
+                if delta.token_ids:
+                    now = time.monotonic()
+                    if self.last_token_at is None:
+                        self.first_token_at = now
+                    else:
+                        n = len(delta.token_ids)
+                        self.inter_token_s.extend([(now - self.last_token_at) / n] * n)
+                    self.last_token_at = now
                 finish: str | None = None
                 if delta.finish_reason is not None:
                     engine_done = True

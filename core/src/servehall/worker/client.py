@@ -259,6 +259,8 @@ class ProcessEngine(WorkerSupervisor):
             kv_cache_blocks_total=max(hb.kv_cache_blocks_total, 1),
             device_memory_used_bytes=hb.device_memory_used_bytes,
             device_memory_total_bytes=hb.device_memory_total_bytes,
+            prefix_cache_queries=hb.prefix_cache_queries,
+            prefix_cache_hits=hb.prefix_cache_hits,
         )
 
     # --- what the supervisor asks of the client ------------------------------------------

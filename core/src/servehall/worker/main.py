@@ -421,6 +421,8 @@ class _Worker:
                 s.device_memory_total_bytes,
                 ok,
                 reason,
+                s.prefix_cache_queries,
+                s.prefix_cache_hits,
             )
         except Exception as exc:
             beat = Heartbeat(0, 0, 0, 0, None, None, False, f"stats raised {exc}")

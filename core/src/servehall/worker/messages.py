@@ -74,6 +74,8 @@ class Heartbeat(msgspec.Struct, tag="hb", array_like=True):
     device_memory_total_bytes: int | None
     healthy: bool
     reason: str
+    prefix_cache_queries: int | None = None
+    prefix_cache_hits: int | None = None
 
 
 class WorkerReady(msgspec.Struct, tag="ready", array_like=True):

@@ -143,6 +143,12 @@ class WorkerSupervisor:
         self._watch: asyncio.Task[None] | None = None
         self._restart: asyncio.Task[None] | None = None
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self.started_at = 0.0
+        """Unix time the current worker came up (0 before any)."""
+        self.last_exit_reason = ""
+        """The kind (a :data:`RESTART_REASONS` value) of the last loss, "" before any."""
+        self.oom_kills = 0
+        """Workers killed by the OOM killer (``servehall_engine_oom_kills_total``)."""
 
     # --- state -------------------------------------------------------------------------
 
@@ -156,6 +162,11 @@ class WorkerSupervisor:
         """The current worker's pid (None when none runs)."""
         gen = self._gen
         return gen.proc.pid if gen is not None and gen.proc is not None else None
+
+    @property
+    def crash_looping(self) -> bool:
+        """The supervisor gave up restarting (``servehall_engine_crash_loop``)."""
+        return self._state == "failed"
 
     @property
     def state_reason(self) -> str:
@@ -393,6 +404,7 @@ class WorkerSupervisor:
         self._state = "up"
         self._reason = ""
         self._up_since = time.monotonic()
+        self.started_at = time.time()
         self._last_hb = time.monotonic()
         self._up.set()
 
@@ -460,6 +472,9 @@ class WorkerSupervisor:
         if self._state in ("stopped", "failed", "down"):
             return
         log.error("model %s: %s", self.name, reason)
+        self.last_exit_reason = kind
+        if kind == "oom_killed":
+            self.oom_kills += 1
         self._state = "down"
         self._reason = reason
         self._up.clear()

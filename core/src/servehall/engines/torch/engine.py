@@ -143,6 +143,7 @@ class TorchEngine:
         self._stopping = False
         self._stopped = False
         self._num_blocks = 0
+        self._prefix_queries = 0  # prompt tokens submitted while prefix sharing is on
         self._failed_status: Any = None
         self._last_progress = time.monotonic()
 
@@ -375,6 +376,7 @@ class TorchEngine:
         if self._reserved == 0:
             self._last_progress = time.monotonic()  # the stall clock starts with work
         self._reserved += stream.reserved
+        self._prefix_queries += len(prompt)
         manager.register_result_handler(rid, lambda out, s=stream: self._on_output(s, out))
         try:
             manager.add_request(
@@ -516,6 +518,11 @@ class TorchEngine:
         scheduler = processor.scheduler
         cache = processor.cache
         waiting = len(scheduler.waiting_requests) + manager.input_queue.qsize() + len(self._pending)
+        # prefix hits: transformers' PagedAttentionCache counts the prompt tokens it found
+        # in shared blocks (``_total_prefix_length``); queries are the prompt tokens we
+        # submitted. None when prefix sharing is off (or the model cannot share).
+        hits = getattr(cache, "_total_prefix_length", None)
+        sharing = bool(getattr(cache, "use_prefix_sharing", False)) and hits is not None
         return EngineStats(
             running=len(scheduler.active_requests),
             waiting=waiting,
@@ -523,4 +530,6 @@ class TorchEngine:
             kv_cache_blocks_total=cache.num_blocks,
             device_memory_used_bytes=used_mem,
             device_memory_total_bytes=total_mem,
+            prefix_cache_queries=self._prefix_queries if sharing else None,
+            prefix_cache_hits=int(hits) if sharing and hits is not None else None,
         )
