@@ -21,8 +21,15 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+
+from servehall.engines.contract import GRAMMAR_COMPILE_BUCKETS, GrammarStats
 
 if TYPE_CHECKING:
     from servehall.plugin.host import Host
@@ -32,6 +39,11 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ABORT_REASONS: tuple[str, ...] = ("client_disconnect", "error")
 """The ``reason`` label values of ``servehall_request_aborts_total``: the client went away
 before the end, or the request failed after admission (engine or server error)."""
+
+STRUCTURED_KINDS: tuple[str, ...] = ("json_object", "json_schema", "regex", "choice", "grammar")
+"""The ``kind`` label values of ``servehall_structured_output_requests_total``."""
+STRUCTURED_OUTCOMES: tuple[str, ...] = ("valid", "invalid", "length", "refused")
+"""Its ``outcome`` label values."""
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
@@ -78,6 +90,16 @@ class _EngineCollector(Collector):
             "Tokens served per tenant: prompt tokens at admission plus generated tokens",
             labels=["model", "tenant"],
         )
+        compile_hist = HistogramMetricFamily(
+            "servehall_grammar_compile_seconds",
+            "Structured-output grammar compile time in the engine (cache misses)",
+            labels=["model"],
+        )
+        cache_hits = CounterMetricFamily(
+            "servehall_grammar_cache_hits",
+            "Structured-output constraints found compiled in the engine's LRU cache",
+            labels=["model"],
+        )
         host = self._host_ref()
         for name, served in (host.models if host else {}).items():
             counts = getattr(served.engine, "restart_counts", None)
@@ -94,12 +116,38 @@ class _EngineCollector(Collector):
                 s = served.engine.stats()
             except Exception:  # a scrape must never fail because of one engine
                 continue
+            if "structured_output" in served.engine.supported_params:
+                g = s.grammar or GrammarStats()
+                buckets = g.compile_buckets or (0,) * len(GRAMMAR_COMPILE_BUCKETS)
+                compile_hist.add_metric(
+                    [name],
+                    [
+                        *(
+                            (repr(b), n)
+                            for b, n in zip(GRAMMAR_COMPILE_BUCKETS, buckets, strict=True)
+                        ),
+                        ("+Inf", g.misses),
+                    ],
+                    g.compile_seconds_sum,
+                )
+                cache_hits.add_metric([name], g.hits)
             running.add_metric([name], s.running)
             waiting.add_metric([name], s.waiting + served.scheduler.waiting)
             total = s.kv_cache_blocks_total
             kv.add_metric([name], (s.kv_cache_blocks_used / total) if total else 0.0)
             kv_used.add_metric([name], s.kv_cache_blocks_used)
-        return [running, waiting, kv, kv_used, up, restarts, queue, service]
+        return [
+            running,
+            waiting,
+            kv,
+            kv_used,
+            up,
+            restarts,
+            queue,
+            service,
+            compile_hist,
+            cache_hits,
+        ]
 
 
 class Metrics:
@@ -156,6 +204,14 @@ class Metrics:
             ["model", "reason"],
             registry=r,
         )
+        self.structured = Counter(
+            "servehall_structured_output_requests",
+            "Structured-output requests by response format kind and outcome (valid: the "
+            "output parses and matches; invalid: it does not; length: cut at max_tokens; "
+            "refused: a 400 for the constraint)",
+            ["model", "kind", "outcome"],
+            registry=r,
+        )
         r.register(_EngineCollector(host_ref))
 
     def start_series(self, models: Iterable[str]) -> None:
@@ -169,6 +225,9 @@ class Metrics:
             self.generation_tokens.labels(model)
             for reason in ABORT_REASONS:
                 self.aborts.labels(model, reason)
+            for kind in STRUCTURED_KINDS:
+                for outcome in STRUCTURED_OUTCOMES:
+                    self.structured.labels(model, kind, outcome)
 
     def render(self) -> bytes:
         """The text exposition format: the host's families, then those on

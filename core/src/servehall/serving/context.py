@@ -64,6 +64,7 @@ class RequestContext:
         self.verdicts: list[FilterVerdict] = []
         self.first_token_at: float | None = None
         self.admitted = False
+        self.structured_outcome: str | None = None  # with record.response_format
         self._done = False
 
     def set_principal(self, principal: Principal | None) -> None:
@@ -125,6 +126,8 @@ class RequestContext:
         model = rec.model if rec.model in self.host.models else ""
         endpoint = rec.endpoint if rec.endpoint in KNOWN_ENDPOINTS else "other"
         m.requests.labels(model, endpoint, str(rec.status_code)).inc()
+        if rec.response_format is not None and self.structured_outcome is not None:
+            m.structured.labels(model, rec.response_format, self.structured_outcome).inc()
         if not self.admitted:
             return
         m.e2e.labels(model).observe(now - self.started)

@@ -24,6 +24,7 @@ from servehall.config.worker import WorkerSettings
 from servehall.engines.contract import (
     EngineHealth,
     EngineStats,
+    GrammarStats,
     ModelInfo,
     SamplingParams,
     TokenDelta,
@@ -259,6 +260,7 @@ class ProcessEngine(WorkerSupervisor):
             kv_cache_blocks_total=max(hb.kv_cache_blocks_total, 1),
             device_memory_used_bytes=hb.device_memory_used_bytes,
             device_memory_total_bytes=hb.device_memory_total_bytes,
+            grammar=None if hb.grammar is None else GrammarStats(*hb.grammar),
         )
 
     # --- what the supervisor asks of the client ------------------------------------------

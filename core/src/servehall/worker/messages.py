@@ -74,6 +74,8 @@ class Heartbeat(msgspec.Struct, tag="hb", array_like=True):
     device_memory_total_bytes: int | None
     healthy: bool
     reason: str
+    # the engine's grammar cache: hits, misses, compile seconds sum, cumulative buckets
+    grammar: tuple[int, int, float, tuple[int, ...]] | None = None
 
 
 class WorkerReady(msgspec.Struct, tag="ready", array_like=True):
