@@ -21,15 +21,22 @@ xgrammar (which imports torch) is imported on the first constrained request only
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from servehall.engines.contract import GRAMMAR_COMPILE_BUCKETS, GrammarStats, StructuredConstraint
+from servehall.engines.contract import (
+    GRAMMAR_COMPILE_BUCKETS,
+    GrammarStats,
+    StructuredConstraint,
+    TokenDelta,
+)
 
 T = TypeVar("T")
 
@@ -139,3 +146,34 @@ class GrammarCache(Generic[T]):
             return GrammarStats(
                 self.hits, self.misses, self.compile_seconds_sum, tuple(self._buckets)
             )
+
+
+def compile_then(
+    cache: GrammarCache[T],
+    executor: Executor,
+    constraint: StructuredConstraint,
+    loop: asyncio.AbstractEventLoop,
+    done: Callable[[T | None, TokenDelta | None], None],
+) -> None:
+    """Compile ``constraint`` through ``cache`` on ``executor`` (off the event loop and
+    off the engine's step thread), then call ``done(compiled, None)`` — or ``done(None,
+    error_delta)`` — on ``loop``. The error delta ends the request: ``code
+    "invalid_request"`` (the host answers 400) for a constraint that does not compile, a
+    plain engine error when the backend itself failed. The request never reaches a step
+    shared with other requests before its grammar compiled (vLLM's idea of compiling
+    grammars asynchronously before scheduling)."""
+
+    def on_loop(fut: Future[T]) -> None:
+        try:
+            value = fut.result()
+        except GrammarError as exc:
+            error = f"The constraint does not compile: {exc}"
+            done(None, TokenDelta((), "error", error=error, code="invalid_request"))
+            return
+        except Exception as exc:  # xgrammar missing or broken: this request only
+            done(None, TokenDelta((), "error", error=f"grammar backend failed: {exc}"))
+            return
+        done(value, None)
+
+    future = executor.submit(cache.get, constraint)
+    future.add_done_callback(lambda fut: loop.call_soon_threadsafe(on_loop, fut))

@@ -41,7 +41,7 @@ import queue
 import secrets
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,6 @@ from servehall import (
     EngineHealth,
     EngineStats,
     GrammarCache,
-    GrammarError,
     HfModelFacts,
     LiveStreams,
     ModelConfig,
@@ -61,6 +60,7 @@ from servehall import (
     SamplingParams,
     StructuredConstraint,
     TokenDelta,
+    compile_then,
     constraint_ebnf,
     stop_token_set,
 )
@@ -346,48 +346,30 @@ class OpenVINOEngine:
     def _compile_then_add(
         self, request_id: str, constraint: StructuredConstraint, command: tuple[str, Any]
     ) -> None:
-        """Compile ``constraint`` off the loop and the step thread (xgrammar 0.1.31, the
-        dialect OpenVINO's bundled parser reads), then queue the request; a constraint
-        that does not compile ends the request with a 400-coded error before it reaches a
-        step shared with other requests (see :mod:`servehall.structured.grammar`)."""
+        """Compile ``constraint`` (xgrammar 0.1.31, the dialect OpenVINO's bundled parser
+        reads; see :func:`servehall.compile_then`), then queue the request with it; a
+        constraint that does not compile ends the request with a 400-coded error before it
+        reaches a step shared with other requests."""
         if self._compiler is None:
             self._compiler = ThreadPoolExecutor(1, thread_name_prefix="servehall-ov-grammar")
-        future = self._compiler.submit(self.grammars.get, constraint)
-        loop = self._loop
-        assert loop is not None
-
-        def done(fut: Future[str]) -> None:
-            loop.call_soon_threadsafe(self._compiled, request_id, fut, command)
-
-        future.add_done_callback(done)
-
-    def _compiled(self, request_id: str, fut: Future[str], command: tuple[str, Any]) -> None:
         stream: DeltaStream = command[1][0]
-        if stream.done or self._streams.get(request_id) is not stream:
-            return  # aborted meanwhile
-        try:
-            ebnf = fut.result()
-        except GrammarError as exc:
-            self._streams.pop(request_id, None)
-            stream.push(
-                TokenDelta(
-                    (),
-                    "error",
-                    error=f"The constraint does not compile: {exc}",
-                    code="invalid_request",
-                )
-            )
-            return
-        except Exception as exc:  # xgrammar missing or broken: this request only
-            self._streams.pop(request_id, None)
-            stream.push(TokenDelta((), "error", error=f"grammar backend failed: {exc}"))
-            return
-        import openvino_genai as ov_genai
 
-        soc = ov_genai.StructuredOutputConfig()
-        soc.grammar = ebnf
-        command[1][2].structured_output_config = soc
-        self._commands.put(command)
+        def done(ebnf: str | None, error: TokenDelta | None) -> None:
+            if stream.done or self._streams.get(request_id) is not stream:
+                return  # aborted meanwhile
+            if error is not None:
+                self._streams.pop(request_id, None)
+                stream.push(error)
+                return
+            import openvino_genai as ov_genai
+
+            soc = ov_genai.StructuredOutputConfig()
+            soc.grammar = ebnf
+            command[1][2].structured_output_config = soc
+            self._commands.put(command)
+
+        assert self._loop is not None
+        compile_then(self.grammars, self._compiler, constraint, self._loop, done)
 
     async def abort(self, request_id: str) -> None:
         """Abort a queued or running request; its KV blocks are freed at the next step."""

@@ -43,7 +43,7 @@ import logging
 import queue
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,12 @@ from servehall.engines.torch.device import TorchDevice
 from servehall.engines.torch.kvcache import KvGeometry, plan_kv_blocks
 from servehall.engines.torch.options import DTYPE_BYTES, TorchOptions, parse_torch_options
 from servehall.errors import ConfigError, EngineError
-from servehall.structured.grammar import GrammarCache, GrammarError, constraint_ebnf
+from servehall.structured.grammar import (
+    GrammarCache,
+    GrammarError,
+    compile_then,
+    constraint_ebnf,
+)
 
 log = logging.getLogger("servehall.engines.torch")
 
@@ -396,34 +401,21 @@ class TorchEngine:
         thread; cached per model), then queue it; a constraint that does not compile ends
         the request with a 400-coded error before it reaches a step."""
         assert params.structured is not None
-        loop = asyncio.get_running_loop()
         if self._compiler is None:
             self._compiler = ThreadPoolExecutor(1, thread_name_prefix="servehall-torch-grammar")
-        future = self._compiler.submit(self.grammars.get, params.structured)
-
-        def done(fut: Future[Any]) -> None:
-            loop.call_soon_threadsafe(self._compiled, stream, prompt, params, fut)
-
-        future.add_done_callback(done)
-
-    def _compiled(
-        self, stream: _RequestStream, prompt: list[int], params: SamplingParams, fut: Future[Any]
-    ) -> None:
         rid = stream.request_id
-        if stream.done or self._live.get(rid) is not stream:
-            return  # aborted meanwhile
-        try:
-            compiled = fut.result()
-        except GrammarError as exc:
-            self._forget(rid)
-            error = f"The constraint does not compile: {exc}"
-            stream.push(TokenDelta((), "error", error=error, code="invalid_request"))
-            return
-        except Exception as exc:  # xgrammar missing or broken: this request only
-            self._forget(rid)
-            stream.push(TokenDelta((), "error", error=f"grammar backend failed: {exc}"))
-            return
-        self._enqueue(stream, prompt, params, compiled)
+
+        def done(compiled: Any, error: TokenDelta | None) -> None:
+            if stream.done or self._live.get(rid) is not stream:
+                return  # aborted meanwhile
+            if error is not None:
+                self._forget(rid)
+                stream.push(error)
+                return
+            self._enqueue(stream, prompt, params, compiled)
+
+        loop = asyncio.get_running_loop()
+        compile_then(self.grammars, self._compiler, params.structured, loop, done)
 
     def _compile(self, constraint: StructuredConstraint) -> Any:
         """``constraint`` → an xgrammar ``CompiledGrammar`` for this model's vocabulary."""
