@@ -323,6 +323,9 @@ async def test_unsupported_parameters_are_named(tok_dir: Path) -> None:
             ("top_k", 5),
             ("min_p", 0.1),
             ("repetition_penalty", 1.2),
+            ("response_format", {"type": "json_object"}),
+            ("guided_regex", "[a-z]+"),
+            ("structured_outputs", {"choice": ["a", "b"]}),
         ]:
             r = await c.post("/v1/chat/completions", json=chat(**{field: value}))
             assert r.status_code == 400 and r.json()["error"]["param"] == field, (field, r.text)

@@ -68,6 +68,12 @@ from servehall.plugin.state import PluginState
 from servehall.records.bus import open_record_bus
 from servehall.records.types import AuditEvent, RequestRecord, Sink, SinkSpec
 from servehall.server.bootstrap import load_deployment
+from servehall.structured.grammar import (
+    GrammarCache,
+    GrammarError,
+    compile_then,
+    constraint_ebnf,
+)
 from servehall.version import HOOK_API_VERSION, __version__
 
 if TYPE_CHECKING:  # imported lazily below (SQLAlchemy is heavy): see __getattr__
@@ -124,6 +130,8 @@ __all__ = [
     "EngineHealth",
     "EngineStats",
     "FilterVerdict",
+    "GrammarCache",
+    "GrammarError",
     "HfModelFacts",
     "Host",
     "InputFilter",
@@ -168,6 +176,8 @@ __all__ = [
     "__version__",
     "build_atomically",
     "canonical_dtype",
+    "compile_then",
+    "constraint_ebnf",
     "create_db_engine",
     "describe_database",
     "hookimpl",

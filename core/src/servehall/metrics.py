@@ -54,8 +54,15 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+
+from servehall.engines.contract import GRAMMAR_COMPILE_BUCKETS, GrammarStats
 
 if TYPE_CHECKING:
     from servehall.engines.contract import EngineStats
@@ -130,6 +137,16 @@ class _EngineCollector(Collector):
             labels=["model", "tenant"],
         )
         ops = _EngineOpsFamilies()
+        compile_hist = HistogramMetricFamily(
+            "servehall_grammar_compile_seconds",
+            "Structured-output grammar compile time in the engine (cache misses)",
+            labels=["model"],
+        )
+        cache_hits = CounterMetricFamily(
+            "servehall_grammar_cache_hits",
+            "Structured-output constraints found compiled in the engine's LRU cache",
+            labels=["model"],
+        )
         host = self._host_ref()
         for name, served in (host.models if host else {}).items():
             engine = served.engine
@@ -148,13 +165,40 @@ class _EngineCollector(Collector):
                 s = served.engine.stats()
             except Exception:  # a scrape must never fail because of one engine
                 continue
+            if "structured_output" in served.engine.supported_params:
+                g = s.grammar or GrammarStats()
+                buckets = g.compile_buckets or (0,) * len(GRAMMAR_COMPILE_BUCKETS)
+                compile_hist.add_metric(
+                    [name],
+                    [
+                        *(
+                            (repr(b), n)
+                            for b, n in zip(GRAMMAR_COMPILE_BUCKETS, buckets, strict=True)
+                        ),
+                        ("+Inf", g.misses),
+                    ],
+                    g.compile_seconds_sum,
+                )
+                cache_hits.add_metric([name], g.hits)
             running.add_metric([name], s.running)
             waiting.add_metric([name], s.waiting + served.scheduler.waiting)
             total = s.kv_cache_blocks_total
             kv.add_metric([name], (s.kv_cache_blocks_used / total) if total else 0.0)
             kv_used.add_metric([name], s.kv_cache_blocks_used)
             ops.add_stats(name, engine, s)
-        return [running, waiting, kv, kv_used, up, restarts, queue, service, *ops.families()]
+        return [
+            running,
+            waiting,
+            kv,
+            kv_used,
+            up,
+            restarts,
+            queue,
+            service,
+            compile_hist,
+            cache_hits,
+            *ops.families(),
+        ]
 
 
 class _EngineOpsFamilies:
@@ -401,9 +445,11 @@ class Metrics:
             ["model", "endpoint", "status", "code"],
             registry=r,
         )
-        self.structured_output = Counter(
+        self.structured = Counter(
             "servehall_structured_output_requests",
-            "Requests with a structured-output constraint, by kind and outcome",
+            "Structured-output requests by response format kind and outcome (valid: the "
+            "output parses and matches; invalid: it does not; length: cut at max_tokens; "
+            "refused: a 400 for the constraint)",
             ["model", "kind", "outcome"],
             registry=r,
         )
@@ -424,7 +470,7 @@ class Metrics:
                 self.aborts.labels(model, reason)
             for kind in STRUCTURED_KINDS:
                 for outcome in STRUCTURED_OUTCOMES:
-                    self.structured_output.labels(model, kind, outcome)
+                    self.structured.labels(model, kind, outcome)
 
     def render(self) -> bytes:
         """The text exposition format: the host's families, then those on

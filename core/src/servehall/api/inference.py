@@ -59,6 +59,8 @@ from servehall.plugin.host import ServedModel
 from servehall.serving.choice import ChoiceStream
 from servehall.serving.context import RequestContext
 from servehall.serving.priority import request_priority
+from servehall.structured.outcome import outcome, requested_kind
+from servehall.structured.request import structured_request
 from servehall.text.budget import check_prompt_chars
 from servehall.text.stops import StopMatcher
 
@@ -227,7 +229,14 @@ class InferenceEndpoint:
             raise InvalidRequestError(
                 f"n must be at most {settings.server.max_n} on this server.", param="n"
             )
-        check_unsupported(body, req, served.engine.supported_params)
+        ctx.record.response_format = requested_kind(body)
+        try:
+            structured = structured_request(body)
+            run.structured = structured
+            check_unsupported(body, req, served.engine.supported_params, structured, served.backend)
+        except InvalidRequestError:
+            ctx.structured_outcome = "refused"
+            raise
 
         # 4 input filters over every text of the prompt
         prompt_param = "messages" if self.kind == "chat" else "prompt"
@@ -273,7 +282,13 @@ class InferenceEndpoint:
             settings.server.default_max_tokens,
             prompt_param,
         )
-        params = sampling_params(req, n, max_tokens, tuple(tok.eos_token_ids))
+        params = sampling_params(
+            req,
+            n,
+            max_tokens,
+            tuple(tok.eos_token_ids),
+            structured.constraint if structured is not None else None,
+        )
         stops = req.stop_list()
 
         # 3 authorize + reserve quota, then 6 admission
@@ -311,6 +326,7 @@ class InferenceEndpoint:
                     filters=host.plugins.output_filters(host, admission)
                     if host.plugins.has_output_filters
                     else [],
+                    refusal_param=structured.param if structured is not None else None,
                 )
                 for i, p in enumerate(params)
             ]
@@ -319,10 +335,15 @@ class InferenceEndpoint:
                 choices = run.choices
                 track(lambda: sum(c.completion_tokens for c in choices))
             echo = run.prompt_text if isinstance(req, CompletionRequest) and req.echo else ""
-            if req.stream:
-                await send_stream(run, self.kind, req, send, headers, echo)
-            else:
-                await send_completion(run, self.kind, req.model, send, headers, echo)
+            try:
+                if req.stream:
+                    await send_stream(run, self.kind, req, send, headers, echo)
+                else:
+                    await send_completion(run, self.kind, req.model, send, headers, echo)
+            except InvalidRequestError:
+                if structured is not None:
+                    ctx.structured_outcome = "refused"  # the engine refused the constraint
+                raise
             run.api.readiness.mark_ok(name)
         finally:
             slot.release()
@@ -332,6 +353,10 @@ class InferenceEndpoint:
                     await r.settle(len(prompt_ids), completion)
         fill_record(run)
         finish = run.choices[0].finish_reason if run.choices else None
+        if structured is not None:
+            ctx.structured_outcome = outcome(
+                structured, ((c.text, c.finish_reason) for c in run.choices)
+            )
         ctx.finish(
             200,
             finish_reason=finish,

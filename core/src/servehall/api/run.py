@@ -10,6 +10,7 @@ from servehall.admission.principal import Principal
 from servehall.api.state import ApiState
 from servehall.serving.choice import ChoiceStream
 from servehall.serving.context import RequestContext
+from servehall.structured.request import StructuredRequest
 
 
 @dataclass
@@ -31,6 +32,7 @@ class InferenceRun:
     prompt_text: str = ""
     prompt_tokens: int = 0
     input_verdicts: list[FilterVerdict] = field(default_factory=list)
+    structured: StructuredRequest | None = None
 
 
 def fill_record(run: InferenceRun) -> None:

@@ -70,7 +70,6 @@ UNSUPPORTED_FIELDS: dict[str, tuple[Any, ...]] = {
     "function_call": ("none",),
     "best_of": (1,),
     "suffix": ("",),
-    "response_format": ({"type": "text"},),
 }
 
 

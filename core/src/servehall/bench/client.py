@@ -46,6 +46,8 @@ class ClientOptions:
         ignore_eos: send ``ignore_eos: true`` (fixed output lengths).
         temperature: sampling temperature (0 = greedy, vLLM's benchmark default).
         timeout_s: per-request read timeout in seconds.
+        response_format: sent as ``response_format`` (structured output); a constrained
+            request never sends ``ignore_eos`` (its grammar ends it).
     """
 
     base_url: str
@@ -56,6 +58,7 @@ class ClientOptions:
     ignore_eos: bool = True
     temperature: float = 0.0
     timeout_s: float = 600.0
+    response_format: dict[str, Any] | None = None
 
     @property
     def root(self) -> str:
@@ -93,7 +96,9 @@ def request_body(
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    if opts.ignore_eos:
+    if opts.response_format is not None:
+        body["response_format"] = opts.response_format
+    elif opts.ignore_eos:
         body["ignore_eos"] = True
     if opts.endpoint == "chat":
         body["messages"] = [{"role": "user", "content": req.prompt}]

@@ -56,6 +56,7 @@ class Target:
     http2: bool = True
     pid: int | None = None
     native: bool = False
+    response_format: str | None = None  # ``rf=``: overrides --response-format
 
     @property
     def label(self) -> str:
@@ -67,14 +68,16 @@ def parse_target(text: str) -> Target:
     kind, sep, rest = text.partition(":")
     if not sep or not rest:
         raise ValueError(
-            f"target {text!r} is not engine:MODEL, serve:URL[,h1][,pid=N] or launch:h2|h1"
+            f"target {text!r} is not engine:MODEL, serve:URL[,h1][,pid=N][,rf=none|json] "
+            "or launch:h2|h1[,rf=none|json]"
         )
+    rest, rf = _response_format_option(text, rest)
     if kind in ("engine", "engine-native"):
         return Target(text, "engine", model=rest, native=kind == "engine-native")
     if kind == "launch":
         if rest not in ("h1", "h2"):
             raise ValueError(f"target {text!r}: launch takes h1 or h2")
-        return Target(text, "launch", http2=rest == "h2")
+        return Target(text, "launch", http2=rest == "h2", response_format=rf)
     if kind == "serve":
         url, *opts = rest.split(",")
         if not url.startswith(("http://", "https://")):
@@ -90,10 +93,84 @@ def parse_target(text: str) -> Target:
                     raise ValueError(f"target {text!r}: {opt!r} is not pid=NUMBER") from None
             else:
                 raise ValueError(f"target {text!r}: unknown option {opt!r} (h1, h2, pid=N)")
-        return Target(text, "serve", url=url, http2=http2, pid=pid)
+        return Target(text, "serve", url=url, http2=http2, pid=pid, response_format=rf)
     raise ValueError(
         f"target {text!r}: unknown kind {kind!r} (engine, engine-native, serve, launch)"
     )
+
+
+async def grammar_counters(opts: Any) -> dict[str, Any]:
+    """The server's grammar counters for ``opts.model`` from ``GET /metrics``:
+    ``hits``, ``misses``, ``sum`` (compile seconds) and ``buckets`` ({bound: count})."""
+    import httpx
+
+    out: dict[str, Any] = {"hits": 0.0, "misses": 0.0, "sum": 0.0, "buckets": {}}
+    label = f'model="{opts.model}"'
+    try:
+        async with httpx.AsyncClient(timeout=30) as c:
+            text = (await c.get(opts.root + "/metrics")).text
+    except httpx.HTTPError:
+        return out
+    for line in text.splitlines():
+        if label not in line or line.startswith("#"):
+            continue
+        name, value = line.rsplit(" ", 1)
+        if name.startswith("servehall_grammar_cache_hits_total"):
+            out["hits"] = float(value)
+        elif name.startswith("servehall_grammar_compile_seconds_count"):
+            out["misses"] = float(value)
+        elif name.startswith("servehall_grammar_compile_seconds_sum"):
+            out["sum"] = float(value)
+        elif name.startswith("servehall_grammar_compile_seconds_bucket"):
+            bound = name.split('le="', 1)[1].split('"', 1)[0]
+            out["buckets"][bound] = float(value)
+    return out
+
+
+def grammar_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Compiles, cache hit rate and compile P50/P99 (seconds, the histogram's bucket
+    bound that holds them, as Prometheus' ``histogram_quantile`` without interpolation)
+    between two :func:`grammar_counters` reads."""
+    hits = after["hits"] - before["hits"]
+    misses = after["misses"] - before["misses"]
+    buckets = sorted(
+        (
+            (float(b), after["buckets"].get(b, 0.0) - before["buckets"].get(b, 0.0))
+            for b in after["buckets"]
+        ),
+    )
+
+    def quantile(q: float) -> float | None:
+        if misses <= 0:
+            return None
+        for bound, count in buckets:
+            if count >= q * misses:
+                return bound
+        return None
+
+    return {
+        "compiles": int(misses),
+        "cache_hits": int(hits),
+        "cache_hit_rate": hits / (hits + misses) if hits + misses else None,
+        "compile_s_sum": after["sum"] - before["sum"],
+        "compile_p50_s": quantile(0.5),
+        "compile_p99_s": quantile(0.99),
+    }
+
+
+def _response_format_option(text: str, rest: str) -> tuple[str, str | None]:
+    """Split a trailing ``,rf=none|json`` off a target's options."""
+    parts = rest.split(",")
+    rf = None
+    keep = []
+    for part in parts:
+        if part.startswith("rf="):
+            if part[3:] not in ("none", "json"):
+                raise ValueError(f"target {text!r}: {part!r} is not rf=none or rf=json")
+            rf = part[3:]
+        else:
+            keep.append(part)
+    return ",".join(keep), rf
 
 
 def process_cpu_s(pid: int) -> float:
@@ -273,9 +350,19 @@ async def run_target(
     if target.kind == "launch":
         assert launched is not None
         url, pid = launched
+    from servehall.bench.workload import response_format_body
+
+    rf = target.response_format or spec.response_format
     opts = ClientOptions(
-        url, model, api_key, spec.endpoint, http2=target.http2, ignore_eos=spec.ignore_eos
+        url,
+        model,
+        api_key,
+        spec.endpoint,
+        http2=target.http2,
+        ignore_eos=spec.ignore_eos,
+        response_format=response_format_body(rf),
     )
+    grammar0 = await grammar_counters(opts) if rf != "none" else None
     cpu0: list[float] = []
     client0: list[float] = []
 
@@ -289,6 +376,9 @@ async def run_target(
     )
     client_cpu_s = time.process_time() - client0[0] if client0 else None
     serve_cpu_s = process_cpu_s(pid) - cpu0[0] if pid is not None and cpu0 else None
-    info = {"protocol": "h2" if target.http2 else "http/1.1"}
+    serve_info: dict[str, Any] = {"protocol": "h2" if target.http2 else "http/1.1"}
+    if grammar0 is not None:
+        serve_info["response_format"] = rf
+        serve_info["grammar"] = grammar_delta(grammar0, await grammar_counters(opts))
     summary = summarize(result.outputs, result.duration_s, spec.slo, serve_cpu_s)
-    return TargetRun(target, summary, result, serve_cpu_s, info, client_cpu_s)
+    return TargetRun(target, summary, result, serve_cpu_s, serve_info, client_cpu_s)

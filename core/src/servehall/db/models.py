@@ -66,6 +66,8 @@ class RequestLog(DbBase):
     prompt_text: Mapped[str | None] = mapped_column(Text)
     completion_text: Mapped[str | None] = mapped_column(Text)
     replica: Mapped[str | None] = mapped_column(String(128))
+    # structured output: json_object | json_schema | regex | choice | grammar (NULL = text)
+    response_format: Mapped[str | None] = mapped_column(String(32))
 
     __table_args__ = (
         Index(None, "received_at"),

@@ -52,6 +52,7 @@ class RequestRecord:
     completion_text: str | None = None
     store_prompts: bool | None = None
     replica: str | None = None
+    response_format: str | None = None
 
 
 @dataclass(slots=True)

@@ -29,12 +29,13 @@ from servehall.text.stops import StopMatcher
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
-def engine_failure(delta: TokenDelta) -> ServehallError:
+def engine_failure(delta: TokenDelta, param: str | None = None) -> ServehallError:
     """The client-facing error of an ``error`` delta, by its ``code``: ``invalid_request``
-    → 400, ``engine_unavailable`` → 503 + ``Retry-After: 1``, else 500 ``engine_error``."""
+    → 400 (``param``: the request field the engine refused, when known),
+    ``engine_unavailable`` → 503 + ``Retry-After: 1``, else 500 ``engine_error``."""
     message = delta.error or "The engine failed this request."
     if delta.code == "invalid_request":
-        return InvalidRequestError(message)
+        return InvalidRequestError(message, param=param)
     if delta.code == "engine_unavailable":
         return EngineUnavailableError(message, headers={"Retry-After": "1"})
     return EngineError(message)
@@ -70,6 +71,8 @@ class ChoiceStream:
     finish_reason: str | None = None
     text_parts: list[str] = field(default_factory=list)
     verdicts: list[FilterVerdict] = field(default_factory=list)
+    refusal_param: str | None = None
+    """The request field an engine's ``invalid_request`` refusal names (the constraint's)."""
 
     def _filter(self, text: str, final: bool) -> tuple[str, bool]:
         out = text
@@ -138,7 +141,7 @@ class ChoiceStream:
                 if delta.finish_reason is not None:
                     engine_done = True
                     if delta.finish_reason == "error":
-                        raise engine_failure(delta)
+                        raise engine_failure(delta, self.refusal_param)
                 text, stopped = self._text(delta.token_ids, delta.finish_reason is not None)
                 if stopped:
                     finish = "stop"

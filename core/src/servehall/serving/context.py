@@ -69,6 +69,7 @@ class RequestContext:
         self.inter_token_s: list[float] = []
         self.admitted = False
         self.admitted_at: float | None = None
+        self.structured_outcome: str | None = None  # with record.response_format
         self._done = False
         self._tracing: Tracing | None = None
         self._span: Span | None = None
@@ -154,7 +155,7 @@ class RequestContext:
         assert self._tracing is not None and self._span is not None
         span, rec = self._span, self.record
         if rec.model:
-            span.update_name(f"{span.name} {rec.model}")  # type: ignore[attr-defined]
+            span.update_name(f"{span.name} {rec.model}")
         attrs: dict[str, Any] = {
             **self._request_attrs,
             "http.response.status_code": rec.status_code,
@@ -195,6 +196,8 @@ class RequestContext:
         if rec.status_code >= 400:
             code = rec.error_code or "none"
             m.request_errors.labels(model, endpoint, str(rec.status_code), code).inc()
+        if rec.response_format is not None and self.structured_outcome is not None:
+            m.structured.labels(model, rec.response_format, self.structured_outcome).inc()
         if not self.admitted:
             return
         m.e2e.labels(model).observe(now - self.started)

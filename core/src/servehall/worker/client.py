@@ -24,6 +24,7 @@ from servehall.config.worker import WorkerSettings
 from servehall.engines.contract import (
     EngineHealth,
     EngineStats,
+    GrammarStats,
     ModelInfo,
     SamplingParams,
     TokenDelta,
@@ -261,6 +262,7 @@ class ProcessEngine(WorkerSupervisor):
             device_memory_total_bytes=hb.device_memory_total_bytes,
             prefix_cache_queries=hb.prefix_cache_queries,
             prefix_cache_hits=hb.prefix_cache_hits,
+            grammar=None if hb.grammar is None else GrammarStats(*hb.grammar),
         )
 
     # --- what the supervisor asks of the client ------------------------------------------

@@ -423,6 +423,14 @@ class _Worker:
                 reason,
                 s.prefix_cache_queries,
                 s.prefix_cache_hits,
+                None
+                if s.grammar is None
+                else (
+                    s.grammar.hits,
+                    s.grammar.misses,
+                    s.grammar.compile_seconds_sum,
+                    s.grammar.compile_buckets,
+                ),
             )
         except Exception as exc:
             beat = Heartbeat(0, 0, 0, 0, None, None, False, f"stats raised {exc}")

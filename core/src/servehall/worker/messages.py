@@ -76,6 +76,8 @@ class Heartbeat(msgspec.Struct, tag="hb", array_like=True):
     reason: str
     prefix_cache_queries: int | None = None
     prefix_cache_hits: int | None = None
+    # the engine's grammar cache: hits, misses, compile seconds sum, cumulative buckets
+    grammar: tuple[int, int, float, tuple[int, ...]] | None = None
 
 
 class WorkerReady(msgspec.Struct, tag="ready", array_like=True):
