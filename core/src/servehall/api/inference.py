@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
@@ -47,12 +48,14 @@ from servehall.api.run import InferenceRun, completion_text, fill_record
 from servehall.api.sampling import check_unsupported, resolve_max_tokens, sampling_params
 from servehall.api.sse import send_stream
 from servehall.api.state import ApiState
+from servehall.api.tools import tool_plan
 from servehall.api.wire import ChatCompletionRequest, CompletionRequest
 from servehall.errors import (
     ContentFilterError,
     InvalidRequestError,
     PayloadTooLargeError,
     ServehallError,
+    UnsupportedParameterError,
 )
 from servehall.serving.choice import ChoiceStream
 from servehall.serving.context import RequestContext
@@ -181,6 +184,18 @@ class InferenceEndpoint:
                 f"n must be at most {settings.server.max_n} on this server.", param="n"
             )
         check_unsupported(body, req, served.engine.supported_params)
+        plan = tool_plan(req) if isinstance(req, ChatCompletionRequest) else None
+        constraint = None
+        if plan is not None and plan.active:
+            constraint = plan.constraint(served.tool_parser)
+            if constraint is not None and "structured_output" not in (
+                served.engine.supported_params
+            ):
+                param = plan.constraint_param()
+                raise UnsupportedParameterError(
+                    f"This model's backend cannot constrain decoding, which '{param}' needs here.",
+                    param=param,
+                )
 
         # 4 input filters over every text of the prompt
         prompt_param = "messages" if self.kind == "chat" else "prompt"
@@ -210,10 +225,11 @@ class InferenceEndpoint:
         )
         if isinstance(req, ChatCompletionRequest):
             turns = chat_turns(req, texts, owners)
+            tools = [t.template() for t in plan.tools] if plan and plan.active else None
             if len(run.prompt_text) > _LONG_TEXT:
-                prompt_ids = await run_heavy(tok.render_chat, turns)
+                prompt_ids = await run_heavy(tok.render_chat, turns, tools)
             else:
-                prompt_ids = tok.render_chat(turns)
+                prompt_ids = tok.render_chat(turns, tools)
             requested = req.max_completion_tokens or req.max_tokens
         else:
             text = texts[0]
@@ -233,6 +249,8 @@ class InferenceEndpoint:
             prompt_param,
         )
         params = sampling_params(req, n, max_tokens, tuple(tok.eos_token_ids))
+        if constraint is not None:
+            params = [dataclasses.replace(p, structured=constraint) for p in params]
         stops = req.stop_list()
 
         # 3 authorize + reserve quota, then 6 admission
@@ -287,6 +305,7 @@ class InferenceEndpoint:
                     filters=host.plugins.output_filters(host, admission)
                     if host.plugins.has_output_filters
                     else [],
+                    tools=plan.stream(served.tool_parser) if plan and plan.active else None,
                 )
                 for i, p in enumerate(params)
             ]

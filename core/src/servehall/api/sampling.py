@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from servehall.api.wire import UNSUPPORTED_FIELDS, asks_for_nothing
+from servehall.api.wire import CHAT_ONLY_FIELDS, UNSUPPORTED_FIELDS, asks_for_nothing
 from servehall.engines.contract import SamplingParams
 from servehall.errors import ContextLengthExceededError, UnsupportedParameterError
 
@@ -53,8 +53,8 @@ def set_fields(req: BaseModel) -> dict[str, Any]:
 
 
 def check_unsupported(body: dict[str, Any], fields: BaseModel, supported: frozenset[str]) -> None:
-    """400 for a known-but-unimplemented OpenAI field, or an optional sampling field the
-    engine cannot honour.
+    """400 for a known-but-unimplemented OpenAI field, a chat-only field (``tools`` …) on
+    completions, or an optional sampling field the engine cannot honour.
 
     Args:
         body: the raw JSON object (to see fields the model ignores).
@@ -69,6 +69,12 @@ def check_unsupported(body: dict[str, Any], fields: BaseModel, supported: frozen
             raise UnsupportedParameterError(
                 f"'{name}' is not supported by this server.", param=name
             )
+    if not hasattr(fields, "messages"):
+        for name, off in CHAT_ONLY_FIELDS.items():
+            if name in body and not asks_for_nothing(body[name], off):
+                raise UnsupportedParameterError(
+                    f"'{name}' is only supported on /v1/chat/completions.", param=name
+                )
     sent = set_fields(fields)
     greedy = sent.get("temperature") == 0
     for name, neutral in OPTIONAL_SAMPLING_FIELDS.items():

@@ -16,6 +16,7 @@ concatenates the ids.
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 from collections.abc import Callable, Sequence
@@ -36,10 +37,24 @@ TEMPLATE_CACHE_SIZE = 256
 
 @dataclass(frozen=True, slots=True)
 class ChatTurn:
-    """One message for the template: ``role`` in system/user/assistant, plain ``content``."""
+    """One message for the template: ``role`` in system/user/assistant/tool, plain
+    ``content``; an assistant turn's earlier ``tool_calls`` (OpenAI's
+    ``{"id", "type", "function": {"name", "arguments"}}`` dicts, ``arguments`` a dict as
+    transformers' templates expect) and a tool turn's ``tool_call_id``."""
 
     role: str
     content: str
+    tool_calls: tuple[dict[str, Any], ...] = ()
+    tool_call_id: str | None = None
+
+    def template_message(self, content: str) -> dict[str, Any]:
+        """The message dict a chat template receives, with ``content`` in place."""
+        msg: dict[str, Any] = {"role": self.role, "content": content}
+        if self.tool_calls:
+            msg["tool_calls"] = list(self.tool_calls)
+        if self.tool_call_id is not None:
+            msg["tool_call_id"] = self.tool_call_id
+        return msg
 
 
 class TextTokenizer:
@@ -69,6 +84,11 @@ class TextTokenizer:
         #: refusing over-long prompts before tokenizing them (servehall.text.budget)
         self.max_token_chars: int | None = max_token_chars(self._plain)
         self._template_cache: dict[str, tuple[int, ...]] = {}
+        #: texts of the special tokens (a template renders tool definitions and earlier
+        #: calls as template text, so they must not contain one: see render_chat)
+        self.special_texts: tuple[str, ...] = tuple(
+            t.content for t in backend.get_added_tokens_decoder().values() if t.special
+        )
 
     @property
     def has_chat_template(self) -> bool:
@@ -89,23 +109,42 @@ class TextTokenizer:
         """Text of ``ids`` without special tokens."""
         return str(self._special.decode(list(ids), skip_special_tokens=True))
 
-    def render_chat(self, turns: Sequence[ChatTurn]) -> list[int]:
+    def render_chat(
+        self, turns: Sequence[ChatTurn], tools: Sequence[dict[str, Any]] | None = None
+    ) -> list[int]:
         """Prompt ids for a conversation, ending with the assistant generation prompt.
+
+        ``tools`` (OpenAI's ``{"type": "function", "function": {...}}`` dicts) are passed
+        to the template as transformers' ``apply_chat_template(tools=...)`` does. Tool
+        definitions and earlier tool calls are rendered as template text (the template
+        serialises them), so a special token's text inside them is refused.
 
         Raises:
             InvalidRequestError (param ``messages``): the model has no chat template, or
                 the template refused the conversation (its own message is included, e.g.
-                "Conversation roles must alternate user/assistant/user/assistant/...").
+                "Conversation roles must alternate user/assistant/user/assistant/...");
+                (param ``tools`` / ``messages``) a special token's text in a tool
+                definition or an earlier tool call.
         """
         if not self.has_chat_template:
             raise InvalidRequestError(
                 "This model has no chat template; use /v1/completions.", param="messages"
             )
+        if tools:
+            self._refuse_special(tools, "tools")
+        for t in turns:
+            if t.tool_calls:
+                self._refuse_special(t.tool_calls, "messages")
         nonce = secrets.token_hex(6)
         marks = {f"\ue000{nonce}{i}\ue001": t.content for i, t in enumerate(turns)}
-        conv = [{"role": t.role, "content": m} for m, t in zip(marks, turns, strict=True)]
+        conv = [t.template_message(m) for m, t in zip(marks, turns, strict=True)]
         try:
-            rendered = self.hf.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
+            rendered = self.hf.apply_chat_template(
+                conv,
+                tools=list(tools) if tools else None,
+                tokenize=False,
+                add_generation_prompt=True,
+            )
         except Exception as exc:  # jinja2 TemplateError from raise_exception, etc.
             reason = str(exc).strip()[:300] or type(exc).__name__
             raise InvalidRequestError(
@@ -129,6 +168,16 @@ class TextTokenizer:
         if pos < len(rendered):
             ids.extend(self._template_ids(rendered[pos:]))
         return ids
+
+    def _refuse_special(self, value: Any, param: str) -> None:
+        text = json.dumps(value, ensure_ascii=False)
+        for special in self.special_texts:
+            if special in text:
+                raise InvalidRequestError(
+                    f"Tool definitions and tool calls must not contain the special token "
+                    f"{special!r}.",
+                    param=param,
+                )
 
     def _template_ids(self, text: str) -> list[int]:
         """:meth:`encode_template`, cached: a template renders the same few pieces (role
