@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 ABORT_REASONS: tuple[str, ...] = ("client_disconnect", "error")
+TOOL_CALL_OUTCOMES: tuple[str, ...] = ("parsed", "failed")
+"""``servehall_tool_calls_total`` outcomes: ``parsed`` (a named call whose arguments are a
+JSON object), ``failed`` (arguments cut short or malformed, or a started call that never
+named its function)."""
 """The ``reason`` label values of ``servehall_request_aborts_total``: the client went away
 before the end, or the request failed after admission (engine or server error)."""
 
@@ -156,12 +160,19 @@ class Metrics:
             ["model", "reason"],
             registry=r,
         )
+        self.tool_calls = Counter(
+            "servehall_tool_calls",
+            "Tool calls read from model output, by outcome (parsed, failed)",
+            ["model", "outcome"],
+            registry=r,
+        )
         r.register(_EngineCollector(host_ref))
 
     def start_series(self, models: Iterable[str]) -> None:
         """Export a 0 sample for every label set known up front: each model's token
-        counters and ``servehall_request_aborts_total`` for each reason in
-        :data:`ABORT_REASONS` (Prometheus' advice for labelled counters: a series that
+        counters, ``servehall_request_aborts_total`` for each reason in
+        :data:`ABORT_REASONS` and ``servehall_tool_calls_total`` for each outcome in
+        :data:`TOOL_CALL_OUTCOMES` (Prometheus' advice for labelled counters: a series that
         appears only with its first event makes ``rate()`` and alerts on it blind until
         then)."""
         for model in models:
@@ -169,6 +180,8 @@ class Metrics:
             self.generation_tokens.labels(model)
             for reason in ABORT_REASONS:
                 self.aborts.labels(model, reason)
+            for outcome in TOOL_CALL_OUTCOMES:
+                self.tool_calls.labels(model, outcome)
 
     def render(self) -> bytes:
         """The text exposition format: the host's families, then those on

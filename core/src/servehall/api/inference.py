@@ -44,7 +44,7 @@ from servehall.api.errors import error_response, from_validation_error
 from servehall.api.offload import run_heavy
 from servehall.api.prompt import chat_turns, prompt_texts
 from servehall.api.response import send_completion
-from servehall.api.run import InferenceRun, completion_text, fill_record
+from servehall.api.run import InferenceRun, completion_text, count_tool_calls, fill_record
 from servehall.api.sampling import check_unsupported, resolve_max_tokens, sampling_params
 from servehall.api.sse import send_stream
 from servehall.api.state import ApiState
@@ -319,6 +319,8 @@ class InferenceEndpoint:
             else:
                 await send_completion(run, self.kind, req.model, send, headers, echo)
             run.api.readiness.mark_ok(name)
+            if plan is not None and plan.active:
+                count_tool_calls(run)
         finally:
             slot.release()
             completion = sum(c.completion_tokens for c in run.choices)

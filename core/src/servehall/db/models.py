@@ -66,6 +66,7 @@ class RequestLog(DbBase):
     prompt_text: Mapped[str | None] = mapped_column(Text)
     completion_text: Mapped[str | None] = mapped_column(Text)
     replica: Mapped[str | None] = mapped_column(String(128))
+    tool_calls: Mapped[list[str] | None] = mapped_column(JSON)
 
     __table_args__ = (
         Index(None, "received_at"),
