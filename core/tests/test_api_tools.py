@@ -22,8 +22,8 @@ from servehall import StreamFilterResult, hookimpl
 from servehall.api.app import create_app
 from servehall.demo import DEMO_CHAT_TEMPLATE
 from servehall.errors import InvalidRequestError
-from servehall.host import Host
 from servehall.metrics import Metrics
+from servehall.plugin.host import Host
 from servehall.text import load_tokenizer
 from servehall.text.tokenizer import ChatTurn
 
