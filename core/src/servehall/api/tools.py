@@ -9,6 +9,9 @@ fields, which the pydantic models cannot say (all 400 ``invalid_request_error`` 
   be one of them;
 * a ``tool`` message answers an earlier assistant ``tool_calls[].id``
   (``messages[i].tool_call_id``).
+
+These refusals carry ``code`` :data:`~servehall.tools.plan.TOOLS_CODE` (``invalid_tools``):
+rules across fields that a static schema (``/openapi.json``) cannot state.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 
 from servehall.api.wire import ChatCompletionRequest, NamedToolChoice, ToolMessage
 from servehall.errors import InvalidRequestError
-from servehall.tools.plan import FunctionTool, ToolChoiceKind, ToolPlan
+from servehall.tools.plan import TOOLS_CODE, FunctionTool, ToolChoiceKind, ToolPlan
 
 
 def check_parameters(schema: dict[str, Any], param: str) -> None:
@@ -31,13 +34,20 @@ def check_parameters(schema: dict[str, Any], param: str) -> None:
         raise InvalidRequestError(
             f"Function parameters must be a JSON Schema of type 'object', not {declared!r}.",
             param=param,
+            code=TOOLS_CODE,
         )
     try:
         validator_for(schema).check_schema(schema)
     except SchemaError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
         raise InvalidRequestError(
-            f"Invalid JSON Schema at {where}: {exc.message[:300]}", param=param
+            f"Invalid JSON Schema at {where}: {exc.message[:300]}",
+            param=param,
+            code=TOOLS_CODE,
+        ) from None
+    except Exception as exc:  # e.g. an unhashable "$schema" value: still the client's
+        raise InvalidRequestError(
+            f"Invalid JSON Schema: {type(exc).__name__}", param=param, code=TOOLS_CODE
         ) from None
 
 
@@ -54,7 +64,9 @@ def tool_plan(req: ChatCompletionRequest) -> ToolPlan:
         fn = t.function
         if fn.name in seen:
             raise InvalidRequestError(
-                f"Tool name '{fn.name}' is declared twice.", param=f"tools[{i}].function.name"
+                f"Tool name '{fn.name}' is declared twice.",
+                param=f"tools[{i}].function.name",
+                code=TOOLS_CODE,
             )
         seen.add(fn.name)
         if fn.parameters is not None:
@@ -69,6 +81,7 @@ def tool_plan(req: ChatCompletionRequest) -> ToolPlan:
             raise InvalidRequestError(
                 f"tool_choice names function '{named}', which is not in tools.",
                 param="tool_choice",
+                code=TOOLS_CODE,
             )
     elif tc is None:
         choice = "auto" if tools else "none"
@@ -76,7 +89,9 @@ def tool_plan(req: ChatCompletionRequest) -> ToolPlan:
         choice = tc
         if choice == "required" and not tools:
             raise InvalidRequestError(
-                "tool_choice 'required' needs at least one tool.", param="tool_choice"
+                "tool_choice 'required' needs at least one tool.",
+                param="tool_choice",
+                code=TOOLS_CODE,
             )
     _check_tool_messages(req)
     parallel = True if req.parallel_tool_calls is None else req.parallel_tool_calls
@@ -93,6 +108,7 @@ def _check_tool_messages(req: ChatCompletionRequest) -> None:
                 f"messages[{i}] answers tool call '{m.tool_call_id[:64]}', which no earlier "
                 "assistant message made.",
                 param=f"messages[{i}].tool_call_id",
+                code=TOOLS_CODE,
             )
 
 

@@ -177,6 +177,7 @@ class TextTokenizer:
                     f"Tool definitions and tool calls must not contain the special token "
                     f"{special!r}.",
                     param=param,
+                    code="invalid_tools",
                 )
 
     def _template_ids(self, text: str) -> list[int]:

@@ -30,6 +30,9 @@ from servehall.tools.parsers import ToolParser
 from servehall.tools.scanner import JsonCallStream
 
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
+TOOLS_CODE = "invalid_tools"
+"""The ``code`` of a 400 for tools that break a rule across fields (an unknown name in
+``tool_choice``, an unmatched ``tool_call_id``, an invalid ``parameters`` schema …)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +153,7 @@ class ToolPlan:
                             f"Tools define '{key}/{name}' differently; tool_choice "
                             "'required' needs one definition per name.",
                             param="tools",
+                            code=TOOLS_CODE,
                         )
                     hoisted[name] = sub
             items.append(
