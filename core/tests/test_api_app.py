@@ -319,7 +319,7 @@ async def test_unsupported_parameters_are_named(tok_dir: Path) -> None:
             ("logprobs", True),
             ("logprobs", 0),  # falsy, but a request for log-probabilities
             ("top_logprobs", 0),
-            ("tools", [{"type": "function"}]),
+            ("functions", [{"name": "f"}]),
             ("top_k", 5),
             ("min_p", 0.1),
             ("repetition_penalty", 1.2),
@@ -334,6 +334,12 @@ async def test_unsupported_parameters_are_named(tok_dir: Path) -> None:
             "/v1/completions", json={"model": "m", "prompt": "x", "logprobs": 0, "max_tokens": 1}
         )
         assert r.status_code == 400 and r.json()["error"]["param"] == "logprobs"
+        tools = [{"type": "function", "function": {"name": "f"}}]
+        r = await c.post(
+            "/v1/completions", json={"model": "m", "prompt": "x", "tools": tools, "max_tokens": 1}
+        )
+        assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
+        assert r.json()["error"]["code"] == "unsupported_parameter"
         # neutral values, null, and a seed under greedy decoding are fine
         r = await c.post(
             "/v1/chat/completions",

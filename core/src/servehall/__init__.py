@@ -63,7 +63,12 @@ from servehall.plugin.hookimpl import hookimpl
 from servehall.plugin.host import Host, ServedModel
 from servehall.plugin.metrics import plugin_counter
 from servehall.plugin.migrations import MigrationBranch
-from servehall.plugin.registries import RouteRegistry, SchedulerRegistry, SinkRegistry
+from servehall.plugin.registries import (
+    RouteRegistry,
+    SchedulerRegistry,
+    SinkRegistry,
+    ToolParserRegistry,
+)
 from servehall.plugin.state import PluginState
 from servehall.records.bus import open_record_bus
 from servehall.records.types import AuditEvent, RequestRecord, Sink, SinkSpec
@@ -74,6 +79,7 @@ from servehall.structured.grammar import (
     compile_then,
     constraint_ebnf,
 )
+from servehall.tools import CallFormat, ToolParser
 from servehall.version import HOOK_API_VERSION, __version__
 
 if TYPE_CHECKING:  # imported lazily below (SQLAlchemy is heavy): see __getattr__
@@ -121,6 +127,7 @@ __all__ = [
     "AuthenticationError",
     "BackendRegistry",
     "BackendSpec",
+    "CallFormat",
     "ConfigError",
     "ContentFilterError",
     "DbBase",
@@ -172,6 +179,8 @@ __all__ = [
     "StructuredConstraint",
     "Ticket",
     "TokenDelta",
+    "ToolParser",
+    "ToolParserRegistry",
     "UTCDateTime",
     "__version__",
     "build_atomically",

@@ -71,6 +71,10 @@ if TYPE_CHECKING:
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 ABORT_REASONS: tuple[str, ...] = ("client_disconnect", "error")
+TOOL_CALL_OUTCOMES: tuple[str, ...] = ("parsed", "failed")
+"""``servehall_tool_calls_total`` outcomes: ``parsed`` (a named call whose arguments are a
+JSON object), ``failed`` (arguments cut short or malformed, or a started call that never
+named its function)."""
 """The ``reason`` label values of ``servehall_request_aborts_total``: the client went away
 before the end, or the request failed after admission (engine or server error)."""
 
@@ -453,14 +457,21 @@ class Metrics:
             ["model", "kind", "outcome"],
             registry=r,
         )
+        self.tool_calls = Counter(
+            "servehall_tool_calls",
+            "Tool calls read from model output, by outcome (parsed, failed)",
+            ["model", "outcome"],
+            registry=r,
+        )
         r.register(_EngineCollector(host_ref))
         r.register(_HostOpsCollector(host_ref))
 
     def start_series(self, models: Iterable[str]) -> None:
         """Export a 0 sample for every label set known up front: each model's token
         counters, ``servehall_request_aborts_total`` for each reason in
-        :data:`ABORT_REASONS` and ``servehall_structured_output_requests_total`` for each
-        kind and outcome (Prometheus' advice for labelled counters: a series that
+        :data:`ABORT_REASONS`, ``servehall_structured_output_requests_total`` for each
+        kind and outcome and ``servehall_tool_calls_total`` for each outcome in
+        :data:`TOOL_CALL_OUTCOMES` (Prometheus' advice for labelled counters: a series that
         appears only with its first event makes ``rate()`` and alerts on it blind until
         then)."""
         for model in models:
@@ -471,6 +482,8 @@ class Metrics:
             for kind in STRUCTURED_KINDS:
                 for outcome in STRUCTURED_OUTCOMES:
                     self.structured.labels(model, kind, outcome)
+            for outcome in TOOL_CALL_OUTCOMES:
+                self.tool_calls.labels(model, outcome)
 
     def render(self) -> bytes:
         """The text exposition format: the host's families, then those on

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
@@ -43,17 +44,19 @@ from servehall.api.errors import error_response, from_validation_error
 from servehall.api.offload import run_heavy
 from servehall.api.prompt import chat_turns, prompt_texts
 from servehall.api.response import send_completion
-from servehall.api.run import InferenceRun, completion_text, fill_record
+from servehall.api.run import InferenceRun, completion_text, count_tool_calls, fill_record
 from servehall.api.sampling import check_unsupported, resolve_max_tokens, sampling_params
 from servehall.api.sse import send_stream
 from servehall.api.state import ApiState
 from servehall.api.tracing import maybe_span, request_span
+from servehall.api.tools import tool_plan
 from servehall.api.wire import ChatCompletionRequest, CompletionRequest
 from servehall.errors import (
     ContentFilterError,
     InvalidRequestError,
     PayloadTooLargeError,
     ServehallError,
+    UnsupportedParameterError,
 )
 from servehall.plugin.host import ServedModel
 from servehall.serving.choice import ChoiceStream
@@ -237,6 +240,25 @@ class InferenceEndpoint:
         except InvalidRequestError:
             ctx.structured_outcome = "refused"
             raise
+        plan = tool_plan(req) if isinstance(req, ChatCompletionRequest) else None
+        constraint = None
+        if plan is not None and plan.active:
+            constraint = plan.constraint(served.tool_parser)
+            if constraint is not None and structured is not None:
+                ctx.structured_outcome = "refused"
+                raise InvalidRequestError(
+                    "A forced or strict tool call constrains the output already; it cannot "
+                    f"be combined with '{structured.param.split('.', 1)[0]}'.",
+                    param=structured.param.split(".", 1)[0],
+                )
+            if constraint is not None and "structured_output" not in (
+                served.engine.supported_params
+            ):
+                param = plan.constraint_param()
+                raise UnsupportedParameterError(
+                    f"This model's backend cannot constrain decoding, which '{param}' needs here.",
+                    param=param,
+                )
 
         # 4 input filters over every text of the prompt
         prompt_param = "messages" if self.kind == "chat" else "prompt"
@@ -260,10 +282,11 @@ class InferenceEndpoint:
         )
         if isinstance(req, ChatCompletionRequest):
             turns = chat_turns(req, texts, owners)
+            tools = [t.template() for t in plan.tools] if plan and plan.active else None
             if len(run.prompt_text) > _LONG_TEXT:
-                prompt_ids = await run_heavy(tok.render_chat, turns)
+                prompt_ids = await run_heavy(tok.render_chat, turns, tools)
             else:
-                prompt_ids = tok.render_chat(turns)
+                prompt_ids = tok.render_chat(turns, tools)
             requested = req.max_completion_tokens or req.max_tokens
         else:
             text = texts[0]
@@ -289,6 +312,8 @@ class InferenceEndpoint:
             tuple(tok.eos_token_ids),
             structured.constraint if structured is not None else None,
         )
+        if constraint is not None:
+            params = [dataclasses.replace(p, structured=constraint) for p in params]
         stops = req.stop_list()
 
         # 3 authorize + reserve quota, then 6 admission
@@ -326,7 +351,10 @@ class InferenceEndpoint:
                     filters=host.plugins.output_filters(host, admission)
                     if host.plugins.has_output_filters
                     else [],
-                    refusal_param=structured.param if structured is not None else None,
+                    refusal_param=structured.param
+                    if structured is not None
+                    else (plan.constraint_param() if constraint is not None and plan else None),
+                    tools=plan.stream(served.tool_parser) if plan and plan.active else None,
                 )
                 for i, p in enumerate(params)
             ]
@@ -345,6 +373,8 @@ class InferenceEndpoint:
                     ctx.structured_outcome = "refused"  # the engine refused the constraint
                 raise
             run.api.readiness.mark_ok(name)
+            if plan is not None and plan.active:
+                count_tool_calls(run)
         finally:
             slot.release()
             completion = sum(c.completion_tokens for c in run.choices)

@@ -36,8 +36,9 @@ class InferenceRun:
 
 
 def fill_record(run: InferenceRun) -> None:
-    """Copy token counts, the first token's time (TTFT) and filter verdicts into the
-    request record of ``run.ctx`` (safe to call more than once)."""
+    """Copy token counts, the first token's time (TTFT), filter verdicts and the names of
+    the tools called into the request record of ``run.ctx`` (safe to call more than
+    once)."""
     rec = run.ctx.record
     rec.prompt_tokens = run.prompt_tokens
     if run.choices:
@@ -47,6 +48,20 @@ def fill_record(run: InferenceRun) -> None:
             run.ctx.token(min(firsts))
         run.ctx.inter_token_s = [g for c in run.choices for g in c.inter_token_s]
     run.ctx.verdicts = [*run.input_verdicts, *(v for c in run.choices for v in c.verdicts)]
+    if any(c.tools is not None for c in run.choices):
+        rec.tool_calls = [call.name for c in run.choices for call in c.tool_calls]
+
+
+def count_tool_calls(run: InferenceRun) -> None:
+    """Add the request's parsed and failed tool calls to ``servehall_tool_calls_total``
+    (once, when its choices have finished)."""
+    model = run.ctx.record.model or ""
+    for c in run.choices:
+        if c.tools is not None:
+            if c.tools.parsed:
+                run.api.metrics.tool_calls.labels(model, "parsed").inc(c.tools.parsed)
+            if c.tools.failed:
+                run.api.metrics.tool_calls.labels(model, "failed").inc(c.tools.failed)
 
 
 async def record_before_last_byte(run: InferenceRun) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from servehall.api.wire import UNSUPPORTED_FIELDS, asks_for_nothing
+from servehall.api.wire import CHAT_ONLY_FIELDS, UNSUPPORTED_FIELDS, asks_for_nothing
 from servehall.engines.contract import SamplingParams, StructuredConstraint
 from servehall.errors import ContextLengthExceededError, UnsupportedParameterError
 from servehall.structured.request import StructuredRequest
@@ -60,9 +60,9 @@ def check_unsupported(
     structured: StructuredRequest | None = None,
     backend: str = "",
 ) -> None:
-    """400 for a known-but-unimplemented OpenAI field, an optional sampling field the
-    engine cannot honour, or a decoding constraint on an engine without
-    ``"structured_output"`` in its supported params.
+    """400 for a known-but-unimplemented OpenAI field, a chat-only field (``tools`` …) on
+    completions, an optional sampling field the engine cannot honour, or a decoding
+    constraint on an engine without ``"structured_output"`` in its supported params.
 
     Args:
         body: the raw JSON object (to see fields the model ignores).
@@ -79,6 +79,12 @@ def check_unsupported(
             raise UnsupportedParameterError(
                 f"'{name}' is not supported by this server.", param=name
             )
+    if not hasattr(fields, "messages"):
+        for name, off in CHAT_ONLY_FIELDS.items():
+            if name in body and not asks_for_nothing(body[name], off):
+                raise UnsupportedParameterError(
+                    f"'{name}' is only supported on /v1/chat/completions.", param=name
+                )
     if structured is not None and "structured_output" not in supported:
         field = structured.param.split(".", 1)[0]
         which = f" ({backend})" if backend else ""

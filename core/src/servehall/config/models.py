@@ -70,6 +70,9 @@ class ModelConfig(_Section):
     ``isolation``: ``"process"`` (default) runs the engine in a supervised worker process
     (crash isolation, restart; :mod:`servehall.worker`), ``"thread"`` on a thread of the
     API process (debugging). ``worker`` tunes the supervision (:class:`WorkerSettings`).
+    ``tool_parser`` names the tool-call format the model writes (``hermes``,
+    ``llama3_json`` or one a plugin registers); None picks one from the chat template
+    (:func:`servehall.tools.parsers.guess_parser_name`).
     """
 
     name: str = Field(min_length=1)
@@ -79,6 +82,7 @@ class ModelConfig(_Section):
     options: dict[str, Any] = Field(default_factory=dict)
     isolation: Literal["process", "thread"] = "process"
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    tool_parser: str | None = Field(default=None, min_length=1)
 
     @field_validator("path")
     @classmethod

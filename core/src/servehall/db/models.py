@@ -68,6 +68,7 @@ class RequestLog(DbBase):
     replica: Mapped[str | None] = mapped_column(String(128))
     # structured output: json_object | json_schema | regex | choice | grammar (NULL = text)
     response_format: Mapped[str | None] = mapped_column(String(32))
+    tool_calls: Mapped[list[str] | None] = mapped_column(JSON)
 
     __table_args__ = (
         Index(None, "received_at"),

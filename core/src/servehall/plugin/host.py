@@ -14,6 +14,7 @@ from servehall.config.settings import Settings
 from servehall.plugin.manager import PluginHost
 from servehall.plugin.state import PluginState
 from servehall.replica import replica_name
+from servehall.tools.parsers import HERMES, ToolParser
 
 if TYPE_CHECKING:
     from servehall.admission.filters import InputFilter
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class ServedModel:
-    """A model the host serves: its config name, engine, scheduler and tokenizer."""
+    """A model the host serves: its config name, engine, scheduler, tokenizer and the
+    tool parser that reads its tool calls (``[[models]] tool_parser``)."""
 
     name: str
     backend: str
@@ -31,6 +33,7 @@ class ServedModel:
     scheduler: Scheduler
     tokenizer: Any
     max_model_len: int
+    tool_parser: ToolParser = HERMES
 
 
 @dataclass

@@ -131,6 +131,7 @@ def request_row(rec: RequestRecord) -> dict[str, Any]:
         "completion_text": _opt(rec.completion_text),
         "replica": _opt(rec.replica),
         "response_format": _opt(rec.response_format),
+        "tool_calls": None if rec.tool_calls is None else [clean_text(n) for n in rec.tool_calls],
     }
 
 

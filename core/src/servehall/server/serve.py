@@ -47,6 +47,7 @@ from servehall.plugin.host import Host, ServedModel
 from servehall.plugin.manager import PluginHost
 from servehall.server.listeners import bind_sockets, check_binds, hypercorn_fd_binds
 from servehall.server.logs import configure_logging
+from servehall.tools.parsers import guess_parser_name
 from servehall.worker.client import ProcessEngine
 from servehall.worker.gate import EngineGate
 
@@ -103,6 +104,7 @@ async def build_host(settings: Settings, plugins: PluginHost) -> Host:
     host = Host(settings=settings, plugins=plugins)
     backends = plugins.backends()
     policy = plugins.schedulers().get(settings.scheduler.policy)
+    tool_parsers = plugins.tool_parsers()
     await ensure_plugin_schema(settings, plugins)
     host.records = await open_record_bus(settings, plugins)
     try:
@@ -117,6 +119,13 @@ async def build_host(settings: Settings, plugins: PluginHost) -> Host:
                 raise ConfigError(
                     f"models.{mc.name}: cannot load the tokenizer from {mc.path}: {exc}"
                 ) from None
+            parser_name = mc.tool_parser or guess_parser_name(
+                getattr(tokenizer.hf, "chat_template", None)
+            )
+            try:
+                tool_parser = tool_parsers.get(parser_name)
+            except ConfigError as exc:
+                raise ConfigError(f"models.{mc.name}.tool_parser: {exc}") from None
             log.info(
                 "model %s: backend %s (%s isolation), loading %s",
                 mc.name,
@@ -137,6 +146,7 @@ async def build_host(settings: Settings, plugins: PluginHost) -> Host:
                 scheduler=scheduler,
                 tokenizer=tokenizer,
                 max_model_len=int(min(limits)),
+                tool_parser=tool_parser,
             )
         host.input_filters = plugins.input_filters(host)
     except BaseException:

@@ -1,9 +1,14 @@
-"""One choice of a request: engine stream → detokenize → stop strings → output filters.
+"""One choice of a request: engine stream → detokenize → stop strings → output filters
+→ tool calls.
 
 :class:`ChoiceStream` drives one engine request and yields :class:`ChoiceEvent` text
-deltas; the last event of a choice carries the OpenAI ``finish_reason``. Whenever the
-choice ends before the engine finished (stop string, output filter block, cancellation
-because the client went away) the engine request is aborted, freeing its KV cache.
+deltas; the last event of a choice carries the OpenAI ``finish_reason``. With tools, a
+:class:`~servehall.tools.calls.ToolCallStream` reads the filtered text (output filters
+see tool-call text like any other) and splits it into content and tool-call pieces;
+``finish_reason`` is then ``tool_calls`` when the model called one and stopped by itself.
+Whenever the choice ends before the engine finished (stop string, output filter block,
+cancellation because the client went away) the engine request is aborted, freeing its KV
+cache.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from servehall.errors import (
 )
 from servehall.text.detokenize import IncrementalDetokenizer
 from servehall.text.stops import StopMatcher
+from servehall.tools.calls import ToolCall, ToolCallDelta, ToolCallStream, assemble, merge_deltas
 
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
@@ -43,11 +49,13 @@ def engine_failure(delta: TokenDelta, param: str | None = None) -> ServehallErro
 
 @dataclass(slots=True)
 class ChoiceEvent:
-    """Text for choice ``index``; ``finish_reason`` is set on the choice's last event."""
+    """Text (content) for choice ``index`` and, with tools, tool-call pieces;
+    ``finish_reason`` is set on the choice's last event."""
 
     index: int
     text: str
     finish_reason: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 @dataclass(slots=True)
@@ -73,6 +81,10 @@ class ChoiceStream:
     verdicts: list[FilterVerdict] = field(default_factory=list)
     refusal_param: str | None = None
     """The request field an engine's ``invalid_request`` refusal names (the constraint's)."""
+    #: with tools: reads the output into content and tool calls (None: all is content)
+    tools: ToolCallStream | None = None
+    content_parts: list[str] = field(default_factory=list)
+    call_deltas: list[ToolCallDelta] = field(default_factory=list)
 
     def _filter(self, text: str, final: bool) -> tuple[str, bool]:
         out = text
@@ -153,9 +165,12 @@ class ChoiceStream:
                         finish = "content_filter"
                 if text:
                     self.text_parts.append(text)
-                if text or finish is not None:
+                calls: list[ToolCallDelta] | None = None
+                if self.tools is not None:
+                    text, calls, finish = self._tool_calls(text, finish)
+                if text or calls or finish is not None:
                     self.finish_reason = finish
-                    yield ChoiceEvent(self.index, text, finish)
+                    yield ChoiceEvent(self.index, text, finish, calls)
                 if finish is not None:
                     return
         finally:
@@ -167,6 +182,43 @@ class ChoiceStream:
             if aclose is not None:
                 await aclose()
 
+    def _tool_calls(
+        self, text: str, finish: str | None
+    ) -> tuple[str, list[ToolCallDelta] | None, str | None]:
+        """``text`` through the tool-call stream: (content, call pieces, finish_reason)."""
+        tools = self.tools
+        assert tools is not None
+        out = tools.feed(text) if text else None
+        content = out.content if out else ""
+        calls = out.calls if out else []
+        if finish is not None:
+            tail = tools.finish()
+            content += tail.content
+            calls += tail.calls
+        if content:
+            self.content_parts.append(content)
+        if calls:
+            calls = merge_deltas(calls)
+            self.call_deltas.extend(calls)
+        if finish == "stop" and self.call_deltas:
+            finish = "tool_calls"
+        return content, calls or None, finish
+
     @property
     def text(self) -> str:
+        """The whole output text so far (tool-call text included): what records store."""
         return "".join(self.text_parts)
+
+    @property
+    def content(self) -> str | None:
+        """The message content: the text outside tool calls (without tools: all of it);
+        None when the model only called tools."""
+        if self.tools is None:
+            return self.text
+        content = "".join(self.content_parts)
+        return None if not content and self.call_deltas else content
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """The calls the model made (empty without tools)."""
+        return assemble(self.call_deltas) if self.call_deltas else []

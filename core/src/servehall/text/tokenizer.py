@@ -34,10 +34,24 @@ _MARK = re.compile("\ue000[0-9a-f]{12}[0-9]+\ue001")
 
 @dataclass(frozen=True, slots=True)
 class ChatTurn:
-    """One message for the template: ``role`` in system/user/assistant, plain ``content``."""
+    """One message for the template: ``role`` in system/user/assistant/tool, plain
+    ``content``; an assistant turn's earlier ``tool_calls`` (OpenAI's
+    ``{"id", "type", "function": {"name", "arguments"}}`` dicts, ``arguments`` a dict as
+    transformers' templates expect) and a tool turn's ``tool_call_id``."""
 
     role: str
     content: str
+    tool_calls: tuple[dict[str, Any], ...] = ()
+    tool_call_id: str | None = None
+
+    def template_message(self, content: str) -> dict[str, Any]:
+        """The message dict a chat template receives, with ``content`` in place."""
+        msg: dict[str, Any] = {"role": self.role, "content": content}
+        if self.tool_calls:
+            msg["tool_calls"] = list(self.tool_calls)
+        if self.tool_call_id is not None:
+            msg["tool_call_id"] = self.tool_call_id
+        return msg
 
 
 class TextTokenizer:
@@ -75,6 +89,11 @@ class TextTokenizer:
         #: most characters one token covers (None: the tokenizer may drop text), for
         #: refusing over-long prompts before tokenizing them (servehall.text.budget)
         self.max_token_chars: int | None = max_token_chars(self._plain)
+        #: texts of the special tokens (a template renders tool definitions and earlier
+        #: calls as template text, so they must not contain one: see render_chat)
+        self.special_texts: tuple[str, ...] = tuple(
+            t.content for t in backend.get_added_tokens_decoder().values() if t.special
+        )
 
     @property
     def has_chat_template(self) -> bool:
@@ -99,7 +118,11 @@ class TextTokenizer:
         return str(self._special.decode(list(ids), skip_special_tokens=True))
 
     def render_chat(
-        self, turns: Sequence[ChatTurn], template_kwargs: Mapping[str, Any] | None = None
+        self,
+        turns: Sequence[ChatTurn],
+        tools: Sequence[dict[str, Any]] | None = None,
+        *,
+        template_kwargs: Mapping[str, Any] | None = None,
     ) -> list[int]:
         """Prompt ids for a conversation, ending with the assistant generation prompt.
 
@@ -110,24 +133,37 @@ class TextTokenizer:
         C24): special-token text that lies inside a message's content is tokenized as
         plain text — see :meth:`_encode_rendered`.
 
+        ``tools`` (OpenAI's ``{"type": "function", "function": {...}}`` dicts) are passed
+        to the template as transformers' ``apply_chat_template(tools=...)`` does. Tool
+        definitions and earlier tool calls are rendered as template text (the template
+        serialises them), so a special token's text inside them is refused.
+
         Args:
             turns: the messages.
-            template_kwargs: extra variables for the template (e.g. ``tools``), passed to
+            tools: the request's tools, or None.
+            template_kwargs: extra variables for the template, passed to
                 ``apply_chat_template`` as keyword arguments.
 
         Raises:
             InvalidRequestError (param ``messages``): the model has no chat template, or
                 the template refused the conversation (its own message is included, e.g.
-                "Conversation roles must alternate user/assistant/user/assistant/...").
+                "Conversation roles must alternate user/assistant/user/assistant/...");
+                (param ``tools`` / ``messages``) a special token's text in a tool
+                definition or an earlier tool call.
         """
         if not self.has_chat_template:
             raise InvalidRequestError(
                 "This model has no chat template; use /v1/completions.", param="messages"
             )
+        if tools:
+            self._refuse_special(tools, "tools")
+        for t in turns:
+            if t.tool_calls:
+                self._refuse_special(t.tool_calls, "messages")
         extra = dict(template_kwargs or {})
-        rendered = self._apply_template(
-            [{"role": t.role, "content": t.content} for t in turns], extra
-        )
+        if tools:
+            extra["tools"] = list(tools)
+        rendered = self._apply_template([t.template_message(t.content) for t in turns], extra)
         spans = self._content_spans(turns, rendered, extra)
         if spans is None:
             # the template changed a content on its way into the text (trim, a split at
@@ -161,7 +197,7 @@ class TextTokenizer:
         placeholder → content map."""
         nonce = secrets.token_hex(6)
         marks = {f"\ue000{nonce}{i}\ue001": t.content for i, t in enumerate(turns)}
-        conv = [{"role": t.role, "content": m} for m, t in zip(marks, turns, strict=True)]
+        conv = [t.template_message(m) for m, t in zip(marks, turns, strict=True)]
         return self._apply_template(conv, extra), marks
 
     def _content_spans(
@@ -272,6 +308,17 @@ class TextTokenizer:
         if pos < len(skeleton):
             ids.extend(self.encode_template(skeleton[pos:]))
         return ids
+
+    def _refuse_special(self, value: Any, param: str) -> None:
+        text = json.dumps(value, ensure_ascii=False)
+        for special in self.special_texts:
+            if special in text:
+                raise InvalidRequestError(
+                    f"Tool definitions and tool calls must not contain the special token "
+                    f"{special!r}.",
+                    param=param,
+                    code="invalid_tools",
+                )
 
 
 def _generation_eos(path: Path) -> list[int]:

@@ -1,6 +1,6 @@
 """request_log.response_format: the structured-output kind a request asked for.
 
-Revision ID: 0006_structured
+Revision ID: 0004_structured
 Revises: 0003_replica
 Create Date: 2026-12-01
 
@@ -12,7 +12,7 @@ text and for rows written before this revision.
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0006_structured"
+revision = "0004_structured"
 down_revision = "0003_replica"
 branch_labels = None
 depends_on = None
