@@ -1,8 +1,9 @@
-"""Every metric name used by an alert rule (deploy/prometheus/) or a dashboard panel
-(deploy/grafana/) is on a live server's ``GET /metrics``, so a renamed metric fails the
-build instead of silently emptying a panel or an alert (vLLM's dashboard went blank after
-its renames). Also checks the operations families a real server exports: request errors by
-code, inter-token latency, engine start time and last exit, sink gauges, config digest.
+"""Every metric name used by an alert rule (deploy/prometheus/), a dashboard panel
+(deploy/grafana/) or an autoscaling query (deploy/k8s/) is on a live server's
+``GET /metrics``, so a renamed metric fails the build instead of silently emptying a
+panel or an alert (vLLM's dashboard went blank after its renames). Also checks the
+operations families a real server exports: request errors by code, inter-token latency,
+engine start time and last exit, sink gauges, config digest.
 
 Names count as present when ``/metrics`` declares them (a ``# TYPE`` line: families whose
 samples depend on the engine, like device memory or prefix-cache hits, are declared on
@@ -28,6 +29,7 @@ from tests.conftest import ServerHandle, demo_config
 ROOT = Path(__file__).resolve().parents[1]
 RULE_FILES = sorted((ROOT / "deploy" / "prometheus").glob("*-rules.yaml"))
 DASHBOARDS = sorted((ROOT / "deploy" / "grafana").glob("*.json"))
+K8S = sorted((ROOT / "deploy" / "k8s").glob("*.yaml"))
 
 # PromQL words that look like metric names: functions (followed by "(") are dropped by
 # the parser below; these are keywords and aggregation modifiers.
@@ -92,6 +94,17 @@ def _dashboard_exprs() -> list[str]:
     return out
 
 
+def _k8s_exprs() -> list[str]:
+    """The Prometheus queries of the Kubernetes examples (KEDA triggers)."""
+    out: list[str] = []
+    for f in K8S:
+        for doc in yaml.safe_load_all(f.read_text()):
+            for trigger in (doc or {}).get("spec", {}).get("triggers", []):
+                if trigger.get("type") == "prometheus":
+                    out.append(trigger["metadata"]["query"])
+    return out
+
+
 def exported_names(text: str) -> set[str]:
     """Names ``/metrics`` text declares or samples, with histogram series names."""
     names: set[str] = set()
@@ -138,8 +151,9 @@ def _metrics(srv: ServerHandle) -> str:
 def test_every_rule_and_panel_metric_is_exported(server: ServerHandle) -> None:
     rule_exprs, recorded = _rule_exprs()
     panel_exprs = _dashboard_exprs()
-    assert RULE_FILES and DASHBOARDS and len(panel_exprs) >= 30
-    used = {n for e in rule_exprs + panel_exprs for n in metric_names(e)}
+    k8s_exprs = _k8s_exprs()
+    assert RULE_FILES and DASHBOARDS and len(panel_exprs) >= 30 and len(k8s_exprs) >= 2
+    used = {n for e in rule_exprs + panel_exprs + k8s_exprs for n in metric_names(e)}
     assert len(used) >= 30, sorted(used)
     exported = exported_names(_metrics(server))
     missing = sorted(used - exported - recorded)
