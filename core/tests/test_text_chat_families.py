@@ -103,7 +103,9 @@ def test_system_prompt_and_template_kwargs(fam: TextTokenizer) -> None:
     """``template_kwargs`` reach the template (the hook for ``tools``)."""
     fam.hf.chat_template = "{{ greeting }}" + str(fam.hf.chat_template)
     try:
-        ids = fam.render_chat([ChatTurn("user", "Hello world")], template_kwargs={"greeting": "Hello "})
+        ids = fam.render_chat(
+            [ChatTurn("user", "Hello world")], template_kwargs={"greeting": "Hello "}
+        )
         plain = fam.render_chat([ChatTurn("user", "Hello world")], template_kwargs={"greeting": ""})
     finally:
         fam.hf.chat_template = str(fam.hf.chat_template)[len("{{ greeting }}") :]

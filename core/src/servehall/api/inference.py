@@ -48,8 +48,8 @@ from servehall.api.run import InferenceRun, completion_text, count_tool_calls, f
 from servehall.api.sampling import check_unsupported, resolve_max_tokens, sampling_params
 from servehall.api.sse import send_stream
 from servehall.api.state import ApiState
-from servehall.api.tracing import maybe_span, request_span
 from servehall.api.tools import tool_plan
+from servehall.api.tracing import maybe_span, request_span
 from servehall.api.wire import ChatCompletionRequest, CompletionRequest
 from servehall.errors import (
     ContentFilterError,
