@@ -498,7 +498,7 @@ def test_replica_older_than_database_schema_refuses_to_start(
         run_sql(
             db,
             "UPDATE alembic_version SET version_num = '0004_future' "
-            "WHERE version_num = '0003_replica'",
+            "WHERE version_num = '0005_config_revision'",
         )
     )
     p = run_cli(
@@ -508,4 +508,4 @@ def test_replica_older_than_database_schema_refuses_to_start(
     assert "Traceback" not in p.stderr, p.stderr
     last = [line for line in p.stderr.splitlines() if line.strip()][-1]
     assert "database schema is newer than this servehall" in last, p.stderr
-    assert "0004_future" in last and "0003_replica" in last
+    assert "0004_future" in last and "0005_config_revision" in last

@@ -54,6 +54,9 @@ from servehall.errors import (
     PayloadTooLargeError,
     ServehallError,
 )
+from servehall.rollout.choose import choose_version
+from servehall.rollout.idle import load_on_demand
+from servehall.rollout.router import VERSION_HEADER
 from servehall.serving.choice import ChoiceStream
 from servehall.serving.context import RequestContext
 from servehall.serving.priority import request_priority
@@ -85,6 +88,7 @@ class InferenceEndpoint:
         )
         ctx.set_principal(principal)
         run = InferenceRun(api, ctx, principal, rid, int(time.time()))
+        run.pinned_version = request.headers.get(VERSION_HEADER)
         try:
             body_read = False
             try:
@@ -133,6 +137,8 @@ class InferenceEndpoint:
                 )
                 resp = error_response(exc, close=close)
                 resp.headers["x-request-id"] = rid
+                if run.served is not None and run.served.version:
+                    resp.headers[VERSION_HEADER] = run.served.version
                 await resp(scope, receive, send)
                 if not body_read:
                     await drain_body(receive)
@@ -146,6 +152,9 @@ class InferenceEndpoint:
                 )(scope, receive, send)
             ctx.finish(500, error_code="server_error", finish_reason="error")
         finally:
+            if run.served is not None:
+                run.served.inflight -= 1
+                run.served.last_used = time.monotonic()
             # cancellation from outside (server shutdown) still leaves one record
             fill_record(run)
             ctx.finish(
@@ -170,10 +179,16 @@ class InferenceEndpoint:
         req = self._validate(body)
         ctx.record.stream = req.stream
         name = req.model
-        served = host.models.get(name)
-        check_model_access(run.principal, name, served=served is not None)
+        check_model_access(run.principal, name, served=bool(run.api.router.versions(name)))
+        served = choose_version(run.api, name, run.principal, req.user, run.pinned_version)
         assert served is not None
+        served.inflight += 1  # a draining version stops only once this is back to 0
+        served.last_used = time.monotonic()
+        run.served = served
+        if served.state == "unloaded":  # idle-unloaded: load it, waiting like a queue
+            await load_on_demand(host, served)
         ctx.record.model = served.name
+        ctx.record.version = served.version
         ctx.record.backend = served.backend
         n = req.n or 1
         if n > settings.server.max_n:
@@ -271,6 +286,8 @@ class InferenceEndpoint:
         ctx.admitted = True
         ctx.record.queue_time_s = slot.queue_time_s
         headers: dict[str, str] = {"x-request-id": run.request_id}
+        if served.version:
+            headers[VERSION_HEADER] = served.version
         for r in reservations:
             with contextlib.suppress(Exception):
                 headers.update(r.headers())
@@ -299,7 +316,7 @@ class InferenceEndpoint:
                 await send_stream(run, self.kind, req, send, headers, echo)
             else:
                 await send_completion(run, self.kind, req.model, send, headers, echo)
-            run.api.readiness.mark_ok(name)
+            run.api.readiness.mark_ok(served.key)
         finally:
             slot.release()
             completion = sum(c.completion_tokens for c in run.choices)

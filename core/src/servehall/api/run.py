@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from servehall.admission.filters import FilterVerdict
 from servehall.admission.principal import Principal
 from servehall.api.state import ApiState
+from servehall.plugin.host import ServedModel
 from servehall.serving.choice import ChoiceStream
 from servehall.serving.context import RequestContext
 
@@ -18,7 +19,8 @@ class InferenceRun:
 
     ``created`` is the OpenAI ``created`` time (Unix seconds); ``choices`` holds one
     :class:`ChoiceStream` per choice once the request is admitted (``n`` of them);
-    ``prompt_tokens`` counts the rendered prompt's token ids.
+    ``prompt_tokens`` counts the rendered prompt's token ids; ``pinned_version`` is the
+    ``x-servehall-model-version`` request header (None: absent).
     """
 
     api: ApiState
@@ -31,6 +33,8 @@ class InferenceRun:
     prompt_text: str = ""
     prompt_tokens: int = 0
     input_verdicts: list[FilterVerdict] = field(default_factory=list)
+    pinned_version: str | None = None
+    served: ServedModel | None = None
 
 
 def fill_record(run: InferenceRun) -> None:

@@ -130,6 +130,7 @@ def request_row(rec: RequestRecord) -> dict[str, Any]:
         "prompt_text": _opt(rec.prompt_text),
         "completion_text": _opt(rec.completion_text),
         "replica": _opt(rec.replica),
+        "version": _opt(rec.version or None),
     }
 
 

@@ -26,7 +26,9 @@ class RequestRecord:
     ``store_prompts`` from the principal's policy (``principal.policy.store_prompts``,
     e.g. ``[auth.tenants.<name>] store_prompts``). The record bus drops the texts
     otherwise, before any sink sees the record. ``replica`` names
-    the servehall replica that served the request (``[server] replica``).
+    the servehall replica that served the request (``[server] replica``); ``version``
+    the version of the model that served it (``[[models]] version``; empty or None for
+    an unversioned model).
     """
 
     request_id: str
@@ -52,6 +54,7 @@ class RequestRecord:
     completion_text: str | None = None
     store_prompts: bool | None = None
     replica: str | None = None
+    version: str | None = None
 
 
 @dataclass(slots=True)
