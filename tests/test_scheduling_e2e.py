@@ -61,7 +61,7 @@ class Deployment:
 
     def queued(self, tenant: str) -> int:
         m = re.search(
-            rf'^servehall_scheduler_queue\{{model="demo",tenant="{tenant}"\}} (\S+)$',
+            rf'^servehall_scheduler_queue\{{model="demo",tenant="{tenant}",version=""\}} (\S+)$',
             self.metrics(),
             re.M,
         )
@@ -170,7 +170,8 @@ def test_fair_serves_b_while_a_backlog_waits(fair: Deployment) -> None:
     text = fair.metrics()
     served = dict(
         re.findall(
-            r'^servehall_scheduler_service_tokens_total\{model="demo",tenant="(team-\w)"\} (\S+)$',
+            r"^servehall_scheduler_service_tokens_total"
+            r'\{model="demo",tenant="(team-\w)",version=""\} (\S+)$',
             text,
             re.M,
         )

@@ -90,7 +90,8 @@ def wait_until(fn: Callable[[], Any], timeout: float, step: float = 0.05) -> flo
 
 
 def metric(text: str, name: str, **labels: str) -> float | None:
-    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    labels = {"version": "", **labels}  # unversioned models: version=""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
     for line in text.splitlines():
         if line.startswith(f"{name}{{{want}}} "):
             return float(line.rsplit(" ", 1)[1])

@@ -519,7 +519,8 @@ async def test_metric_labels_carry_no_identity_or_input(tok_dir: Path) -> None:
         await c.get("/some/probe/path-xyz", headers={"authorization": "Bearer bad"})
         text = (await c.get("/metrics", headers=good)).text
     assert (
-        'servehall_requests_total{endpoint="/v1/chat/completions",model="m",status="200"}' in text
+        'servehall_requests_total{endpoint="/v1/chat/completions",model="m",status="200",version=""}'
+        in text
     )
     for leak in ("k1", "evil-model-name", "path-xyz", "Bearer"):
         assert leak not in text
@@ -553,9 +554,11 @@ async def test_labelled_counters_are_exported_at_zero_before_their_first_event(
         for s in family.samples
     }
     for reason in ABORT_REASONS:
-        key = ("servehall_request_aborts_total", (("model", "m"), ("reason", reason)))
+        labels = (("model", "m"), ("reason", reason), ("version", ""))
+        key = ("servehall_request_aborts_total", labels)
         assert samples[key] == 0.0
-    assert samples[("servehall_generation_tokens_total", (("model", "m"),))] == 0.0
+    tokens = ("servehall_generation_tokens_total", (("model", "m"), ("version", "")))
+    assert samples[tokens] == 0.0
     for reason in ("EMFILE", "ENFILE", "ENOBUFS", "ENOMEM"):
         assert samples[("servehall_accept_errors_total", (("reason", reason),))] == 0.0
     for kind in STRUCTURED_KINDS:

@@ -59,6 +59,9 @@ from servehall.errors import (
     UnsupportedParameterError,
 )
 from servehall.plugin.host import ServedModel
+from servehall.rollout.choose import choose_version
+from servehall.rollout.idle import load_on_demand
+from servehall.rollout.router import VERSION_HEADER
 from servehall.serving.choice import ChoiceStream
 from servehall.serving.context import RequestContext
 from servehall.serving.priority import request_priority
@@ -93,6 +96,7 @@ class InferenceEndpoint:
         ctx.set_principal(principal)
         ctx.trace(api.tracing, request_span(scope))
         run = InferenceRun(api, ctx, principal, rid, int(time.time()))
+        run.pinned_version = request.headers.get(VERSION_HEADER)
         try:
             body_read = False
             try:
@@ -141,6 +145,8 @@ class InferenceEndpoint:
                 )
                 resp = error_response(exc, close=close)
                 resp.headers["x-request-id"] = rid
+                if run.served is not None and run.served.version:
+                    resp.headers[VERSION_HEADER] = run.served.version
                 await resp(scope, receive, send)
                 if not body_read:
                     await drain_body(receive)
@@ -154,6 +160,9 @@ class InferenceEndpoint:
                 )(scope, receive, send)
             ctx.finish(500, error_code="server_error", finish_reason="error")
         finally:
+            if run.served is not None:
+                run.served.inflight -= 1
+                run.served.last_used = time.monotonic()
             # cancellation from outside (server shutdown) still leaves one record
             fill_record(run)
             ctx.finish(
@@ -222,10 +231,16 @@ class InferenceEndpoint:
         req = self._validate(body)
         ctx.record.stream = req.stream
         name = req.model
-        served = host.models.get(name)
-        check_model_access(run.principal, name, served=served is not None)
+        check_model_access(run.principal, name, served=bool(run.api.router.versions(name)))
+        served = choose_version(run.api, name, run.principal, req.user, run.pinned_version)
         assert served is not None
+        served.inflight += 1  # a draining version stops only once this is back to 0
+        served.last_used = time.monotonic()
+        run.served = served
+        if served.state == "unloaded":  # idle-unloaded: load it, waiting like a queue
+            await load_on_demand(host, served)
         ctx.record.model = served.name
+        ctx.record.version = served.version
         ctx.record.backend = served.backend
         n = req.n or 1
         if n > settings.server.max_n:
@@ -335,6 +350,8 @@ class InferenceEndpoint:
         ctx.admitted_at = time.monotonic()
         ctx.record.queue_time_s = slot.queue_time_s
         headers: dict[str, str] = {"x-request-id": run.request_id}
+        if served.version:
+            headers[VERSION_HEADER] = served.version
         for r in reservations:
             with contextlib.suppress(Exception):
                 headers.update(r.headers())
@@ -372,7 +389,7 @@ class InferenceEndpoint:
                 if structured is not None:
                     ctx.structured_outcome = "refused"  # the engine refused the constraint
                 raise
-            run.api.readiness.mark_ok(name)
+            run.api.readiness.mark_ok(served.key)
             if plan is not None and plan.active:
                 count_tool_calls(run)
         finally:

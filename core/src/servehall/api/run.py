@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from servehall.admission.filters import FilterVerdict
 from servehall.admission.principal import Principal
 from servehall.api.state import ApiState
+from servehall.plugin.host import ServedModel
 from servehall.serving.choice import ChoiceStream
 from servehall.serving.context import RequestContext
 from servehall.structured.request import StructuredRequest
@@ -19,7 +20,8 @@ class InferenceRun:
 
     ``created`` is the OpenAI ``created`` time (Unix seconds); ``choices`` holds one
     :class:`ChoiceStream` per choice once the request is admitted (``n`` of them);
-    ``prompt_tokens`` counts the rendered prompt's token ids.
+    ``prompt_tokens`` counts the rendered prompt's token ids; ``pinned_version`` is the
+    ``x-servehall-model-version`` request header (None: absent).
     """
 
     api: ApiState
@@ -33,6 +35,8 @@ class InferenceRun:
     prompt_tokens: int = 0
     input_verdicts: list[FilterVerdict] = field(default_factory=list)
     structured: StructuredRequest | None = None
+    pinned_version: str | None = None
+    served: ServedModel | None = None
 
 
 def fill_record(run: InferenceRun) -> None:
@@ -56,12 +60,14 @@ def count_tool_calls(run: InferenceRun) -> None:
     """Add the request's parsed and failed tool calls to ``servehall_tool_calls_total``
     (once, when its choices have finished)."""
     model = run.ctx.record.model or ""
+    version = run.ctx.record.version or ""
+    counter = run.api.metrics.tool_calls
     for c in run.choices:
         if c.tools is not None:
             if c.tools.parsed:
-                run.api.metrics.tool_calls.labels(model, "parsed").inc(c.tools.parsed)
+                counter.labels(model, version, "parsed").inc(c.tools.parsed)
             if c.tools.failed:
-                run.api.metrics.tool_calls.labels(model, "failed").inc(c.tools.failed)
+                counter.labels(model, version, "failed").inc(c.tools.failed)
 
 
 async def record_before_last_byte(run: InferenceRun) -> None:

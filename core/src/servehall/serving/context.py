@@ -15,7 +15,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from servehall.metrics import ABORT_REASONS, TENANT_REFUSALS
+from servehall.plugin.host import model_key
 from servehall.records.types import RequestRecord
+from servehall.rollout.guard import observe
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -155,7 +157,7 @@ class RequestContext:
         assert self._tracing is not None and self._span is not None
         span, rec = self._span, self.record
         if rec.model:
-            span.update_name(f"{span.name} {rec.model}")
+            span.update_name(f"{span.name} {rec.model}")  # type: ignore[attr-defined]
         attrs: dict[str, Any] = {
             **self._request_attrs,
             "http.response.status_code": rec.status_code,
@@ -188,32 +190,39 @@ class RequestContext:
         if m is None:
             return
         # only configured model names become label values (no unbounded cardinality)
-        model = rec.model if rec.model in self.host.models else ""
+        version = rec.version or ""
+        served = self.host.models.get(model_key(rec.model, version)) if rec.model else None
+        known = served is not None
+        if served is not None and self.admitted:
+            error = rec.status_code >= 500 or rec.finish_reason == "error"
+            observe(self.host, m, served, error, rec.ttft_s)
+        model = rec.model or "" if known else ""
+        version = version if known else ""
         endpoint = rec.endpoint if rec.endpoint in KNOWN_ENDPOINTS else "other"
-        m.requests.labels(model, endpoint, str(rec.status_code)).inc()
+        m.requests.labels(model, version, endpoint, str(rec.status_code)).inc()
         if rec.tenant is not None and rec.status_code in TENANT_REFUSALS:
             m.tenant_refusals.labels(rec.tenant, str(rec.status_code)).inc()
         if rec.status_code >= 400:
             code = rec.error_code or "none"
-            m.request_errors.labels(model, endpoint, str(rec.status_code), code).inc()
+            m.request_errors.labels(model, version, endpoint, str(rec.status_code), code).inc()
         if rec.response_format is not None and self.structured_outcome is not None:
-            m.structured.labels(model, rec.response_format, self.structured_outcome).inc()
+            m.structured.labels(model, version, rec.response_format, self.structured_outcome).inc()
         if not self.admitted:
             return
-        m.e2e.labels(model).observe(now - self.started)
+        m.e2e.labels(model, version).observe(now - self.started)
         if rec.queue_time_s is not None:
-            m.queue.labels(model).observe(rec.queue_time_s)
-        m.prompt_tokens.labels(model).inc(rec.prompt_tokens)
-        m.generation_tokens.labels(model).inc(rec.completion_tokens)
+            m.queue.labels(model, version).observe(rec.queue_time_s)
+        m.prompt_tokens.labels(model, version).inc(rec.prompt_tokens)
+        m.generation_tokens.labels(model, version).inc(rec.completion_tokens)
         if rec.ttft_s is not None:
-            m.ttft.labels(model).observe(rec.ttft_s)
+            m.ttft.labels(model, version).observe(rec.ttft_s)
             if rec.completion_tokens > 1 and self.first_token_at is not None:
-                m.tpot.labels(model).observe(
+                m.tpot.labels(model, version).observe(
                     (now - self.first_token_at) / (rec.completion_tokens - 1)
                 )
         if self.inter_token_s:
-            itl = m.itl.labels(model)
+            itl = m.itl.labels(model, version)
             for gap in self.inter_token_s:
                 itl.observe(gap)
         if rec.finish_reason in ABORT_REASONS:
-            m.aborts.labels(model, rec.finish_reason).inc()
+            m.aborts.labels(model, version, rec.finish_reason).inc()
