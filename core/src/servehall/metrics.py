@@ -5,8 +5,8 @@ Names follow Prometheus conventions (base units, ``_total`` counters). Labels ar
 model; beside every ``model``), ``endpoint``, ``status`` (and ``reason`` for aborts and
 engine restarts), plus ``tenant`` on the two scheduler families and the tenant
 refusals: never a key or a principal id, so no secret or caller identity can reach a
-metric label. Engine gauges (running, waiting, KV-cache usage) are read from ``Engine.stats()`` at scrape time; for models whose engine
-runs in a worker process (``isolation = "process"``), ``servehall_engine_up{model}`` and
+metric label. Engine gauges (running, waiting, KV-cache usage) are read from
+``Engine.stats()`` at scrape time; for models whose engine runs in a worker process (``isolation = "process"``), ``servehall_engine_up{model}`` and
 ``servehall_engine_restarts_total{model,reason}`` come from its supervisor; the scheduler
 families (``servehall_scheduler_queue{model,tenant}``,
 ``servehall_scheduler_service_tokens_total{model,tenant}``) from the scheduler's
