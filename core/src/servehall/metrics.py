@@ -6,7 +6,8 @@ model; beside every ``model``), ``endpoint``, ``status`` (and ``reason`` for abo
 engine restarts), plus ``tenant`` on the two scheduler families and the tenant
 refusals: never a key or a principal id, so no secret or caller identity can reach a
 metric label. Engine gauges (running, waiting, KV-cache usage) are read from
-``Engine.stats()`` at scrape time; for models whose engine runs in a worker process (``isolation = "process"``), ``servehall_engine_up{model}`` and
+``Engine.stats()`` at scrape time; for models whose engine runs in a worker process
+(``isolation = "process"``), ``servehall_engine_up{model}`` and
 ``servehall_engine_restarts_total{model,reason}`` come from its supervisor; the scheduler
 families (``servehall_scheduler_queue{model,tenant}``,
 ``servehall_scheduler_service_tokens_total{model,tenant}``) from the scheduler's
