@@ -411,7 +411,7 @@ def compare_command(
         list[str],
         typer.Argument(
             help="engine:MODEL | engine-native:MODEL | serve:URL[,h1][,pid=N] | launch:h2 | "
-            "launch:h1; ratios are against the first."
+            "launch:h1 | vllm-server:MODEL (vLLM's own server); ratios are against the first."
         ),
     ],
     model: Annotated[
@@ -461,8 +461,8 @@ def compare_command(
             parsed = [parse_target(t) for t in targets]
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        if any(t.kind in ("engine", "launch") for t in parsed) and config is None:
-            raise UsageError("engine: and launch: targets need --config FILE")
+        if any(t.kind in ("engine", "launch", "vllm-server") for t in parsed) and config is None:
+            raise UsageError("engine:, launch: and vllm-server: targets need --config FILE")
         return parsed
 
     parsed = checked(parse_all)

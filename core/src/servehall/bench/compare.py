@@ -7,6 +7,9 @@ Targets (positional arguments):
 * ``serve:URL`` — any OpenAI-compatible server; suffixes ``,h1`` / ``,h2`` pick the HTTP
   version (default h2) and ``,pid=N`` names the server process whose CPU time (with its
   child processes) is recorded;
+* ``vllm-server:MODEL`` — vLLM's own OpenAI server for the ``[[models]]`` entry ``MODEL``
+  of ``--config`` (same model directory, vLLM options and ``worker.python``), started for
+  this target only (:mod:`servehall.bench.vllm_server`); its CPU time is recorded;
 * ``launch:h2`` / ``launch:h1`` — the bench starts ``servehall serve --config CONFIG``
   itself on a free 127.0.0.1 port (once, shared by every ``launch`` target), records its
   CPU time, and stops it at the end.
@@ -50,7 +53,7 @@ class Target:
     """One parsed target (see the module docstring)."""
 
     spec: str
-    kind: str  # "engine" | "serve" | "launch"
+    kind: str  # "engine" | "serve" | "launch" | "vllm-server"
     model: str = ""
     url: str = ""
     http2: bool = True
@@ -74,6 +77,8 @@ def parse_target(text: str) -> Target:
     rest, rf = _response_format_option(text, rest)
     if kind in ("engine", "engine-native"):
         return Target(text, "engine", model=rest, native=kind == "engine-native")
+    if kind == "vllm-server":
+        return Target(text, "vllm-server", model=rest)
     if kind == "launch":
         if rest not in ("h1", "h2"):
             raise ValueError(f"target {text!r}: launch takes h1 or h2")
@@ -95,7 +100,8 @@ def parse_target(text: str) -> Target:
                 raise ValueError(f"target {text!r}: unknown option {opt!r} (h1, h2, pid=N)")
         return Target(text, "serve", url=url, http2=http2, pid=pid, response_format=rf)
     raise ValueError(
-        f"target {text!r}: unknown kind {kind!r} (engine, engine-native, serve, launch)"
+        f"target {text!r}: unknown kind {kind!r} (engine, engine-native, serve, launch, "
+        "vllm-server)"
     )
 
 
@@ -201,12 +207,10 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def launched_server(config: Path, *, timeout_s: float = 300.0) -> Iterator[tuple[str, int]]:
+def launched_server(config: Path, *, timeout_s: float = 1200.0) -> Iterator[tuple[str, int]]:
     """Start ``servehall serve --config CONFIG`` on a free port; yield ``(url, pid)`` once
     ``/health/ready`` answers 200; SIGTERM it on exit. Raises TargetError when it exits
     or is not ready within ``timeout_s`` (with the last line of its stderr)."""
-    import httpx
-
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [
@@ -219,25 +223,48 @@ def launched_server(config: Path, *, timeout_s: float = 300.0) -> Iterator[tuple
         "--bind",
         f"127.0.0.1:{port}",
     ]
-    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"servehall-bench-{port}.log"
-    with log.open("wb") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+    with launched_process(cmd, f"{url}/health/ready", "servehall serve", timeout_s) as pid:
+        yield url, pid
+
+
+@contextlib.contextmanager
+def launched_process(
+    cmd: list[str],
+    ready_url: str,
+    what: str,
+    timeout_s: float,
+    *,
+    env: dict[str, str] | None = None,
+    poll_s: float = 0.2,
+) -> Iterator[int]:
+    """Run ``cmd`` (a server); yield its pid once ``ready_url`` answers 200; SIGTERM it
+    (SIGKILL after 30 s) on exit. Its output goes to a temporary log file.
+
+    Raises:
+        TargetError: it exited, or was not ready within ``timeout_s`` (names ``what`` and
+            the last line of its output).
+    """
+    import httpx
+
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"servehall-bench-{os.getpid()}-{id(cmd)}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + timeout_s
         while True:
             if proc.poll() is not None:
                 tail = log.read_text(errors="replace").strip().splitlines()
                 raise TargetError(
-                    f"servehall serve exited with status {proc.returncode}: "
+                    f"{what} exited with status {proc.returncode}: "
                     f"{tail[-1] if tail else 'no output'}"
                 )
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
+                if httpx.get(ready_url, timeout=2).status_code == 200:
                     break
             if time.monotonic() > deadline:
-                raise TargetError(f"servehall serve was not ready within {timeout_s:g} s")
-            time.sleep(0.2)
-        yield url, proc.pid
+                raise TargetError(f"{what} was not ready within {timeout_s:g} s")
+            time.sleep(poll_s)
+        yield proc.pid
     finally:
         proc.terminate()
         try:
@@ -345,6 +372,28 @@ async def run_target(
             cpu_s,
             info,
         )
+    if target.kind == "vllm-server":
+        from servehall.bench.vllm_server import launched_vllm
+        from servehall.config.settings import load_settings
+
+        assert config is not None
+        mc = next((m for m in load_settings(config).models if m.name == target.model), None)
+        if mc is None:
+            raise TargetError(f"{target.label}: no [[models]] entry {target.model!r} in {config}")
+        with launched_vllm(mc, model) as (vllm_url, vllm_pid):
+            served = Target(target.spec, "serve", url=vllm_url, http2=False, pid=vllm_pid)
+            run = await run_target(
+                served,
+                spec,
+                requests,
+                config=config,
+                model=model,
+                api_key=api_key,
+                launched=None,
+                quiet=quiet,
+            )
+        run.target = target
+        return run
     pid: int | None = target.pid
     url = target.url
     if target.kind == "launch":

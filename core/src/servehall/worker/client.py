@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import tempfile
 import time
 from collections.abc import Sequence
@@ -108,6 +109,17 @@ class ProcessEngine(WorkerSupervisor):
 
         self._loop = asyncio.get_running_loop()
         self._tmp = tempfile.mkdtemp(prefix="servehall-worker-")
+        if self.settings.python is not None:
+            from servehall.worker.foreign import check_interpreter
+
+            try:
+                await check_interpreter(self.settings.python, self.name)
+            except ConfigError:
+                self._state = "stopped"
+                self._reason = "the worker's interpreter was refused"
+                shutil.rmtree(self._tmp, ignore_errors=True)
+                self._tmp = None
+                raise
         self._ctx = zmq.Context()
         self._actx = zmq.asyncio.Context()
         try:

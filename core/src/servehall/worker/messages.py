@@ -20,6 +20,11 @@ import msgspec
 
 from servehall.engines.contract import SamplingParams, TokenDelta
 
+WIRE_VERSION = 1
+"""Version of these messages. A worker under another interpreter (``[[models]] worker.python``)
+must speak the same one: the API process checks it at start. Bump it with any change to
+the messages below (or to :class:`~servehall.engines.contract.SamplingParams`, which they carry)."""
+
 
 class AddRequest(msgspec.Struct, tag="add", array_like=True):
     """Start ``request_id`` on ``prompt`` (token ids) with ``params``."""

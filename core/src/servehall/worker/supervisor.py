@@ -37,9 +37,11 @@ import logging
 import multiprocessing
 import os
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from servehall.config.models import ModelConfig
@@ -233,20 +235,29 @@ class WorkerSupervisor:
             log_level=self.log_level,
             switch_interval_s=self.settings.switch_interval_s,
             stream_interval_s=self.settings.stream_interval_s,
+            strict_plugins=self.settings.python is None,
         )
-        reader, writer = self._mp.Pipe(duplex=False)
         gen.oom_before = oom_kill_count()
         # started on the event-loop thread: PR_SET_PDEATHSIG follows the spawning thread
-        gen.proc = self._mp.Process(
-            target=worker_main,
-            args=(spec, writer),
-            name=f"servehall-worker-{self.name}",
-            daemon=True,
-        )
-        gen.proc.start()
-        writer.close()
-        gen.output_fd = os.dup(reader.fileno())
-        reader.close()
+        if self.settings.python is not None:
+            from servehall.worker.foreign import ForeignProcess
+
+            proc = ForeignProcess(
+                self.settings.python, spec, Path(self._tmp) / f"spec-{gen.number}.json"
+            )
+            gen.proc, gen.output_fd = proc, proc.output_fd
+        else:
+            reader, writer = self._mp.Pipe(duplex=False)
+            gen.proc = self._mp.Process(
+                target=worker_main,
+                args=(spec, writer),
+                name=f"servehall-worker-{self.name}",
+                daemon=True,
+            )
+            gen.proc.start()
+            writer.close()
+            gen.output_fd = os.dup(reader.fileno())
+            reader.close()
         os.set_blocking(gen.output_fd, False)
         self._loop.add_reader(gen.output_fd, self._read_output, gen)
         self._loop.add_reader(gen.proc.sentinel, self._on_exit, gen)
@@ -384,8 +395,12 @@ class WorkerSupervisor:
                 with contextlib.suppress(Exception):
                     proc.kill()
                 await self._wait_exit(gen, 5.0)
+            if kill:
+                kill_group(proc.pid)
             with contextlib.suppress(Exception):
                 proc.join(0)
+            if proc.exitcode is not None and hasattr(proc, "output_fd"):  # ForeignProcess
+                proc.close()
         self._read_output(gen)
         self._close_output(gen)
         if gen.reader is not None:
@@ -560,6 +575,16 @@ class WorkerSupervisor:
     def _on_ready(self, info: WorkerReady) -> None:
         """A new worker reported ready with its engine's facts."""
         raise NotImplementedError
+
+
+def kill_group(pgid: int | None) -> None:
+    """SIGKILL what is left of a worker's process group (the worker leads its own group,
+    :func:`~servehall.worker.main.worker_main`): processes an engine started under it —
+    vLLM's engine core — must not outlive it. A group with no process left is no error."""
+    if pgid is None or pgid <= 1 or pgid == os.getpgrp():
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 class StartError(Exception):
