@@ -308,9 +308,10 @@ def test_metrics_count_outcomes_and_compiles(client: httpx.Client) -> None:
 
     family = "servehall_structured_output_requests_total"
     for model in MODELS:
-        valid = f'{family}{{kind="json_schema",model="{model}",outcome="valid"}}'
+        valid = f'{family}{{kind="json_schema",model="{model}",outcome="valid",version=""}}'
         assert value(valid) >= 2 * len(SCHEMAS) * len(SEEDS)
-        assert value(f'servehall_grammar_compile_seconds_count{{model="{model}"}}') >= len(SCHEMAS)
-        assert value(f'servehall_grammar_cache_hits_total{{model="{model}"}}') >= len(SCHEMAS)
-    assert value(f'{family}{{kind="json_schema",model="demo",outcome="refused"}}') >= 4
-    assert value(f'{family}{{kind="grammar",model="demo-torch",outcome="length"}}') == 0
+        labels = f'{{model="{model}",version=""}}'
+        assert value(f"servehall_grammar_compile_seconds_count{labels}") >= len(SCHEMAS)
+        assert value(f"servehall_grammar_cache_hits_total{labels}") >= len(SCHEMAS)
+    assert value(f'{family}{{kind="json_schema",model="demo",outcome="refused",version=""}}') >= 4
+    assert value(f'{family}{{kind="grammar",model="demo-torch",outcome="length",version=""}}') == 0

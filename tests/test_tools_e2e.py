@@ -77,7 +77,9 @@ def test_tool_call_counters_start_at_zero(server: Any) -> None:
 
     text = httpx.get(server.base_url + "/metrics").text
     for outcome in ("parsed", "failed"):
-        assert f'servehall_tool_calls_total{{model="demo",outcome="{outcome}"}} 0.0' in text
+        assert (
+            f'servehall_tool_calls_total{{model="demo",outcome="{outcome}",version=""}} 0.0' in text
+        )
 
 
 def test_tool_loop_with_the_openai_client(client: Any, demo_model_dir: Path) -> None:

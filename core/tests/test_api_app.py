@@ -563,7 +563,7 @@ async def test_labelled_counters_are_exported_at_zero_before_their_first_event(
         assert samples[("servehall_accept_errors_total", (("reason", reason),))] == 0.0
     for kind in STRUCTURED_KINDS:
         for outcome in STRUCTURED_OUTCOMES:
-            labels = (("kind", kind), ("model", "m"), ("outcome", outcome))
+            labels = (("kind", kind), ("model", "m"), ("outcome", outcome), ("version", ""))
             assert samples[("servehall_structured_output_requests_total", labels)] == 0.0
     assert samples[("servehall_config_revision", ())] == 0.0
     (info,) = [k for k in samples if k[0] == "servehall_config_info"]

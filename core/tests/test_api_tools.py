@@ -133,7 +133,7 @@ async def test_tool_call_parsed_streamed_and_not(tok_dir: Path) -> None:
     engine = _engine(tok_dir, OUTPUT)
     host = make_host(tok_dir, engine, plugins=[("seen", seen)])
     metrics = Metrics()
-    metrics.start_series(host.models)
+    metrics.start_series((s.name, s.version) for s in host.models.values())
     async with _client(host, metrics) as c:
         r = await c.post("/v1/chat/completions", json=chat(tools=[WEATHER]))
         assert r.status_code == 200, r.text
@@ -167,8 +167,8 @@ async def test_tool_call_parsed_streamed_and_not(tok_dir: Path) -> None:
     records = host.records.records  # type: ignore[attr-defined]
     assert [rec.tool_calls for rec in records] == [["get_weather"], ["get_weather"], None]
     text = metrics.render().decode()
-    assert 'servehall_tool_calls_total{model="m",outcome="parsed"} 2.0' in text
-    assert 'servehall_tool_calls_total{model="m",outcome="failed"} 0.0' in text
+    assert 'servehall_tool_calls_total{model="m",outcome="parsed",version=""} 2.0' in text
+    assert 'servehall_tool_calls_total{model="m",outcome="failed",version=""} 0.0' in text
 
 
 async def test_bad_tool_input_is_a_400_naming_the_field(tok_dir: Path) -> None:
