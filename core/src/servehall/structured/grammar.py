@@ -29,7 +29,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from servehall.engines.contract import (
     GRAMMAR_COMPILE_BUCKETS,
@@ -74,7 +74,7 @@ def constraint_ebnf(c: StructuredConstraint) -> str:
         elif c.grammar is not None:
             grammar = xgr.Grammar.from_ebnf(c.grammar)
         elif c.structural_tag is not None:
-            grammar = xgr.Grammar.from_structural_tag(c.structural_tag)
+            grammar = _triggered_tags_grammar(xgr, c.structural_tag)
         else:
             raise GrammarError("the constraint is empty")
         text = str(grammar)
@@ -85,6 +85,38 @@ def constraint_ebnf(c: StructuredConstraint) -> str:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise GrammarError(first) from None
     return text
+
+
+def _triggered_tags_grammar(xgr: Any, text: str) -> Any:
+    """The grammar of a ``triggered_tags`` structural tag (JSON text, xgrammar's newer
+    format: ``{"type": "structural_tag", "format": {"type": "triggered_tags", "triggers",
+    "tags": [{"begin", "content": {"type": "json_schema", "json_schema"}, "end"}],
+    "stop_after_first"}}``) built with xgrammar 0.1.31's ``from_structural_tag(tags,
+    triggers)``, the line OpenVINO GenAI bundles.
+
+    Raises:
+        GrammarError: another structural tag type, or ``stop_after_first`` (at most one
+            call: ``parallel_tool_calls: false``), which 0.1.31's structural tags cannot
+            express; refused rather than silently weakened (vLLM's own xgrammar takes the
+            tag as it is).
+    """
+    spec = json.loads(text)
+    fmt = spec.get("format", spec) if isinstance(spec, dict) else None
+    if not isinstance(fmt, dict) or fmt.get("type") != "triggered_tags":
+        raise GrammarError("only triggered_tags structural tags are supported by this engine")
+    if fmt.get("stop_after_first") or fmt.get("at_least_one"):
+        raise GrammarError(
+            "at most one tool call (parallel_tool_calls: false) with tool_choice 'auto' "
+            "cannot be enforced by this engine's grammar backend (xgrammar 0.1.31); use "
+            "tool_choice 'required' or a named function, or allow parallel calls"
+        )
+    items = [
+        xgr.StructuralTagItem(
+            begin=t["begin"], schema=json.dumps(t["content"]["json_schema"]), end=t["end"]
+        )
+        for t in fmt["tags"]
+    ]
+    return xgr.Grammar.from_structural_tag(items, list(fmt["triggers"]))
 
 
 @dataclass
