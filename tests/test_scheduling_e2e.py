@@ -36,7 +36,7 @@ PEPPER_ENV = "SERVEHALL_E2E_SCHED_PEPPER"
 # A holder keeps the single slot busy for seconds (4 choices x 1900 tokens) so the others
 # surely queue behind it; the demo model decodes ~2000 tokens/s.
 HOLD = {"model": "demo", "prompt": "ABCDEFGH ABCDEFGH ABC", "temperature": 0}
-HOLD |= {"max_tokens": 1900, "n": 4, "stream": True}
+HOLD |= {"max_tokens": 1900, "n": 4, "stream": True, "ignore_eos": True}
 PACED: dict[str, Any] = {"backend": "null", "options": {"tokens_per_s": 100}}
 """The order tests run on the built-in ``null`` engine at 100 tokens/s per sequence: the
 holder (4 × 1900 tokens) then keeps its slot for ~19 s whatever the machine's speed, so
