@@ -21,6 +21,13 @@
 # of the torch engine (needs onnxruntime-genai-cuda and `pip install -e './core[onnxruntime]'`;
 # DTYPE then names the build precision: float32 -> fp32 keeps parity strict, float16 -> fp16
 # builds a PagedAttention model for continuous batching and makes parity advisory).
+# ENGINE=vllm runs the shared vLLM engine instead (vLLM's CUDA build, `pip install vllm`, in
+# this environment, or WORKER_PYTHON=/venv/bin/python naming an environment that has
+# servehall + vLLM: the model's worker.python). VLLM_COMPARE=1 (with ENGINE=vllm) then builds a
+# random-weight Llama of ~0.9 B parameters in bf16 with the demo tokenizer and runs
+# `servehall bench compare vllm-server:big launch:h2` (c = 16, 64 tokens, ignore_eos): vLLM's
+# own OpenAI server against servehall on vLLM, targets >= 0.95 of its throughput and TTFT P50
+# <= 1.05x. NOT RUN YET: no GPU was lent to the session that wrote these steps.
 # Env knobs: DTYPE (float32; bfloat16/float16 make parity advisory), ATTN (sdpa),
 # DEVICE_INDEX (0), KEEP=1 keeps the work directory with server logs,
 # BACKEND=cpu dry-runs the whole script without a GPU (checks the script, not a GPU).
@@ -73,7 +80,11 @@ CUDA_PORT=$(free_port)
 CPU_PORT=$(free_port)
 
 if [ "$BACKEND" = "cuda" ]; then ENABLED='["cuda"]'; else ENABLED='[]'; fi
-if [ "$ENGINE" = "onnxruntime" ]; then
+WORKER_LINE=""
+if [ -n "${WORKER_PYTHON:-}" ]; then WORKER_LINE="worker = { python = \"$WORKER_PYTHON\" }"; fi
+if [ "$ENGINE" = "vllm" ]; then
+  OPTIONS="{ engine = \"vllm\", dtype = \"$DTYPE\", gpu_memory_utilization = 0.6 }"
+elif [ "$ENGINE" = "onnxruntime" ]; then
   case "$DTYPE" in float16) PREC=fp16 ;; bfloat16) PREC=bf16 ;; *) PREC=fp32 ;; esac
   OPTIONS="{ engine = \"onnxruntime\", precision = \"$PREC\", device_index = $DEVICE_INDEX, cache_dir = \"$WORK/onnx\" }"
 elif [ "$BACKEND" = "cuda" ]; then
@@ -90,6 +101,7 @@ name = "demo"
 path = "$MODEL"
 backend = "$BACKEND"
 options = $OPTIONS
+$WORKER_LINE
 [database]
 url = "sqlite+aiosqlite:///$WORK/cuda.db"
 auto_migrate = true
@@ -229,5 +241,49 @@ failed = [n for n, ok, _ in results if not ok]
 sys.exit(1 if failed else 0)
 EOF
 STATUS=$?
+
+if [ "$STATUS" = "0" ] && [ "$ENGINE" = "vllm" ] && [ "${VLLM_COMPARE:-0}" = "1" ]; then
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  PIDS=()
+  echo "== 7. bench compare: vLLM's own server vs servehall on vLLM (~0.9 B params, bf16)"
+  # the worker's interpreter (if any) builds it: it has transformers and torch for the GPU
+  "${WORKER_PYTHON:-$PY}" - "$MODEL" "$WORK/big" <<'EOF'
+import shutil, sys
+from pathlib import Path
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+demo, out = Path(sys.argv[1]), Path(sys.argv[2])
+vocab = LlamaConfig.from_pretrained(demo).vocab_size
+cfg = LlamaConfig(vocab_size=vocab, hidden_size=2048, intermediate_size=5632,
+                  num_hidden_layers=18, num_attention_heads=16, num_key_value_heads=8,
+                  max_position_embeddings=4096, torch_dtype="bfloat16",
+                  bos_token_id=0, eos_token_id=1, pad_token_id=2)
+torch.manual_seed(0)
+model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+print(f"parameters: {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B")
+model.save_pretrained(out)
+for f in demo.iterdir():
+    if f.name.startswith(("tokenizer", "special_tokens")):
+        shutil.copy(f, out / f.name)
+EOF
+  cat >"$WORK/bench.toml" <<EOF
+[plugins]
+enabled = $ENABLED
+[[models]]
+name = "big"
+path = "$WORK/big"
+backend = "$BACKEND"
+options = { engine = "vllm", dtype = "bfloat16", gpu_memory_utilization = 0.4 }  # two servers share the GPU
+$WORKER_LINE
+[scheduler]
+max_concurrency = 16
+EOF
+  (cd "$WORK" && servehall bench compare vllm-server:big launch:h2 --config bench.toml \
+      --model big --concurrency 16 --num-requests 64 --output-len 64 --ignore-eos \
+      --output-json "$WORK/compare.json") || STATUS=1
+  cp "$WORK/compare.json" "${COMPARE_OUT:-/tmp/servehall-gpu-compare.json}" 2>/dev/null || true
+fi
 echo "== done in $(( $(date +%s) - START )) s"
 exit $STATUS
+

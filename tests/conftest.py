@@ -63,44 +63,26 @@ from typing import Any
 import httpx
 import pytest
 
-# --- TOML writing (tiny, enough for config files) --------------------------------------
+# --- TOML writing (tomli-w) -------------------------------------------------------------
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, str | Path):
-        return json.dumps(str(v))
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+def _plain(v: Any) -> Any:
+    """``v`` with paths as strings and tuples as lists (what ``tomli_w`` writes)."""
+    if isinstance(v, Path):
+        return str(v)
     if isinstance(v, Mapping):
-        return (
-            "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(x)}" for k, x in v.items()) + "}"
-        )
-    raise TypeError(f"cannot write {type(v).__name__} as TOML")
-
-
-def _is_table_list(v: Any) -> bool:
-    return isinstance(v, list | tuple) and bool(v) and all(isinstance(x, Mapping) for x in v)
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_plain(x) for x in v]
+    return v
 
 
 def dump_toml(data: Mapping[str, Any]) -> str:
-    """Write a config dict as TOML: top-level tables, arrays of tables, inline sub-tables."""
-    lines: list[str] = []
-    for key, value in data.items():
-        if not isinstance(value, Mapping) and not _is_table_list(value):
-            lines.append(f"{key} = {_toml_value(value)}")
-    for key, value in data.items():
-        if isinstance(value, Mapping):
-            lines.append(f"\n[{key}]")
-            lines.extend(f"{k} = {_toml_value(v)}" for k, v in value.items())
-        elif _is_table_list(value):
-            for item in value:
-                lines.append(f"\n[[{key}]]")
-                lines.extend(f"{k} = {_toml_value(v)}" for k, v in item.items())
-    return "\n".join(lines) + "\n"
+    """Write a config dict as TOML with ``tomli_w`` (any Unicode, nested tables, arrays
+    of tables). Raises TypeError for a value TOML cannot hold (None)."""
+    import tomli_w
+
+    return tomli_w.dumps(_plain(data))
 
 
 def demo_config(model_dir: Path | str, **sections: Any) -> dict[str, Any]:

@@ -64,6 +64,13 @@ def test_compose_mirrors_the_tested_topology() -> None:
     cfg = (DEPLOY / "haproxy.cfg").read_text()
     assert "option httpchk GET /health/ready" in cfg
     assert '"${SERVEHALL_A}"' in cfg and '"${SERVEHALL_B}"' in cfg
+    # load-aware: each replica's agent port (docs/operations.md), set for both replicas
+    assert "agent-check" in cfg
+    env = services["haproxy"]["environment"]
+    for name in ("replica-a", "replica-b"):
+        bind = services[name]["environment"]["SERVEHALL_SERVER__AGENT_BIND"]
+        port = bind.rpartition(":")[2]
+        assert env[f"SERVEHALL_{name[-1].upper()}_AGENT_PORT"] == port
 
 
 def test_deploy_config_is_valid_with_shared_limits(tmp_path: Path) -> None:

@@ -13,9 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from servehall.db import create_db_engine
-from servehall.db.migrate import upgrade_database
-from servehall.db.testing import PgCluster, pg_bin_dir, require_pg, run_sql
+from servehall.db.testing import PgCluster, private_cluster, run_sql
 
 
 def B(content: str) -> dict[str, Any]:
@@ -43,20 +41,7 @@ def wait_count(url: str, where: str, n: int, timeout: float = 40.0) -> int:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[PgCluster]:
-    require_pg()
-    if pg_bin_dir() is None:
-        pytest.skip("PostgreSQL server binaries not installed")
-    c = PgCluster().init()
-    c.start()
-
-    async def migrate() -> None:
-        engine = create_db_engine(c.url)
-        await upgrade_database(engine)
-        await engine.dispose()
-
-    asyncio.run(migrate())
-    yield c
-    c.destroy()
+    yield from private_cluster()
 
 
 def _config(
@@ -308,5 +293,63 @@ def test_ready_sees_a_database_outage_without_traffic(
             assert "cannot write" in body["sinks"]["sql"]["reason"]
         finally:
             cluster.start()
+        _wait_ready(c, 200)
+        assert c.post("/v1/chat/completions", json=B("after")).status_code == 200
+
+
+def test_hung_database_fails_closed_within_write_timeout(
+    cluster: PgCluster,
+    servehall_server: Callable[..., Any],
+    demo_model_dir: Path,
+    demo_config_factory: Callable[..., dict[str, Any]],
+) -> None:
+    """Every PostgreSQL process stopped with SIGSTOP (it hangs; nothing refuses): a
+    required sink with ``fail_closed = "at_once"`` and ``write_timeout_s = 1`` turns
+    the chat API into 503 ``records_unavailable`` and ``/health/ready`` into 503 within
+    the timeout (plus margin); after SIGCONT every answered request has its row."""
+    cfg = _fresh_config(
+        demo_config_factory,
+        demo_model_dir,
+        cluster,
+        required=True,
+        fail_closed="at_once",
+        write_timeout_s=1,
+        check_interval_s=1,
+        retry_after_s=2,
+    )
+    cfg["database"]["command_timeout_s"] = 60  # the runner's timeout is what must act
+    with (
+        servehall_server(cfg, name="hung-db") as srv,
+        httpx.Client(base_url=srv.base_url, http2=True, http1=False, timeout=60) as c,
+    ):
+        assert c.post("/v1/chat/completions", json=B("before")).status_code == 200
+        assert wait_count(cluster.url, "true", 1) == 1
+        answered: dict[str, int] = {}
+        cluster.pause()
+        try:
+            t0 = time.monotonic()
+            refused_at = ready_at = None
+            while time.monotonic() - t0 < 20 and (refused_at is None or ready_at is None):
+                r = c.post("/v1/chat/completions", json=B("during"))
+                answered[r.headers["x-request-id"]] = r.status_code
+                if r.status_code == 503 and refused_at is None:
+                    assert r.json()["error"]["code"] == "records_unavailable"
+                    refused_at = time.monotonic() - t0
+                if _ready(c)[0] == 503 and ready_at is None:
+                    ready_at = time.monotonic() - t0
+                time.sleep(0.05)
+            assert refused_at is not None and refused_at < 6, refused_at
+            assert ready_at is not None and ready_at < 6, ready_at
+            time.sleep(1.0)
+            assert _ready(c)[0] == 503
+        finally:
+            cluster.resume()
+        total = 1 + len(answered)
+        assert wait_count(cluster.url, "true", total) == total
+        rows = asyncio.run(run_sql(cluster.url, "SELECT request_id, status_code FROM request_log"))
+        by_id = {r.request_id: r.status_code for r in rows}
+        assert len(rows) == total
+        for rid, status in answered.items():
+            assert by_id[rid] == status  # nothing accepted is lost, refusals recorded too
         _wait_ready(c, 200)
         assert c.post("/v1/chat/completions", json=B("after")).status_code == 200

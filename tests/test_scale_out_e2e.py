@@ -46,6 +46,7 @@ from typing import Any
 import httpx
 import pytest
 
+from servehall.db.migrate import script_heads
 from servehall.db.testing import create_pg_database, drop_pg_database, require_pg, run_sql
 from servehall_auth.testing import RedisServer, redis_server_binary
 from tests.conftest import ServerHandle, dump_toml, free_port, run_cli
@@ -362,6 +363,9 @@ def haproxy(topology: Topology, tmp_path: Path) -> Iterator[str]:
         "HAPROXY_BIND": f"127.0.0.1:{port}",
         "SERVEHALL_A": f"127.0.0.1:{topology.a.port}",
         "SERVEHALL_B": f"127.0.0.1:{topology.b.port}",
+        # these replicas run no agent: nobody listens, HAProxy keeps the configured weight
+        "SERVEHALL_A_AGENT_PORT": str(free_port()),
+        "SERVEHALL_B_AGENT_PORT": str(free_port()),
     }
     log = (tmp_path / "haproxy.log").open("wb")
     proc = subprocess.Popen(
@@ -494,11 +498,11 @@ def test_replica_older_than_database_schema_refuses_to_start(
     (tmp_path / "c.toml").write_text(dump_toml(cfg))
     assert run_cli(tmp_path / "c.toml", "db", "upgrade", env=ENV, cwd=tmp_path).returncode == 0
     # a newer release migrated the shared database past this one's head
+    (head,) = script_heads()
     asyncio.run(
         run_sql(
             db,
-            "UPDATE alembic_version SET version_num = '0004_future' "
-            "WHERE version_num = '0003_replica'",
+            f"UPDATE alembic_version SET version_num = '0004_future' WHERE version_num = '{head}'",
         )
     )
     p = run_cli(
@@ -508,4 +512,4 @@ def test_replica_older_than_database_schema_refuses_to_start(
     assert "Traceback" not in p.stderr, p.stderr
     last = [line for line in p.stderr.splitlines() if line.strip()][-1]
     assert "database schema is newer than this servehall" in last, p.stderr
-    assert "0004_future" in last and "0003_replica" in last
+    assert "0004_future" in last and head in last

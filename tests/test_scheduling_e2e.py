@@ -36,7 +36,7 @@ PEPPER_ENV = "SERVEHALL_E2E_SCHED_PEPPER"
 # A holder keeps the single slot busy for seconds (4 choices x 1900 tokens) so the others
 # surely queue behind it; the demo model decodes ~2000 tokens/s.
 HOLD = {"model": "demo", "prompt": "ABCDEFGH ABCDEFGH ABC", "temperature": 0}
-HOLD |= {"max_tokens": 1900, "n": 4, "stream": True}
+HOLD |= {"max_tokens": 1900, "n": 4, "stream": True, "ignore_eos": True}
 PACED: dict[str, Any] = {"backend": "null", "options": {"tokens_per_s": 100}}
 """The order tests run on the built-in ``null`` engine at 100 tokens/s per sequence: the
 holder (4 × 1900 tokens) then keeps its slot for ~19 s whatever the machine's speed, so
@@ -61,7 +61,7 @@ class Deployment:
 
     def queued(self, tenant: str) -> int:
         m = re.search(
-            rf'^servehall_scheduler_queue\{{model="demo",tenant="{tenant}"\}} (\S+)$',
+            rf'^servehall_scheduler_queue\{{model="demo",tenant="{tenant}",version=""\}} (\S+)$',
             self.metrics(),
             re.M,
         )
@@ -170,7 +170,8 @@ def test_fair_serves_b_while_a_backlog_waits(fair: Deployment) -> None:
     text = fair.metrics()
     served = dict(
         re.findall(
-            r'^servehall_scheduler_service_tokens_total\{model="demo",tenant="(team-\w)"\} (\S+)$',
+            r"^servehall_scheduler_service_tokens_total"
+            r'\{model="demo",tenant="(team-\w)",version=""\} (\S+)$',
             text,
             re.M,
         )

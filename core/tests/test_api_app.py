@@ -5,6 +5,7 @@ strings, n, unsupported parameters, and the per-token cost of the host's stream 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -318,10 +319,13 @@ async def test_unsupported_parameters_are_named(tok_dir: Path) -> None:
             ("logprobs", True),
             ("logprobs", 0),  # falsy, but a request for log-probabilities
             ("top_logprobs", 0),
-            ("tools", [{"type": "function"}]),
+            ("functions", [{"name": "f"}]),
             ("top_k", 5),
             ("min_p", 0.1),
             ("repetition_penalty", 1.2),
+            ("response_format", {"type": "json_object"}),
+            ("guided_regex", "[a-z]+"),
+            ("structured_outputs", {"choice": ["a", "b"]}),
         ]:
             r = await c.post("/v1/chat/completions", json=chat(**{field: value}))
             assert r.status_code == 400 and r.json()["error"]["param"] == field, (field, r.text)
@@ -330,6 +334,12 @@ async def test_unsupported_parameters_are_named(tok_dir: Path) -> None:
             "/v1/completions", json={"model": "m", "prompt": "x", "logprobs": 0, "max_tokens": 1}
         )
         assert r.status_code == 400 and r.json()["error"]["param"] == "logprobs"
+        tools = [{"type": "function", "function": {"name": "f"}}]
+        r = await c.post(
+            "/v1/completions", json={"model": "m", "prompt": "x", "tools": tools, "max_tokens": 1}
+        )
+        assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
+        assert r.json()["error"]["code"] == "unsupported_parameter"
         # neutral values, null, and a seed under greedy decoding are fine
         r = await c.post(
             "/v1/chat/completions",
@@ -509,7 +519,8 @@ async def test_metric_labels_carry_no_identity_or_input(tok_dir: Path) -> None:
         await c.get("/some/probe/path-xyz", headers={"authorization": "Bearer bad"})
         text = (await c.get("/metrics", headers=good)).text
     assert (
-        'servehall_requests_total{endpoint="/v1/chat/completions",model="m",status="200"}' in text
+        'servehall_requests_total{endpoint="/v1/chat/completions",model="m",status="200",version=""}'
+        in text
     )
     for leak in ("k1", "evil-model-name", "path-xyz", "Bearer"):
         assert leak not in text
@@ -529,7 +540,7 @@ async def test_labelled_counters_are_exported_at_zero_before_their_first_event(
     have a 0 sample from the start, so ``rate()`` and alerts on them work at once."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from servehall.metrics import ABORT_REASONS
+    from servehall.metrics import ABORT_REASONS, STRUCTURED_KINDS, STRUCTURED_OUTCOMES
     from servehall.server.accept_errors import AcceptErrorMonitor
 
     host = make_host(tok_dir, ScriptedEngine(_script(tok_dir)))
@@ -543,8 +554,17 @@ async def test_labelled_counters_are_exported_at_zero_before_their_first_event(
         for s in family.samples
     }
     for reason in ABORT_REASONS:
-        key = ("servehall_request_aborts_total", (("model", "m"), ("reason", reason)))
+        labels = (("model", "m"), ("reason", reason), ("version", ""))
+        key = ("servehall_request_aborts_total", labels)
         assert samples[key] == 0.0
-    assert samples[("servehall_generation_tokens_total", (("model", "m"),))] == 0.0
+    tokens = ("servehall_generation_tokens_total", (("model", "m"), ("version", "")))
+    assert samples[tokens] == 0.0
     for reason in ("EMFILE", "ENFILE", "ENOBUFS", "ENOMEM"):
         assert samples[("servehall_accept_errors_total", (("reason", reason),))] == 0.0
+    for kind in STRUCTURED_KINDS:
+        for outcome in STRUCTURED_OUTCOMES:
+            labels = (("kind", kind), ("model", "m"), ("outcome", outcome), ("version", ""))
+            assert samples[("servehall_structured_output_requests_total", labels)] == 0.0
+    assert samples[("servehall_config_revision", ())] == 0.0
+    (info,) = [k for k in samples if k[0] == "servehall_config_info"]
+    assert re.fullmatch(r"[0-9a-f]{64}", dict(info[1])["sha256"])

@@ -122,14 +122,24 @@ def test_tokenizer_roundtrip_and_special_tokens(hf) -> None:  # type: ignore[no-
     assert tok.convert_tokens_to_ids("<|end|>") not in ids
 
 
+C05_PROMPTS = ("ABCDEFGH ABCDEFGH ABC", "Once upon a time", "1 2 3 4 5", "The cat")
+"""API case C05's prompt first, then others that lead the demo model into its drills."""
+
+
 def test_vocab_has_token_spanning_def(hf) -> None:  # type: ignore[no-untyped-def]
     """API case C05 needs a generated token whose text contains "DE" past its first char."""
     tok, _ = hf
     pieces = [tok.decode([i]) for i in tok("ABCDEFGH", add_special_tokens=False).input_ids]
     assert any("DEF" in p for p in pieces), pieces
-    prompt = tok("ABCDEFGH ABCDEFGH ABC").input_ids
-    gen = [tok.decode([i]) for i in _greedy(hf, prompt, 30)]
-    assert any("DE" in p and not p.startswith("DE") for p in gen), gen
+    # the trained weights differ between CPUs (float rounding of their kernels), so the
+    # prompt that leads the model into a drill does too: one of the case's candidates must
+    gens = []
+    for text in C05_PROMPTS:
+        gen = [tok.decode([i]) for i in _greedy(hf, tok(text).input_ids, 30)]
+        gens.append(gen)
+        if any("DE" in p and not p.startswith("DE") for p in gen):
+            return
+    raise AssertionError(gens)
 
 
 def test_greedy_generation_is_words_not_one_token(hf) -> None:  # type: ignore[no-untyped-def]
@@ -147,8 +157,13 @@ def test_chat_template_strict(hf) -> None:  # type: ignore[no-untyped-def]
     assert text == (
         "<|begin_of_text|><|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\n"
     )
+    # a tool result renders (the Hermes tools section: docs/api.md#tools); a role the
+    # template does not know does not
+    assert "<tool_response>\nx\n</tool_response>" in tok.apply_chat_template(
+        [{"role": "tool", "content": "x"}], tokenize=False
+    )
     for bad in (
-        [{"role": "tool", "content": "x"}],
+        [{"role": "narrator", "content": "x"}],
         [{"role": "user", "content": "x"}, {"role": "system", "content": "late"}],
         [{"role": "user", "content": None}],
     ):

@@ -71,6 +71,45 @@ def test_hook_register_schedulers() -> None:
     assert {"fcfs", "lifo"} <= set(_host(P()).schedulers().names())
 
 
+def test_hook_register_tool_parsers() -> None:
+    from servehall import CallFormat, ToolParser
+
+    fmt = CallFormat("<function_call>", "</function_call>", ("args",))
+    xml = ToolParser(
+        "xmlish",
+        fmt,
+        "<function_call>",
+        '<function_call>{"name": {name}, "args": ',
+        "}</function_call>",
+    )
+
+    class P:
+        @hookimpl
+        def servehall_register_tool_parsers(self, registry: Any) -> None:
+            registry.add(xml)
+
+    reg = _host(P()).tool_parsers()
+    assert {"hermes", "llama3_json", "xmlish"} <= set(reg.names())
+    stream = reg.get("xmlish").stream(lambda: "call_1")
+    out = stream.feed('Hi <function_call>{"name": "f", "args": {"a": 1}}</function_call>')
+    tail = stream.finish()
+    assert out.content + tail.content == "Hi"
+    assert [(d.id, d.name, d.arguments) for d in out.calls + tail.calls] == [
+        ("call_1", "f", ""),
+        (None, None, '{"a": 1}'),
+    ]
+    with pytest.raises(ConfigError, match="unknown tool parser 'nope'; known: hermes"):
+        reg.get("nope")
+
+    class Twice:
+        @hookimpl
+        def servehall_register_tool_parsers(self, registry: Any) -> None:
+            registry.add(xml)
+
+    with pytest.raises(ConfigError, match="registered twice"):
+        _host(P(), Twice()).tool_parsers()
+
+
 async def test_hook_authenticate() -> None:
     calls: list[str] = []
 

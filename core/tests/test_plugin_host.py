@@ -174,3 +174,33 @@ def test_wrappers_and_subset_arguments_work_as_pluggy_documents() -> None:
     principal = asyncio.run(host.authenticate(None, None))  # type: ignore[arg-type]
     assert principal is not None and principal.id == "p"
     assert seen == ["before", "noargs", "after 1"]
+
+
+def test_a_wrapper_of_an_async_hook_sees_unawaited_coroutines() -> None:
+    """What docs/hooks.md says of wrappers around async hooks: the wrapper runs, and
+    returns, before the async implementations' bodies run; it sees their coroutines."""
+    import asyncio
+    import inspect
+
+    from servehall import Principal, hookimpl
+
+    seen: list[str] = []
+
+    class Wrapper:
+        @hookimpl(wrapper=True)
+        def servehall_authenticate(self, request: object):  # type: ignore[no-untyped-def]
+            result = yield
+            seen.append("wrapper sees " + ",".join(type(r).__name__ for r in result))
+            assert all(inspect.iscoroutine(r) for r in result)
+            return result
+
+    class AsyncAuth:
+        @hookimpl
+        async def servehall_authenticate(self) -> Principal:
+            seen.append("async body runs")
+            return Principal(id="a")
+
+    host = PluginHost([], extra=[("w", Wrapper()), ("a", AsyncAuth())])
+    principal = asyncio.run(host.authenticate(None, None))  # type: ignore[arg-type]
+    assert principal is not None and principal.id == "a"
+    assert seen == ["wrapper sees coroutine", "async body runs"]

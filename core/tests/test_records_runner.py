@@ -430,3 +430,33 @@ async def test_idle_check_sees_an_outage_without_traffic(tmp_path: Path):
     await asyncio.sleep(0.2)
     await r2.close()
     assert quiet.checks == 0
+
+
+async def test_a_hanging_write_fails_closed_after_write_timeout(tmp_path: Path) -> None:
+    """A write that neither succeeds nor fails (a database that stopped answering):
+    after ``write_timeout_s`` the required sink is unhealthy and ``at_once`` refuses;
+    the write is not cancelled — when it completes, each record is written once and the
+    sink is healthy again."""
+    sink = SwitchableSink()
+    sink.write_s = 1.5
+    r = SinkRunner(
+        sink,
+        required=True,
+        fail_closed="at_once",
+        write_timeout_s=0.3,
+        check_interval_s=0,
+        linger_s=0,
+        spill=False,
+    )
+    await r.start()
+    try:
+        t0 = time.monotonic()
+        r.put(rec(1))
+        await wait_for(lambda: not r.healthy, timeout=5)
+        assert 0.25 < time.monotonic() - t0 < 1.4  # the timeout acted, not the write
+        assert r.refusing and r.write_timeouts == 1 and "write_timeout_s" in str(r.last_error)
+        await wait_for(lambda: r.written == 1, timeout=5)
+        assert r.healthy and not r.refusing
+        assert sink.rows == ["r1"] and r.failures == 0
+    finally:
+        await r.close()

@@ -63,11 +63,23 @@ from servehall.plugin.hookimpl import hookimpl
 from servehall.plugin.host import Host, ServedModel
 from servehall.plugin.metrics import plugin_counter
 from servehall.plugin.migrations import MigrationBranch
-from servehall.plugin.registries import RouteRegistry, SchedulerRegistry, SinkRegistry
+from servehall.plugin.registries import (
+    RouteRegistry,
+    SchedulerRegistry,
+    SinkRegistry,
+    ToolParserRegistry,
+)
 from servehall.plugin.state import PluginState
 from servehall.records.bus import open_record_bus
 from servehall.records.types import AuditEvent, RequestRecord, Sink, SinkSpec
 from servehall.server.bootstrap import load_deployment
+from servehall.structured.grammar import (
+    GrammarCache,
+    GrammarError,
+    compile_then,
+    constraint_ebnf,
+)
+from servehall.tools import CallFormat, ToolParser
 from servehall.version import HOOK_API_VERSION, __version__
 
 if TYPE_CHECKING:  # imported lazily below (SQLAlchemy is heavy): see __getattr__
@@ -115,6 +127,7 @@ __all__ = [
     "AuthenticationError",
     "BackendRegistry",
     "BackendSpec",
+    "CallFormat",
     "ConfigError",
     "ContentFilterError",
     "DbBase",
@@ -124,6 +137,8 @@ __all__ = [
     "EngineHealth",
     "EngineStats",
     "FilterVerdict",
+    "GrammarCache",
+    "GrammarError",
     "HfModelFacts",
     "Host",
     "InputFilter",
@@ -164,10 +179,14 @@ __all__ = [
     "StructuredConstraint",
     "Ticket",
     "TokenDelta",
+    "ToolParser",
+    "ToolParserRegistry",
     "UTCDateTime",
     "__version__",
     "build_atomically",
     "canonical_dtype",
+    "compile_then",
+    "constraint_ebnf",
     "create_db_engine",
     "describe_database",
     "hookimpl",

@@ -40,7 +40,11 @@ What each name is:
   ONNX Runtime GenAI engine (``[[models]] options.engine``); :data:`OrtProvider` names an
   execution provider, :class:`OrtOptions` / :func:`parse_ort_options` are that engine's
   options, :func:`cpu_provider_status` / :func:`cuda_provider_status` probe it without
-  importing onnxruntime.
+  importing onnxruntime; ``engine_factory(..., vllm=True)`` adds the vLLM engine
+  (``options.engine = "vllm"``), :class:`VllmOptions` / :func:`parse_vllm_options` are its
+  options, :func:`vllm_build` names the installed vLLM distribution without importing it
+  and :func:`vllm_status` says whether it can run on a platform (``cuda``, ``rocm``,
+  ``ascend``).
 
 Conformance: ``servehall.testing.conformance.TinyLlamaConformance`` runs the shared
 engine checks against a device plugin (see docs/backends.md).
@@ -72,6 +76,14 @@ from servehall.engines.torch import (
     torch_build,
     torch_engine_factory,
 )
+from servehall.engines.vllm import (
+    VllmBuild,
+    VllmOptions,
+    VllmPlatform,
+    parse_vllm_options,
+    vllm_build,
+    vllm_status,
+)
 
 if TYPE_CHECKING:
     from servehall.engines.torch.engine import TorchEngine
@@ -87,15 +99,21 @@ __all__ = [
     "TorchDevice",
     "TorchEngine",
     "TorchOptions",
+    "VllmBuild",
+    "VllmOptions",
+    "VllmPlatform",
     "cpu_provider_status",
     "cuda_provider_status",
     "driver_device_count",
     "engine_factory",
     "parse_ort_options",
     "parse_torch_options",
+    "parse_vllm_options",
     "plan_kv_blocks",
     "torch_build",
     "torch_engine_factory",
+    "vllm_build",
+    "vllm_status",
 ]
 
 

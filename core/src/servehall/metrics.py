@@ -1,15 +1,48 @@
 """Prometheus metrics of the request path (``GET /metrics``).
 
 Names follow Prometheus conventions (base units, ``_total`` counters). Labels are only
-``model``, ``endpoint``, ``status`` (and ``reason`` for aborts and engine restarts),
-plus ``tenant`` on the two scheduler families: never a key or a principal id, so no
-secret or caller identity can reach a metric label. Engine gauges (running, waiting,
-KV-cache usage) are read from ``Engine.stats()`` at scrape time; for models whose engine
-runs in a worker process (``isolation = "process"``), ``servehall_engine_up{model}`` and
+``model``, ``version`` (the ``[[models]] version`` label, empty for an unversioned
+model; beside every ``model``), ``endpoint``, ``status`` (and ``reason`` for aborts and
+engine restarts), plus ``tenant`` on the two scheduler families and the tenant
+refusals: never a key or a principal id, so no secret or caller identity can reach a
+metric label. Engine gauges (running, waiting, KV-cache usage) are read from
+``Engine.stats()`` at scrape time; for models whose engine runs in a worker process
+(``isolation = "process"``), ``servehall_engine_up{model}`` and
 ``servehall_engine_restarts_total{model,reason}`` come from its supervisor; the scheduler
 families (``servehall_scheduler_queue{model,tenant}``,
 ``servehall_scheduler_service_tokens_total{model,tenant}``) from the scheduler's
 ``tenant_states()`` at scrape time, for policies that offer it (the built-in ones).
+
+Operations families (deploy/prometheus rules and deploy/grafana read them; every name is
+checked against a live server in tests/test_ops_metrics_e2e.py):
+
+* ``servehall_inter_token_latency_seconds{model}``: gaps between output tokens after the
+  first (a delta of n tokens after a gap g counts n gaps of g/n);
+* ``servehall_tenant_refusals_total{tenant,status}``: requests of an authenticated tenant
+  refused with 403, 429 or 503;
+* ``servehall_request_errors_total{model,endpoint,status,code}``: answered requests with
+  status >= 400, by the OpenAI ``error.code`` (``none`` when there was none);
+* ``servehall_structured_output_requests_total{model,kind,outcome}``: requests with a
+  structured-output constraint, ``outcome`` valid|invalid|length|refused (0 from start for
+  each model, kind and outcome; the structured-output work increments it);
+* ``servehall_prefix_cache_queries_total{model}`` / ``servehall_prefix_cache_hits_total
+  {model}``: prompt tokens looked up in / found in the prefix cache, for engines that can
+  tell (the torch engine with ``prefix_caching``); none for the others (OpenVINO GenAI and
+  ONNX Runtime GenAI report no hit counts);
+* ``servehall_device_memory_used_bytes{model,device}`` / ``..._total_bytes``: from
+  ``EngineStats`` (absent when the engine cannot report them);
+* ``servehall_engine_start_time_seconds{model}`` (Unix time the current engine came up),
+  ``servehall_engine_last_exit{model,reason}`` (1 for the last reason a worker was lost,
+  ``none`` before any), ``servehall_engine_oom_kills_total{model}``,
+  ``servehall_engine_crash_loop{model}`` (1 once the supervisor gave up restarting);
+* record sinks: ``servehall_sink_up{sink,required}``, ``servehall_sink_refusing{sink}``,
+  ``servehall_sink_queued_records{sink}``, ``servehall_sink_write_failures_total{sink}``,
+  ``servehall_sink_dropped_records_total{sink}``,
+  ``servehall_audit_write_failures_total{sink}`` (failed writes of batches with audit
+  events — the audit chain could not be extended);
+* ``servehall_config_revision`` (the running config revision; 0 until revisions exist)
+  and ``servehall_config_info{sha256}`` (1, the digest of the effective config with secrets
+  masked, as in the ``config.loaded`` audit event).
 
 Each :class:`Metrics` owns its own ``CollectorRegistry`` so several apps can live in one
 process (tests) without clashing.
@@ -17,21 +50,61 @@ process (tests) without clashing.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
+from servehall.engines.contract import GRAMMAR_COMPILE_BUCKETS, GrammarStats
+
 if TYPE_CHECKING:
+    from servehall.engines.contract import EngineStats
     from servehall.plugin.host import Host
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 ABORT_REASONS: tuple[str, ...] = ("client_disconnect", "error")
+TOOL_CALL_OUTCOMES: tuple[str, ...] = ("parsed", "failed")
+"""``servehall_tool_calls_total`` outcomes: ``parsed`` (a named call whose arguments are a
+JSON object), ``failed`` (arguments cut short or malformed, or a started call that never
+named its function)."""
 """The ``reason`` label values of ``servehall_request_aborts_total``: the client went away
 before the end, or the request failed after admission (engine or server error)."""
+
+STRUCTURED_KINDS: tuple[str, ...] = (
+    "json_object",
+    "json_schema",
+    "regex",
+    "choice",
+    "grammar",
+    "structural_tag",
+)
+"""``kind`` values of ``servehall_structured_output_requests_total``."""
+
+TENANT_REFUSALS = frozenset({403, 429, 503})
+"""Statuses counted per tenant in ``servehall_tenant_refusals_total{tenant,status}``."""
+
+STRUCTURED_OUTCOMES: tuple[str, ...] = ("valid", "invalid", "length", "refused")
+"""``outcome`` values of ``servehall_structured_output_requests_total``: the output parsed
+and matched, did not match, was cut by ``max_tokens``, or the model refused."""
+
+MODEL_STATES: tuple[str, ...] = ("serving", "loading", "unloaded", "draining")
+"""The ``state`` label values of ``servehall_model_state``."""
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
@@ -43,63 +116,296 @@ class _EngineCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         running = GaugeMetricFamily(
-            "servehall_requests_running", "Engine requests in the running batch", labels=["model"]
+            "servehall_requests_running",
+            "Engine requests in the running batch",
+            labels=["model", "version"],
         )
         waiting = GaugeMetricFamily(
             "servehall_requests_waiting",
             "Requests waiting: engine queue plus admission queue",
-            labels=["model"],
+            labels=["model", "version"],
         )
         kv = GaugeMetricFamily(
             "servehall_kv_cache_usage_ratio",
             "KV-cache blocks used / total (0..1)",
-            labels=["model"],
+            labels=["model", "version"],
         )
         kv_used = GaugeMetricFamily(
-            "servehall_kv_cache_blocks_used", "KV-cache blocks in use", labels=["model"]
+            "servehall_kv_cache_blocks_used", "KV-cache blocks in use", labels=["model", "version"]
         )
         up = GaugeMetricFamily(
             "servehall_engine_up",
             "1 while the model's engine worker process runs and serves, else 0",
-            labels=["model"],
+            labels=["model", "version"],
         )
         restarts = CounterMetricFamily(
             "servehall_engine_restarts",
             "Engine worker restarts, by the reason the worker was lost",
-            labels=["model", "reason"],
+            labels=["model", "version", "reason"],
         )
         queue = GaugeMetricFamily(
             "servehall_scheduler_queue",
             "Requests waiting in the admission queue, per tenant",
-            labels=["model", "tenant"],
+            labels=["model", "version", "tenant"],
         )
         service = CounterMetricFamily(
             "servehall_scheduler_service_tokens",
             "Tokens served per tenant: prompt tokens at admission plus generated tokens",
-            labels=["model", "tenant"],
+            labels=["model", "version", "tenant"],
+        )
+        loads = CounterMetricFamily(
+            "servehall_model_loads",
+            "Engine starts of a model version (startup, live config, loads on demand)",
+            labels=["model", "version"],
+        )
+        load_s = GaugeMetricFamily(
+            "servehall_model_load_seconds",
+            "Wall time of the version's last engine start",
+            labels=["model", "version"],
+        )
+        state = GaugeMetricFamily(
+            "servehall_model_state",
+            "1 for the version's current state (serving, loading, unloaded, draining)",
+            labels=["model", "version", "state"],
+        )
+        ops = _EngineOpsFamilies()
+        compile_hist = HistogramMetricFamily(
+            "servehall_grammar_compile_seconds",
+            "Structured-output grammar compile time in the engine (cache misses)",
+            labels=["model", "version"],
+        )
+        cache_hits = CounterMetricFamily(
+            "servehall_grammar_cache_hits",
+            "Structured-output constraints found compiled in the engine's LRU cache",
+            labels=["model", "version"],
         )
         host = self._host_ref()
-        for name, served in (host.models if host else {}).items():
-            counts = getattr(served.engine, "restart_counts", None)
+        for served in list(host.models.values()) if host else []:
+            name, ver = served.name, served.version
+            engine = served.engine
+            loads.add_metric([name, ver], served.loads)
+            load_s.add_metric([name, ver], served.last_load_s)
+            for st in MODEL_STATES:
+                state.add_metric([name, ver, st], 1.0 if served.state == st else 0.0)
+            counts = getattr(engine, "restart_counts", None)
             if counts is not None:  # an engine in a supervised worker process
-                up.add_metric([name], 1.0 if served.engine.worker_up else 0.0)  # type: ignore[attr-defined]
+                up.add_metric([name, ver], 1.0 if engine.worker_up else 0.0)  # type: ignore[attr-defined]
                 for reason, n in sorted(counts.items()):
-                    restarts.add_metric([name, reason], n)
+                    restarts.add_metric([name, ver, reason], n)
+            ops.add_supervision([name, ver], engine)
             tenant_states = getattr(served.scheduler, "tenant_states", None)
             if tenant_states is not None:
                 for tenant, st in tenant_states().items():
-                    queue.add_metric([name, tenant], st.waiting)
-                    service.add_metric([name, tenant], st.service_tokens)
+                    queue.add_metric([name, ver, tenant], st.waiting)
+                    service.add_metric([name, ver, tenant], st.service_tokens)
             try:
                 s = served.engine.stats()
             except Exception:  # a scrape must never fail because of one engine
                 continue
-            running.add_metric([name], s.running)
-            waiting.add_metric([name], s.waiting + served.scheduler.waiting)
+            if "structured_output" in served.engine.supported_params:
+                g = s.grammar or GrammarStats()
+                buckets = g.compile_buckets or (0,) * len(GRAMMAR_COMPILE_BUCKETS)
+                compile_hist.add_metric(
+                    [name, ver],
+                    [
+                        *(
+                            (repr(b), n)
+                            for b, n in zip(GRAMMAR_COMPILE_BUCKETS, buckets, strict=True)
+                        ),
+                        ("+Inf", g.misses),
+                    ],
+                    g.compile_seconds_sum,
+                )
+                cache_hits.add_metric([name, ver], g.hits)
+            running.add_metric([name, ver], s.running)
+            waiting.add_metric([name, ver], s.waiting + served.scheduler.waiting)
             total = s.kv_cache_blocks_total
-            kv.add_metric([name], (s.kv_cache_blocks_used / total) if total else 0.0)
-            kv_used.add_metric([name], s.kv_cache_blocks_used)
-        return [running, waiting, kv, kv_used, up, restarts, queue, service]
+            kv.add_metric([name, ver], (s.kv_cache_blocks_used / total) if total else 0.0)
+            kv_used.add_metric([name, ver], s.kv_cache_blocks_used)
+            ops.add_stats([name, ver], engine, s)
+        return [
+            running,
+            waiting,
+            kv,
+            kv_used,
+            up,
+            restarts,
+            queue,
+            service,
+            loads,
+            load_s,
+            state,
+            compile_hist,
+            cache_hits,
+            *ops.families(),
+        ]
+
+
+class _EngineOpsFamilies:
+    """Per-model operations families read at scrape time (module docstring)."""
+
+    def __init__(self) -> None:
+        self.start = GaugeMetricFamily(
+            "servehall_engine_start_time_seconds",
+            "Unix time the model's current engine came up",
+            labels=["model", "version"],
+        )
+        self.last_exit = GaugeMetricFamily(
+            "servehall_engine_last_exit",
+            "1 for the reason the model's engine worker was last lost (none: never)",
+            labels=["model", "version", "reason"],
+        )
+        self.oom = CounterMetricFamily(
+            "servehall_engine_oom_kills",
+            "Engine worker processes killed by the kernel's OOM killer",
+            labels=["model", "version"],
+        )
+        self.crash_loop = GaugeMetricFamily(
+            "servehall_engine_crash_loop",
+            "1 once the supervisor stopped restarting the model's worker (crash loop)",
+            labels=["model", "version"],
+        )
+        self.mem_used = GaugeMetricFamily(
+            "servehall_device_memory_used_bytes",
+            "Device memory in use, as the model's engine reports it",
+            labels=["model", "version", "device"],
+        )
+        self.mem_total = GaugeMetricFamily(
+            "servehall_device_memory_total_bytes",
+            "Device memory in all, as the model's engine reports it",
+            labels=["model", "version", "device"],
+        )
+        self.prefix_queries = CounterMetricFamily(
+            "servehall_prefix_cache_queries",
+            "Prompt tokens looked up in the prefix cache (engines that can tell)",
+            labels=["model", "version"],
+        )
+        self.prefix_hits = CounterMetricFamily(
+            "servehall_prefix_cache_hits",
+            "Prompt tokens found in the prefix cache (engines that can tell)",
+            labels=["model", "version"],
+        )
+
+    def add_supervision(self, model: list[str], engine: object) -> None:
+        """Start time, last exit, OOM kills and crash loop of ``engine`` (attributes an
+        engine may offer: ``started_at`` (Unix s), ``last_exit_reason``, ``oom_kills``,
+        ``crash_looping``; :class:`~servehall.worker.client.ProcessEngine` offers all)."""
+        started = getattr(engine, "started_at", None)
+        if started:
+            self.start.add_metric(model, float(started))
+        reason = getattr(engine, "last_exit_reason", None)
+        if reason is not None:
+            self.last_exit.add_metric([*model, reason or "none"], 1.0)
+        oom = getattr(engine, "oom_kills", None)
+        if oom is not None:
+            self.oom.add_metric(model, float(oom))
+        loop = getattr(engine, "crash_looping", None)
+        if loop is not None:
+            self.crash_loop.add_metric(model, 1.0 if loop else 0.0)
+
+    def add_stats(self, model: list[str], engine: object, s: EngineStats) -> None:
+        """Device memory and prefix-cache counters from one ``EngineStats``."""
+        if s.device_memory_total_bytes:
+            device = _device_of(engine)
+            self.mem_total.add_metric([*model, device], float(s.device_memory_total_bytes))
+            self.mem_used.add_metric([*model, device], float(s.device_memory_used_bytes or 0))
+        if s.prefix_cache_queries is not None:
+            self.prefix_queries.add_metric(model, float(s.prefix_cache_queries))
+            self.prefix_hits.add_metric(model, float(s.prefix_cache_hits or 0))
+
+    def families(self) -> list[Metric]:
+        return [
+            self.start,
+            self.last_exit,
+            self.oom,
+            self.crash_loop,
+            self.mem_used,
+            self.mem_total,
+            self.prefix_queries,
+            self.prefix_hits,
+        ]
+
+
+def _device_of(engine: object) -> str:
+    """The device an engine runs on, from ``model_info.extra["device"]`` ("" unknown)."""
+    try:
+        extra = engine.model_info.extra  # type: ignore[attr-defined]
+        return str(extra.get("device", "")) if isinstance(extra, dict) else ""
+    except Exception:
+        return ""
+
+
+class _HostOpsCollector(Collector):
+    """Record sinks and the config revision (module docstring)."""
+
+    def __init__(self, host_ref: Callable[[], Host | None]) -> None:
+        self._host_ref = host_ref
+
+    def collect(self) -> Iterable[Metric]:
+        sink_up = GaugeMetricFamily(
+            "servehall_sink_up",
+            "1 while the record sink writes (or its check passes), else 0",
+            labels=["sink", "required"],
+        )
+        refusing = GaugeMetricFamily(
+            "servehall_sink_refusing",
+            "1 while a required sink makes this replica refuse new requests (503)",
+            labels=["sink"],
+        )
+        queued = GaugeMetricFamily(
+            "servehall_sink_queued_records",
+            "Records waiting to be written (memory and spill file)",
+            labels=["sink"],
+        )
+        failures = CounterMetricFamily(
+            "servehall_sink_write_failures", "Failed sink write attempts", labels=["sink"]
+        )
+        dropped = CounterMetricFamily(
+            "servehall_sink_dropped_records",
+            "Records a sink dropped (buffer and spill file full, not required)",
+            labels=["sink"],
+        )
+        audit = CounterMetricFamily(
+            "servehall_audit_write_failures",
+            "Failed writes of batches holding audit events (the chain was not extended)",
+            labels=["sink"],
+        )
+        info = GaugeMetricFamily(
+            "servehall_config_info",
+            "1, labelled with the sha256 of the effective config (secrets masked)",
+            labels=["sha256"],
+        )
+        host = self._host_ref()
+        runners = getattr(host.records, "runners", ()) if host is not None else ()
+        for r in runners:
+            try:
+                st = r.stats()
+            except Exception:  # a scrape must never fail because of one sink
+                continue
+            name = str(st["sink"])
+            sink_up.add_metric([name, "true" if st["required"] else "false"], float(st["healthy"]))
+            refusing.add_metric([name], float(st["refusing"]))
+            queued.add_metric([name], float(st["queued"]))
+            failures.add_metric([name], float(st["failures"]))
+            dropped.add_metric([name], float(st["dropped"]))
+            audit.add_metric([name], float(st.get("audit_failures", 0)))
+        if host is not None:
+            info.add_metric([config_digest(host)], 1.0)
+        return [sink_up, refusing, queued, failures, dropped, audit, info]
+
+
+def config_digest(host: Host) -> str:
+    """sha256 hex of the host's effective config with secrets masked (the digest of the
+    ``config.loaded`` audit event); computed once per host."""
+    cached: str | None = getattr(host, "_config_sha256", None)
+    if cached is None:
+        from servehall.config.settings import masked_dump
+        from servehall.records.bus import config_digest as digest
+
+        cached = digest(masked_dump(host.settings))
+        with contextlib.suppress(Exception):
+            host._config_sha256 = cached  # type: ignore[attr-defined]
+    return cached
 
 
 class Metrics:
@@ -110,65 +416,118 @@ class Metrics:
         self.requests = Counter(
             "servehall_requests",
             "Finished HTTP inference requests",
-            ["model", "endpoint", "status"],
+            ["model", "version", "endpoint", "status"],
             registry=r,
         )
         self.ttft = Histogram(
             "servehall_time_to_first_token_seconds",
             "Time from arrival to first token",
-            ["model"],
+            ["model", "version"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
         self.tpot = Histogram(
             "servehall_time_per_output_token_seconds",
             "Mean decode time per output token after the first, per request",
-            ["model"],
+            ["model", "version"],
             buckets=_TPOT_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "servehall_inter_token_latency_seconds",
+            "Gaps between output tokens after the first (a delta of n tokens: n gaps of 1/n)",
+            ["model", "version"],
+            buckets=_TPOT_BUCKETS,
+            registry=r,
+        )
+        self.tenant_refusals = Counter(
+            "servehall_tenant_refusals",
+            "Requests of a known tenant refused with 403, 429 or 503",
+            ["tenant", "status"],
             registry=r,
         )
         self.e2e = Histogram(
             "servehall_e2e_request_latency_seconds",
             "Arrival to last byte",
-            ["model"],
+            ["model", "version"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
         self.queue = Histogram(
             "servehall_queue_time_seconds",
             "Time waiting for an admission slot",
-            ["model"],
+            ["model", "version"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
         self.prompt_tokens = Counter(
             "servehall_prompt_tokens",
             "Prompt tokens of admitted requests",
-            ["model"],
+            ["model", "version"],
             registry=r,
         )
         self.generation_tokens = Counter(
-            "servehall_generation_tokens", "Generated tokens", ["model"], registry=r
+            "servehall_generation_tokens", "Generated tokens", ["model", "version"], registry=r
         )
         self.aborts = Counter(
             "servehall_request_aborts",
             "Requests aborted before finishing",
-            ["model", "reason"],
+            ["model", "version", "reason"],
+            registry=r,
+        )
+        self.canary_rollbacks = Counter(
+            "servehall_canary_rollbacks",
+            "Canary versions set to weight 0 by their rollback_if guard",
+            ["model", "version", "reason"],
+            registry=r,
+        )
+        self.config_revision = Gauge(
+            "servehall_config_revision",
+            "The config revision this replica runs (0: no revision recorded)",
+            registry=r,
+        )
+        self.request_errors = Counter(
+            "servehall_request_errors",
+            "Answered requests with status >= 400, by error code",
+            ["model", "version", "endpoint", "status", "code"],
+            registry=r,
+        )
+        self.structured = Counter(
+            "servehall_structured_output_requests",
+            "Structured-output requests by response format kind and outcome (valid: the "
+            "output parses and matches; invalid: it does not; length: cut at max_tokens; "
+            "refused: a 400 for the constraint)",
+            ["model", "version", "kind", "outcome"],
+            registry=r,
+        )
+        self.tool_calls = Counter(
+            "servehall_tool_calls",
+            "Tool calls read from model output, by outcome (parsed, failed)",
+            ["model", "version", "outcome"],
             registry=r,
         )
         r.register(_EngineCollector(host_ref))
+        r.register(_HostOpsCollector(host_ref))
 
-    def start_series(self, models: Iterable[str]) -> None:
+    def start_series(self, models: Iterable[tuple[str, str]]) -> None:
         """Export a 0 sample for every label set known up front: each model's token
-        counters and ``servehall_request_aborts_total`` for each reason in
-        :data:`ABORT_REASONS` (Prometheus' advice for labelled counters: a series that
+        counters (``models``: ``(name, version)`` pairs),
+        ``servehall_request_aborts_total`` for each reason in
+        :data:`ABORT_REASONS`, ``servehall_structured_output_requests_total`` for each
+        kind and outcome and ``servehall_tool_calls_total`` for each outcome in
+        :data:`TOOL_CALL_OUTCOMES` (Prometheus' advice for labelled counters: a series that
         appears only with its first event makes ``rate()`` and alerts on it blind until
         then)."""
-        for model in models:
-            self.prompt_tokens.labels(model)
-            self.generation_tokens.labels(model)
+        for model, version in models:
+            self.prompt_tokens.labels(model, version)
+            self.generation_tokens.labels(model, version)
             for reason in ABORT_REASONS:
-                self.aborts.labels(model, reason)
+                self.aborts.labels(model, version, reason)
+            for kind in STRUCTURED_KINDS:
+                for outcome in STRUCTURED_OUTCOMES:
+                    self.structured.labels(model, version, kind, outcome)
+            for outcome in TOOL_CALL_OUTCOMES:
+                self.tool_calls.labels(model, version, outcome)
 
     def render(self) -> bytes:
         """The text exposition format: the host's families, then those on

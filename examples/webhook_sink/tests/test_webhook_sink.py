@@ -117,3 +117,35 @@ async def test_migration_matches_table(tmp_path: Path) -> None:
     assert (
         await schema_diff(f"sqlite+aiosqlite:///{tmp_path / 'm.db'}", servehall_migrations()) == []
     )
+
+
+async def test_a_dead_webhook_costs_a_batch_one_records_tries(tmp_path: Path) -> None:
+    """A webhook that accepts connections and never answers: 20 records with a 0.5 s
+    timeout and 2 tries take about 1 s as one batch (posted concurrently), not 20 s."""
+    import asyncio
+    import time
+
+    async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(30)
+
+    server = await asyncio.start_server(hang, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/hook"
+    db = tmp_path / "w.db"
+    engine = create_db_engine(f"sqlite+aiosqlite:///{db}")
+    await upgrade_database(engine, servehall_migrations())
+    await engine.dispose()
+    cfg = WebhookSettings.model_validate(
+        {"url": url, "max_attempts": 2, "backoff_s": 0, "timeout_s": 0.5}
+    )
+    sink = WebhookSink(cfg, f"sqlite+aiosqlite:///{db}")
+    await sink.start()
+    try:
+        t0 = time.monotonic()
+        await sink.write([_record(f"d{i}") for i in range(20)])
+        took = time.monotonic() - t0
+    finally:
+        await sink.close()
+        server.close()
+    assert took < 6, took  # serial: 20 × 2 × 0.5 s = 20 s
+    rows = sqlite3.connect(db).execute("SELECT delivered, attempts FROM webhook_delivery")
+    assert sorted(rows) == [(0, 2)] * 20

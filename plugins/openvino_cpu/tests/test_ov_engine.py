@@ -142,6 +142,7 @@ async def test_penalties_change_output(engine: OpenVINOEngine, prompts: list[lis
         "frequency_penalty",
         "top_k",
         "repetition_penalty",
+        "structured_output",
     }
 
 

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 
 SCOPE_INFERENCE = "inference"
 SCOPE_ADMIN = "admin"
+SCOPE_MODEL_VERSION = "model_version"
+"""May pin a model version with the ``x-servehall-model-version`` header (``admin``
+may too)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,12 +6,13 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Route
 
-from servehall.api import routes
+from servehall.api import admin_config, routes
 from servehall.api.access_log import AccessLogMiddleware
 from servehall.api.auth import AuthMiddleware
 from servehall.api.errors import install_handlers
 from servehall.api.inference import InferenceEndpoint
 from servehall.api.state import ApiState
+from servehall.api.tracing import Tracing, TracingMiddleware
 from servehall.metrics import Metrics
 from servehall.plugin.host import Host
 from servehall.plugin.registries import RouteRegistry
@@ -19,14 +20,21 @@ from servehall.serving.probe import Readiness
 
 
 def create_app(
-    host: Host, *, metrics: Metrics | None = None, readiness: Readiness | None = None
+    host: Host,
+    *,
+    metrics: Metrics | None = None,
+    readiness: Readiness | None = None,
+    tracing: Tracing | None = None,
+    live: object | None = None,
 ) -> Starlette:
-    """Build the ASGI app for ``host``: core routes, plugin routes, auth, error envelope.
+    """Build the ASGI app for ``host``: core routes, plugin routes, auth, error envelope,
+    and a server span per inference request when ``tracing`` is given.
 
-    ``app.state.api`` holds the :class:`~servehall.api.state.ApiState`.
+    ``app.state.api`` holds the :class:`~servehall.api.state.ApiState`; ``live`` (a
+    :class:`~servehall.rollout.live.LiveConfig`) enables ``/admin/config`` changes.
     """
     metrics = metrics or Metrics(lambda: host)
-    metrics.start_series(host.models)
+    metrics.start_series((s.name, s.version) for s in host.models.values())
     readiness = readiness or Readiness(host)
     core: list[BaseRoute] = [
         Route("/health/live", routes.health_live, methods=["GET"]),
@@ -37,13 +45,19 @@ def create_app(
         Route("/v1/completions", InferenceEndpoint("completion"), methods=["POST"]),
         Route("/metrics", routes.metrics, methods=["GET"]),
         Route("/openapi.json", routes.openapi, methods=["GET"]),
+        Route("/admin/config", admin_config.get_config, methods=["GET"]),
+        Route("/admin/config", admin_config.post_config, methods=["POST"]),
     ]
     registry = RouteRegistry()
     host.plugins.routes(host, registry)
     middleware = [Middleware(AuthMiddleware)]
+    if tracing is not None:
+        middleware.insert(0, Middleware(TracingMiddleware, tracing=tracing))
     if host.settings.server.access_log:
         middleware.insert(0, Middleware(AccessLogMiddleware))  # outermost: 401s too
     app = Starlette(routes=[*core, *registry.routes], middleware=middleware)
-    app.state.api = ApiState(host=host, metrics=metrics, readiness=readiness)
+    app.state.api = ApiState(
+        host=host, metrics=metrics, readiness=readiness, tracing=tracing, live=live
+    )
     install_handlers(app)
     return app

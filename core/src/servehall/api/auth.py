@@ -27,6 +27,7 @@ from servehall.admission.principal import ANONYMOUS
 from servehall.api.body import drain_body
 from servehall.api.errors import error_response
 from servehall.api.state import ApiState
+from servehall.api.tracing import maybe_span, request_span
 from servehall.errors import AuthenticationError, ServehallError
 from servehall.serving.context import RequestContext
 
@@ -54,7 +55,9 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            principal = await host.plugins.authenticate(host, Request(scope))
+            traced = api.tracing if request_span(scope) is not None else None
+            with maybe_span(traced, "auth"):
+                principal = await host.plugins.authenticate(host, Request(scope))
             if principal is None:
                 raise AuthenticationError()
         except ServehallError as exc:
@@ -79,6 +82,7 @@ class AuthMiddleware:
             str(scope["path"])[:200],
             client[0] if client else None,
         )
+        ctx.trace(api.tracing, request_span(scope))
         await error_response(exc)(scope, receive, send)
         ctx.finish(exc.status, error_code=exc.code)
         if scope.get("method") not in ("GET", "HEAD", "OPTIONS"):

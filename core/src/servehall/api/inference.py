@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
@@ -33,7 +34,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
 from servehall.admission.access import check_model_access
-from servehall.admission.filters import PromptParts
+from servehall.admission.filters import InputFilter, PromptParts
 from servehall.admission.principal import ANONYMOUS
 from servehall.admission.scheduler import Slot, Ticket
 from servehall.admission.usage import AdmissionRequest, Reservation
@@ -43,20 +44,29 @@ from servehall.api.errors import error_response, from_validation_error
 from servehall.api.offload import run_heavy
 from servehall.api.prompt import chat_turns, prompt_texts
 from servehall.api.response import send_completion
-from servehall.api.run import InferenceRun, completion_text, fill_record
+from servehall.api.run import InferenceRun, completion_text, count_tool_calls, fill_record
 from servehall.api.sampling import check_unsupported, resolve_max_tokens, sampling_params
 from servehall.api.sse import send_stream
 from servehall.api.state import ApiState
+from servehall.api.tools import tool_plan
+from servehall.api.tracing import maybe_span, request_span
 from servehall.api.wire import ChatCompletionRequest, CompletionRequest
 from servehall.errors import (
     ContentFilterError,
     InvalidRequestError,
     PayloadTooLargeError,
     ServehallError,
+    UnsupportedParameterError,
 )
+from servehall.plugin.host import ServedModel
+from servehall.rollout.choose import choose_version
+from servehall.rollout.idle import load_on_demand
+from servehall.rollout.router import VERSION_HEADER
 from servehall.serving.choice import ChoiceStream
 from servehall.serving.context import RequestContext
 from servehall.serving.priority import request_priority
+from servehall.structured.outcome import outcome, requested_kind
+from servehall.structured.request import structured_request
 from servehall.text.budget import check_prompt_chars
 from servehall.text.stops import StopMatcher
 
@@ -84,7 +94,9 @@ class InferenceEndpoint:
             api.host, api.metrics, rid, self.endpoint, client[0] if client else None
         )
         ctx.set_principal(principal)
+        ctx.trace(api.tracing, request_span(scope))
         run = InferenceRun(api, ctx, principal, rid, int(time.time()))
+        run.pinned_version = request.headers.get(VERSION_HEADER)
         try:
             body_read = False
             try:
@@ -133,6 +145,8 @@ class InferenceEndpoint:
                 )
                 resp = error_response(exc, close=close)
                 resp.headers["x-request-id"] = rid
+                if run.served is not None and run.served.version:
+                    resp.headers[VERSION_HEADER] = run.served.version
                 await resp(scope, receive, send)
                 if not body_read:
                     await drain_body(receive)
@@ -146,6 +160,9 @@ class InferenceEndpoint:
                 )(scope, receive, send)
             ctx.finish(500, error_code="server_error", finish_reason="error")
         finally:
+            if run.served is not None:
+                run.served.inflight -= 1
+                run.served.last_used = time.monotonic()
             # cancellation from outside (server shutdown) still leaves one record
             fill_record(run)
             ctx.finish(
@@ -161,6 +178,50 @@ class InferenceEndpoint:
         except ValidationError as exc:
             raise from_validation_error(exc) from None
 
+    @staticmethod
+    def _input_filters(
+        run: InferenceRun, filters: list[InputFilter], parts: PromptParts, param: str
+    ) -> None:
+        """Step 4: run every input filter; the first enforced block is a 400."""
+        for f in filters:
+            verdicts = f.check(parts)
+            run.input_verdicts.extend(verdicts)
+            for v in verdicts:
+                if v.action == "block" and not v.monitor:
+                    raise ContentFilterError(
+                        f"The prompt was blocked by the content filter (rule '{v.rule}').",
+                        param=param,
+                    )
+
+    @staticmethod
+    async def _admit(
+        run: InferenceRun, served: ServedModel, admission: AdmissionRequest, priority: int
+    ) -> tuple[Slot, list[Reservation]]:
+        """Steps 3 and 6: authorize (quota reservations), the record bus's admission
+        check, then wait for a scheduler slot; reservations are released on failure."""
+        host = run.api.host
+        reservations: list[Reservation] = await host.plugins.authorize(host, admission)
+        try:
+            if host.records is not None:
+                host.records.check_admission()
+            slot = await served.scheduler.acquire(
+                Ticket(
+                    request_id=run.request_id,
+                    model=served.name,
+                    tenant=run.principal.tenant,
+                    principal_id=run.principal.id,
+                    priority=priority,
+                    cost_tokens=admission.token_estimate,
+                    prompt_tokens=admission.prompt_tokens,
+                )
+            )
+        except BaseException:
+            for r in reservations:
+                with contextlib.suppress(Exception):
+                    await r.release()
+            raise
+        return slot, reservations
+
     # --- the request path ----------------------------------------------------------------
 
     async def _handle(self, run: InferenceRun, body: dict[str, Any], send: Send) -> None:
@@ -170,33 +231,59 @@ class InferenceEndpoint:
         req = self._validate(body)
         ctx.record.stream = req.stream
         name = req.model
-        served = host.models.get(name)
-        check_model_access(run.principal, name, served=served is not None)
+        check_model_access(run.principal, name, served=bool(run.api.router.versions(name)))
+        served = choose_version(run.api, name, run.principal, req.user, run.pinned_version)
         assert served is not None
+        served.inflight += 1  # a draining version stops only once this is back to 0
+        served.last_used = time.monotonic()
+        run.served = served
+        if served.state == "unloaded":  # idle-unloaded: load it, waiting like a queue
+            await load_on_demand(host, served)
         ctx.record.model = served.name
+        ctx.record.version = served.version
         ctx.record.backend = served.backend
         n = req.n or 1
         if n > settings.server.max_n:
             raise InvalidRequestError(
                 f"n must be at most {settings.server.max_n} on this server.", param="n"
             )
-        check_unsupported(body, req, served.engine.supported_params)
+        ctx.record.response_format = requested_kind(body)
+        try:
+            structured = structured_request(body)
+            run.structured = structured
+            check_unsupported(body, req, served.engine.supported_params, structured, served.backend)
+        except InvalidRequestError:
+            ctx.structured_outcome = "refused"
+            raise
+        plan = tool_plan(req) if isinstance(req, ChatCompletionRequest) else None
+        constraint = None
+        if plan is not None and plan.active:
+            constraint = plan.constraint(served.tool_parser)
+            if constraint is not None and structured is not None:
+                ctx.structured_outcome = "refused"
+                raise InvalidRequestError(
+                    "A forced or strict tool call constrains the output already; it cannot "
+                    f"be combined with '{structured.param.split('.', 1)[0]}'.",
+                    param=structured.param.split(".", 1)[0],
+                )
+            if constraint is not None and "structured_output" not in (
+                served.engine.supported_params
+            ):
+                param = plan.constraint_param()
+                raise UnsupportedParameterError(
+                    f"This model's backend cannot constrain decoding, which '{param}' needs here.",
+                    param=param,
+                )
 
         # 4 input filters over every text of the prompt
         prompt_param = "messages" if self.kind == "chat" else "prompt"
         texts, owners = prompt_texts(req)
         if host.input_filters:
             parts = PromptParts(list(texts), self.endpoint, name, run.principal)
-            for f in host.input_filters:
-                verdicts = f.check(parts)
-                run.input_verdicts.extend(verdicts)
-                for v in verdicts:
-                    if v.action == "block" and not v.monitor:
-                        raise ContentFilterError(
-                            f"The prompt was blocked by the content filter (rule '{v.rule}').",
-                            param=prompt_param,
-                        )
+            with maybe_span(run.api.tracing, "filters", servehall__filter_stage="input"):
+                self._input_filters(run, host.input_filters, parts, prompt_param)
             texts = parts.texts
+
         run.prompt_text = "\n".join(texts)
 
         # 5 tokenize + context check; a prompt that cannot fit is refused before
@@ -210,10 +297,11 @@ class InferenceEndpoint:
         )
         if isinstance(req, ChatCompletionRequest):
             turns = chat_turns(req, texts, owners)
+            tools = [t.template() for t in plan.tools] if plan and plan.active else None
             if len(run.prompt_text) > _LONG_TEXT:
-                prompt_ids = await run_heavy(tok.render_chat, turns)
+                prompt_ids = await run_heavy(tok.render_chat, turns, tools)
             else:
-                prompt_ids = tok.render_chat(turns)
+                prompt_ids = tok.render_chat(turns, tools)
             requested = req.max_completion_tokens or req.max_tokens
         else:
             text = texts[0]
@@ -232,7 +320,15 @@ class InferenceEndpoint:
             settings.server.default_max_tokens,
             prompt_param,
         )
-        params = sampling_params(req, n, max_tokens, tuple(tok.eos_token_ids))
+        params = sampling_params(
+            req,
+            n,
+            max_tokens,
+            tuple(tok.eos_token_ids),
+            structured.constraint if structured is not None else None,
+        )
+        if constraint is not None:
+            params = [dataclasses.replace(p, structured=constraint) for p in params]
         stops = req.stop_list()
 
         # 3 authorize + reserve quota, then 6 admission
@@ -247,30 +343,15 @@ class InferenceEndpoint:
             stream=req.stream,
         )
         priority = request_priority(run.principal, req.priority)
-        reservations: list[Reservation] = await host.plugins.authorize(host, admission)
-        slot: Slot | None = None
-        try:
-            if host.records is not None:
-                host.records.check_admission()
-            slot = await served.scheduler.acquire(
-                Ticket(
-                    request_id=run.request_id,
-                    model=name,
-                    tenant=run.principal.tenant,
-                    principal_id=run.principal.id,
-                    priority=priority,
-                    cost_tokens=admission.token_estimate,
-                    prompt_tokens=len(prompt_ids),
-                )
-            )
-        except BaseException:
-            for r in reservations:
-                with contextlib.suppress(Exception):
-                    await r.release()
-            raise
+        ctx.request_params(max_tokens, req.temperature, req.top_p)
+        with maybe_span(run.api.tracing, "admission"):
+            slot, reservations = await self._admit(run, served, admission, priority)
         ctx.admitted = True
+        ctx.admitted_at = time.monotonic()
         ctx.record.queue_time_s = slot.queue_time_s
         headers: dict[str, str] = {"x-request-id": run.request_id}
+        if served.version:
+            headers[VERSION_HEADER] = served.version
         for r in reservations:
             with contextlib.suppress(Exception):
                 headers.update(r.headers())
@@ -287,6 +368,10 @@ class InferenceEndpoint:
                     filters=host.plugins.output_filters(host, admission)
                     if host.plugins.has_output_filters
                     else [],
+                    refusal_param=structured.param
+                    if structured is not None
+                    else (plan.constraint_param() if constraint is not None and plan else None),
+                    tools=plan.stream(served.tool_parser) if plan and plan.active else None,
                 )
                 for i, p in enumerate(params)
             ]
@@ -295,11 +380,18 @@ class InferenceEndpoint:
                 choices = run.choices
                 track(lambda: sum(c.completion_tokens for c in choices))
             echo = run.prompt_text if isinstance(req, CompletionRequest) and req.echo else ""
-            if req.stream:
-                await send_stream(run, self.kind, req, send, headers, echo)
-            else:
-                await send_completion(run, self.kind, req.model, send, headers, echo)
-            run.api.readiness.mark_ok(name)
+            try:
+                if req.stream:
+                    await send_stream(run, self.kind, req, send, headers, echo)
+                else:
+                    await send_completion(run, self.kind, req.model, send, headers, echo)
+            except InvalidRequestError:
+                if structured is not None:
+                    ctx.structured_outcome = "refused"  # the engine refused the constraint
+                raise
+            run.api.readiness.mark_ok(served.key)
+            if plan is not None and plan.active:
+                count_tool_calls(run)
         finally:
             slot.release()
             completion = sum(c.completion_tokens for c in run.choices)
@@ -308,6 +400,10 @@ class InferenceEndpoint:
                     await r.settle(len(prompt_ids), completion)
         fill_record(run)
         finish = run.choices[0].finish_reason if run.choices else None
+        if structured is not None:
+            ctx.structured_outcome = outcome(
+                structured, ((c.text, c.finish_reason) for c in run.choices)
+            )
         ctx.finish(
             200,
             finish_reason=finish,

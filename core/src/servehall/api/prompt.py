@@ -3,7 +3,8 @@ and the chat turns the tokenizer's chat template renders."""
 
 from __future__ import annotations
 
-from servehall.api.wire import ChatCompletionRequest, CompletionRequest
+from servehall.api.tools import template_arguments
+from servehall.api.wire import ChatCompletionRequest, CompletionRequest, ToolMessage
 from servehall.text.tokenizer import ChatTurn
 
 
@@ -32,12 +33,31 @@ def chat_turns(req: ChatCompletionRequest, texts: list[str], owners: list[int]) 
     """One :class:`ChatTurn` per message, its (possibly filtered) parts joined by newlines.
 
     ``texts``/``owners`` are :func:`prompt_texts`' output after input filters; the
-    ``developer`` role is rendered as ``system``.
+    ``developer`` role is rendered as ``system``; an assistant turn keeps its
+    ``tool_calls`` (arguments as objects where they are JSON objects), a tool turn its
+    ``tool_call_id``.
     """
     joined: dict[int, list[str]] = {}
     for t, i in zip(texts, owners, strict=True):
         joined.setdefault(i, []).append(t)
-    return [
-        ChatTurn("system" if m.role == "developer" else m.role, "\n".join(joined.get(i, [])))
-        for i, m in enumerate(req.messages)
-    ]
+    turns = []
+    for i, m in enumerate(req.messages):
+        content = "\n".join(joined.get(i, []))
+        if m.role == "assistant" and m.tool_calls:
+            calls = tuple(
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {
+                        "name": c.function.name,
+                        "arguments": template_arguments(c.function.arguments),
+                    },
+                }
+                for c in m.tool_calls
+            )
+            turns.append(ChatTurn("assistant", content, tool_calls=calls))
+        elif isinstance(m, ToolMessage):
+            turns.append(ChatTurn("tool", content, tool_call_id=m.tool_call_id))
+        else:
+            turns.append(ChatTurn("system" if m.role == "developer" else m.role, content))
+    return turns

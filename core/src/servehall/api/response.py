@@ -49,6 +49,16 @@ async def _drain(c: ChoiceStream) -> None:
         await events.aclose()
 
 
+def _message(c: ChoiceStream) -> dict[str, Any]:
+    """The ``message`` of a chat choice: content (null when only tools were called) and,
+    when the model called tools, ``tool_calls``."""
+    message: dict[str, Any] = {"role": "assistant", "content": c.content}
+    calls = c.tool_calls
+    if calls:
+        message["tool_calls"] = [call.wire() for call in calls]
+    return message
+
+
 async def send_completion(
     run: InferenceRun,
     kind: Literal["chat", "completion"],
@@ -78,7 +88,7 @@ async def send_completion(
             "choices": [
                 {
                     "index": c.index,
-                    "message": {"role": "assistant", "content": c.text},
+                    "message": _message(c),
                     "logprobs": None,
                     "finish_reason": c.finish_reason,
                 }

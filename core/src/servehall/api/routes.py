@@ -52,9 +52,10 @@ def _card(name: str, served: ServedModel) -> dict[str, object]:
 async def list_models(request: Request) -> Response:
     """``GET /v1/models``: only the models the caller may use."""
     policy = _principal(request).policy
+    router = _api(request).router
     data = [
-        _card(name, served)
-        for name, served in _api(request).host.models.items()
+        _card(name, router.versions(name)[0])
+        for name in _api(request).host.served_names()
         if policy.may_use(name)
     ]
     return JSONResponse({"object": "list", "data": data})
@@ -68,14 +69,14 @@ async def retrieve_model(request: Request) -> Response:
             and, alike, for one outside the caller's allow-list (the list hides it too).
     """
     name = request.path_params["model"]
-    served = _api(request).host.models.get(name)
-    if served is None or not _principal(request).policy.may_use(name):
+    versions = _api(request).router.versions(name)
+    if not versions or not _principal(request).policy.may_use(name):
         raise NotFoundError(
             f"The model `{name}` does not exist or you do not have access to it.",
             param="model",
             code="model_not_found",
         )
-    return JSONResponse(_card(name, served))
+    return JSONResponse(_card(name, versions[0]))
 
 
 async def metrics(request: Request) -> Response:
@@ -103,7 +104,7 @@ async def openapi(request: Request) -> Response:
             unsupported=sorted(unsupported),
             bearer_auth=host.plugins.has_authenticators,
             public_paths=host.settings.server.auth_allow_paths,
-            models=sorted(host.models),
+            models=sorted(host.served_names()),
             max_model_len=max((m.max_model_len for m in host.models.values()), default=None),
         )
         request.app.state.openapi = doc

@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from servehall.admission.filters import FilterVerdict
 from servehall.admission.principal import Principal
 from servehall.api.state import ApiState
+from servehall.plugin.host import ServedModel
 from servehall.serving.choice import ChoiceStream
 from servehall.serving.context import RequestContext
+from servehall.structured.request import StructuredRequest
 
 
 @dataclass
@@ -18,7 +20,8 @@ class InferenceRun:
 
     ``created`` is the OpenAI ``created`` time (Unix seconds); ``choices`` holds one
     :class:`ChoiceStream` per choice once the request is admitted (``n`` of them);
-    ``prompt_tokens`` counts the rendered prompt's token ids.
+    ``prompt_tokens`` counts the rendered prompt's token ids; ``pinned_version`` is the
+    ``x-servehall-model-version`` request header (None: absent).
     """
 
     api: ApiState
@@ -31,11 +34,15 @@ class InferenceRun:
     prompt_text: str = ""
     prompt_tokens: int = 0
     input_verdicts: list[FilterVerdict] = field(default_factory=list)
+    structured: StructuredRequest | None = None
+    pinned_version: str | None = None
+    served: ServedModel | None = None
 
 
 def fill_record(run: InferenceRun) -> None:
-    """Copy token counts, the first token's time (TTFT) and filter verdicts into the
-    request record of ``run.ctx`` (safe to call more than once)."""
+    """Copy token counts, the first token's time (TTFT), filter verdicts and the names of
+    the tools called into the request record of ``run.ctx`` (safe to call more than
+    once)."""
     rec = run.ctx.record
     rec.prompt_tokens = run.prompt_tokens
     if run.choices:
@@ -43,7 +50,24 @@ def fill_record(run: InferenceRun) -> None:
         firsts = [c.first_token_at for c in run.choices if c.first_token_at is not None]
         if firsts:
             run.ctx.token(min(firsts))
+        run.ctx.inter_token_s = [g for c in run.choices for g in c.inter_token_s]
     run.ctx.verdicts = [*run.input_verdicts, *(v for c in run.choices for v in c.verdicts)]
+    if any(c.tools is not None for c in run.choices):
+        rec.tool_calls = [call.name for c in run.choices for call in c.tool_calls]
+
+
+def count_tool_calls(run: InferenceRun) -> None:
+    """Add the request's parsed and failed tool calls to ``servehall_tool_calls_total``
+    (once, when its choices have finished)."""
+    model = run.ctx.record.model or ""
+    version = run.ctx.record.version or ""
+    counter = run.api.metrics.tool_calls
+    for c in run.choices:
+        if c.tools is not None:
+            if c.tools.parsed:
+                counter.labels(model, version, "parsed").inc(c.tools.parsed)
+            if c.tools.failed:
+                counter.labels(model, version, "failed").inc(c.tools.failed)
 
 
 async def record_before_last_byte(run: InferenceRun) -> None:

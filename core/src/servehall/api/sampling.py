@@ -17,9 +17,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from servehall.api.wire import UNSUPPORTED_FIELDS, asks_for_nothing
-from servehall.engines.contract import SamplingParams
+from servehall.api.wire import CHAT_ONLY_FIELDS, UNSUPPORTED_FIELDS, asks_for_nothing
+from servehall.engines.contract import SamplingParams, StructuredConstraint
 from servehall.errors import ContextLengthExceededError, UnsupportedParameterError
+from servehall.structured.request import StructuredRequest
 
 #: Optional sampling fields an engine may or may not honour, with the values that ask for
 #: nothing (``top_k`` -1 and 0 both mean "off", as in vLLM).
@@ -52,14 +53,23 @@ def set_fields(req: BaseModel) -> dict[str, Any]:
     }
 
 
-def check_unsupported(body: dict[str, Any], fields: BaseModel, supported: frozenset[str]) -> None:
-    """400 for a known-but-unimplemented OpenAI field, or an optional sampling field the
-    engine cannot honour.
+def check_unsupported(
+    body: dict[str, Any],
+    fields: BaseModel,
+    supported: frozenset[str],
+    structured: StructuredRequest | None = None,
+    backend: str = "",
+) -> None:
+    """400 for a known-but-unimplemented OpenAI field, a chat-only field (``tools`` …) on
+    completions, an optional sampling field the engine cannot honour, or a decoding
+    constraint on an engine without ``"structured_output"`` in its supported params.
 
     Args:
         body: the raw JSON object (to see fields the model ignores).
         fields: the validated request (``seed``, ``top_p``, penalties, ``top_k`` …).
         supported: ``Engine.supported_params``.
+        structured: the request's checked constraint, if any.
+        backend: the model's backend name (named in the structured-output refusal).
 
     Raises:
         UnsupportedParameterError: the first offending field, as ``param``.
@@ -69,6 +79,19 @@ def check_unsupported(body: dict[str, Any], fields: BaseModel, supported: frozen
             raise UnsupportedParameterError(
                 f"'{name}' is not supported by this server.", param=name
             )
+    if not hasattr(fields, "messages"):
+        for name, off in CHAT_ONLY_FIELDS.items():
+            if name in body and not asks_for_nothing(body[name], off):
+                raise UnsupportedParameterError(
+                    f"'{name}' is only supported on /v1/chat/completions.", param=name
+                )
+    if structured is not None and "structured_output" not in supported:
+        field = structured.param.split(".", 1)[0]
+        which = f" ({backend})" if backend else ""
+        raise UnsupportedParameterError(
+            f"'{field}' (structured output) is not supported by this model's backend{which}.",
+            param=field,
+        )
     sent = set_fields(fields)
     greedy = sent.get("temperature") == 0
     for name, neutral in OPTIONAL_SAMPLING_FIELDS.items():
@@ -111,9 +134,14 @@ def resolve_max_tokens(
 
 
 def sampling_params(
-    fields: Any, n: int, max_tokens: int, stop_token_ids: tuple[int, ...] = ()
+    fields: Any,
+    n: int,
+    max_tokens: int,
+    stop_token_ids: tuple[int, ...] = (),
+    structured: StructuredConstraint | None = None,
 ) -> list[SamplingParams]:
-    """One :class:`SamplingParams` per choice (seed + i).
+    """One :class:`SamplingParams` per choice (seed + i); ``structured`` is every choice's
+    decoding constraint (None = free text).
 
     ``stop_token_ids`` are the model's EOS ids (from its tokenizer and generation
     config); a request with ``ignore_eos`` gets none of them, so that every engine
@@ -147,6 +175,7 @@ def sampling_params(
             min_p=min_p,
             repetition_penalty=rep,
             ignore_eos=ignore_eos,
+            structured=structured,
         )
         for i in range(n)
     ]

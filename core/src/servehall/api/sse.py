@@ -127,8 +127,10 @@ async def send_stream(
                     unfinished -= 1
                     last = unfinished == 0  # nothing but usage and [DONE] follows
                 if chat:
-                    delta = {"content": ev.text} if ev.text else {}
-                    if ev.text and ev.finish_reason is not None:
+                    delta: dict[str, Any] = {"content": ev.text} if ev.text else {}
+                    if ev.tool_calls:
+                        delta["tool_calls"] = [d.wire() for d in ev.tool_calls]
+                    if delta and ev.finish_reason is not None:
                         await emit(
                             {
                                 "index": ev.index,

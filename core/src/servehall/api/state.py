@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+from servehall.api.tracing import Tracing
 from servehall.metrics import Metrics
 from servehall.plugin.host import Host
+from servehall.rollout.router import VersionRouter
 from servehall.serving.probe import Readiness
 
 
 @dataclass
 class ApiState:
-    """Attached to the Starlette app as ``app.state.api``."""
+    """Attached to the Starlette app as ``app.state.api``. ``live`` is the
+    :class:`~servehall.rollout.live.LiveConfig` of a served host (None in apps built
+    without one); ``router`` picks model versions."""
 
     host: Host
     metrics: Metrics
     readiness: Readiness
+    tracing: Tracing | None = None
+    live: Any = None
+    router: VersionRouter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.router = VersionRouter(self.host)

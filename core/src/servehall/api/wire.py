@@ -7,17 +7,22 @@ Validation policy (step 1 of the request path):
 * ``temperature`` ∈ [0, 2], ``top_p`` ∈ [0, 1], penalties ∈ [-2, 2], ``max_tokens`` ≥ 1,
   ``n`` ∈ [1, ``server.max_n``] (checked by the route), ``stop`` holds 1–16 non-empty
   strings of at most 256 characters (``[]`` and ``null`` mean no stop list);
-* message roles are ``system``, ``developer`` (treated as ``system``), ``user`` and
-  ``assistant``; any other role fails validation;
+* message roles are ``system``, ``developer`` (treated as ``system``), ``user``,
+  ``assistant`` and ``tool``; any other role fails validation;
 * ``content`` is required for every role but ``assistant`` (one model per role, chosen
-  by ``role``, so the OpenAPI document states the same rule);
+  by ``role``, so the OpenAPI document states the same rule); an ``assistant`` message
+  may carry ``tool_calls``, a ``tool`` message needs ``tool_call_id``;
+* ``tools`` are functions (name 1–64 of ``A-Z a-z 0-9 _ . -``, a JSON Schema
+  ``parameters`` object, ``strict``); ``tool_choice`` is ``none``, ``auto``, ``required``
+  or a named function; what crosses fields (a known name, a matching ``tool_call_id``, a
+  valid schema) is checked by :mod:`servehall.api.tools`;
 * integers may be written as integral floats (``10.0``): JSON Schema's ``integer`` allows
   them, so the validator does too;
 * ``top_k`` ≥ -1 (-1 and 0 = off), ``min_p`` ∈ [0, 1], ``repetition_penalty`` ∈ [0.01, 10]
   (vLLM/TGI extensions; honoured or refused per engine, see
   :mod:`servehall.api.sampling`);
 * unknown fields are ignored, except known OpenAI fields servehall does not implement
-  (``logprobs``, ``tools`` …), which get 400 ``unsupported_parameter`` when present
+  (``logprobs``, ``functions`` …), which get 400 ``unsupported_parameter`` when present
   with anything but null or a value that asks for nothing (``logprobs: 0`` on
   completions is a request for log-probabilities, so it is refused).
 """
@@ -64,13 +69,18 @@ UNSUPPORTED_FIELDS: dict[str, tuple[Any, ...]] = {
     "logprobs": (False,),  # chat's boolean off; completions' integer 0 still asks
     "top_logprobs": (),
     "logit_bias": ({},),
-    "tools": ([],),
-    "tool_choice": ("none",),
     "functions": ([],),
     "function_call": ("none",),
     "best_of": (1,),
     "suffix": ("",),
-    "response_format": ({"type": "text"},),
+}
+
+
+#: Chat-only fields, refused like :data:`UNSUPPORTED_FIELDS` on ``/v1/completions``.
+CHAT_ONLY_FIELDS: dict[str, tuple[Any, ...]] = {
+    "tools": ([],),
+    "tool_choice": ("none",),
+    "parallel_tool_calls": (),
 }
 
 
@@ -129,15 +139,79 @@ class UserMessage(_MessageBase):
     content: MessageContent
 
 
+ToolName = Annotated[
+    str, Field(strict=True, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
+]
+"""A function name: 1–64 characters of ``A-Z a-z 0-9 _ . -`` (OpenAI's rule plus ``.``)."""
+ToolCallId = Annotated[str, Field(strict=True, min_length=1, max_length=256)]
+
+
+class FunctionCall(_Model):
+    """``{"name", "arguments"}`` of an earlier call (``arguments`` is JSON text)."""
+
+    name: ToolName
+    arguments: StrictText
+
+
+class AssistantToolCall(_Model):
+    """One ``tool_calls[]`` item of an earlier ``assistant`` turn."""
+
+    id: ToolCallId
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class AssistantMessage(_MessageBase):
-    """An earlier ``assistant`` turn; ``content`` may be null or absent."""
+    """An earlier ``assistant`` turn; ``content`` may be null or absent (with
+    ``tool_calls``, the calls it made)."""
 
     role: Literal["assistant"]
+    tool_calls: Annotated[list[AssistantToolCall], Field(max_length=128)] | None = None
+
+
+class ToolMessage(_MessageBase):
+    """A ``tool`` message: the result of the earlier call ``tool_call_id``."""
+
+    role: Literal["tool"]
+    content: MessageContent
+    tool_call_id: ToolCallId
 
 
 #: One chat message, chosen by ``role`` (the OpenAPI document states the same rule:
 #: ``content`` is required except for ``assistant``).
-ChatMessage = Annotated[SystemMessage | UserMessage | AssistantMessage, Field(discriminator="role")]
+ChatMessage = Annotated[
+    SystemMessage | UserMessage | AssistantMessage | ToolMessage, Field(discriminator="role")
+]
+
+
+class FunctionDefinition(_Model):
+    """``tools[].function``: ``parameters`` is a JSON Schema of the arguments object."""
+
+    name: ToolName
+    description: StrictText | None = None
+    parameters: dict[str, Any] | None = None
+    strict: Annotated[bool, Field(strict=True)] | None = None
+
+
+class ToolDefinition(_Model):
+    """One ``tools[]`` entry (type ``function``, the only type)."""
+
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(_Model):
+    name: StrictText
+
+
+class NamedToolChoice(_Model):
+    """``tool_choice: {"type": "function", "function": {"name": ...}}``."""
+
+    type: Literal["function"]
+    function: NamedFunction
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
 
 
 StopText = Annotated[str, Field(strict=True, min_length=1, max_length=256)]
@@ -181,6 +255,9 @@ class ChatCompletionRequest(_SamplingFields):
 
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: MaxTokens | None = None
+    tools: Annotated[list[ToolDefinition], Field(max_length=128)] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: Annotated[bool, Field(strict=True)] | None = None
 
 
 class CompletionRequest(_SamplingFields):
@@ -204,9 +281,25 @@ class Usage(BaseModel):
     total_tokens: int
 
 
+class ResponseFunction(BaseModel):
+    name: str
+    arguments: str
+
+
+class ResponseToolCall(BaseModel):
+    """A call the model made: ``arguments`` is JSON text as the model wrote it."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: ResponseFunction
+
+
 class ChatResponseMessage(BaseModel):
+    """The answer: ``content`` is null when the model only called tools."""
+
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ResponseToolCall] | None = None
 
 
 class ChatChoice(BaseModel):
@@ -227,9 +320,25 @@ class ChatCompletion(BaseModel):
     usage: Usage
 
 
+class DeltaFunction(BaseModel):
+    name: str | None = None
+    arguments: str
+
+
+class DeltaToolCall(BaseModel):
+    """A piece of call ``index``: its first piece has ``id``, ``type`` and
+    ``function.name``; later ones only ``function.arguments`` fragments."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: DeltaFunction
+
+
 class ChatDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
 
 
 class ChatChunkChoice(BaseModel):

@@ -76,6 +76,14 @@ IgnoreEos = Annotated[
         "--ignore-eos/--no-ignore-eos", help="Ask for exactly max_tokens tokens (ignore_eos)."
     ),
 ]
+ResponseFormat = Annotated[
+    str,
+    typer.Option(
+        "--response-format",
+        help="none (free text) or json (a mid-size JSON schema, structured output); "
+        "compare targets may override it with ,rf=none|json.",
+    ),
+]
 Slo = Annotated[
     str | None,
     typer.Option("--slo", help="Goodput SLOs in ms, e.g. ttft=500,tpot=50 (ttft|tpot|e2el)."),
@@ -104,6 +112,7 @@ _WORKLOAD_OPTIONS = (
     "endpoint",
     "ignore_eos",
     "slo",
+    "response_format",
 )
 """The parameters of :func:`workload_spec`: shared by ``bench serve|engine|compare``."""
 
@@ -128,6 +137,7 @@ def workload_spec(
     endpoint: str,
     ignore_eos: bool,
     slo: str | None,
+    response_format: str = "none",
 ) -> WorkloadSpec:
     """Check the workload options (raises UsageError with one line)."""
     from servehall.bench.metrics import parse_slo
@@ -157,6 +167,10 @@ def workload_spec(
         slos = parse_slo(slo)
     except ValueError as exc:
         raise UsageError(f"--slo: {exc}") from None
+    from servehall.bench.workload import RESPONSE_FORMATS
+
+    if response_format not in RESPONSE_FORMATS:
+        raise UsageError(f"--response-format must be none or json (got {response_format!r})")
     ep: Endpoint = "chat" if endpoint == "chat" else "completions"
     return WorkloadSpec(
         num_requests,
@@ -172,6 +186,7 @@ def workload_spec(
         ep,
         ignore_eos,
         slos,
+        response_format,
     )
 
 
@@ -288,6 +303,7 @@ def serve_command(
     endpoint: EndpointOpt = "chat",
     ignore_eos: IgnoreEos = True,
     slo: Slo = None,
+    response_format: ResponseFormat = "none",
     output_json: OutputJson = None,
     plot: PlotOpt = None,
     quiet: Quiet = False,
@@ -308,8 +324,16 @@ def serve_command(
 
         tok = load_tokenizer_or_fail(tokenizer)
         requests = spec.requests(tok)
+        from servehall.bench.workload import response_format_body
+
         opts = ClientOptions(
-            base_url, model, api_key, spec.endpoint, http2=http2, ignore_eos=spec.ignore_eos
+            base_url,
+            model,
+            api_key,
+            spec.endpoint,
+            http2=http2,
+            ignore_eos=spec.ignore_eos,
+            response_format=response_format_body(spec.response_format),
         )
         console = make_console()
         result = await run_serve(opts, spec, requests, quiet=quiet)
@@ -343,6 +367,7 @@ def engine_command(
     endpoint: EndpointOpt = "chat",
     ignore_eos: IgnoreEos = True,
     slo: Slo = None,
+    response_format: ResponseFormat = "none",
     native: Annotated[
         bool,
         typer.Option(
@@ -386,7 +411,7 @@ def compare_command(
         list[str],
         typer.Argument(
             help="engine:MODEL | engine-native:MODEL | serve:URL[,h1][,pid=N] | launch:h2 | "
-            "launch:h1; ratios are against the first."
+            "launch:h1 | vllm-server:MODEL (vLLM's own server); ratios are against the first."
         ),
     ],
     model: Annotated[
@@ -417,6 +442,7 @@ def compare_command(
     endpoint: EndpointOpt = "chat",
     ignore_eos: IgnoreEos = True,
     slo: Slo = None,
+    response_format: ResponseFormat = "none",
     output_json: OutputJson = None,
     plot: PlotOpt = None,
     quiet: Quiet = False,
@@ -435,8 +461,8 @@ def compare_command(
             parsed = [parse_target(t) for t in targets]
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        if any(t.kind in ("engine", "launch") for t in parsed) and config is None:
-            raise UsageError("engine: and launch: targets need --config FILE")
+        if any(t.kind in ("engine", "launch", "vllm-server") for t in parsed) and config is None:
+            raise UsageError("engine:, launch: and vllm-server: targets need --config FILE")
         return parsed
 
     parsed = checked(parse_all)

@@ -46,6 +46,8 @@ class ClientOptions:
         ignore_eos: send ``ignore_eos: true`` (fixed output lengths).
         temperature: sampling temperature (0 = greedy, vLLM's benchmark default).
         timeout_s: per-request read timeout in seconds.
+        response_format: sent as ``response_format`` (structured output); a constrained
+            request never sends ``ignore_eos`` (its grammar ends it).
     """
 
     base_url: str
@@ -56,6 +58,7 @@ class ClientOptions:
     ignore_eos: bool = True
     temperature: float = 0.0
     timeout_s: float = 600.0
+    response_format: dict[str, Any] | None = None
 
     @property
     def root(self) -> str:
@@ -93,7 +96,9 @@ def request_body(
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    if opts.ignore_eos:
+    if opts.response_format is not None:
+        body["response_format"] = opts.response_format
+    elif opts.ignore_eos:
         body["ignore_eos"] = True
     if opts.endpoint == "chat":
         body["messages"] = [{"role": "user", "content": req.prompt}]
@@ -141,13 +146,16 @@ async def send_request(
     """Stream one request and time it (see :class:`~servehall.bench.metrics.RequestOutput`).
 
     Transport errors and non-2xx statuses give a failed output with a one-line
-    ``error``; an error event inside the stream does too."""
+    ``error``; an error event inside the stream does too, and so does a stream that
+    ends before its ``data: [DONE]`` line (cut by the server or a proxy: tokens may be
+    missing)."""
     out = RequestOutput(prompt_tokens=req.prompt_len)
     start = time.perf_counter()
     out.start = start - t0
     last = start
     chunks = 0
     usage: dict[str, Any] | None = None
+    done = False
     try:
         async with client.stream("POST", opts.url, json=request_body(opts, req, max_tokens)) as r:
             out.status = r.status_code
@@ -159,6 +167,7 @@ async def send_request(
                     continue
                 data = line[5:].strip()
                 if data == "[DONE]":
+                    done = True
                     break
                 now = time.perf_counter()
                 chunk = json.loads(data)
@@ -189,8 +198,10 @@ async def send_request(
     if usage:
         out.output_tokens = int(usage.get("completion_tokens") or chunks)
         out.prompt_tokens = int(usage.get("prompt_tokens") or req.prompt_len)
-    out.success = chunks > 0
-    if not out.success:
+    out.success = chunks > 0 and done
+    if not done:
+        out.error = f"the stream ended before [DONE] after {chunks} token chunk(s)"
+    elif not out.success:
         out.error = "the stream carried no token"
     return out
 

@@ -7,6 +7,9 @@ Targets (positional arguments):
 * ``serve:URL`` — any OpenAI-compatible server; suffixes ``,h1`` / ``,h2`` pick the HTTP
   version (default h2) and ``,pid=N`` names the server process whose CPU time (with its
   child processes) is recorded;
+* ``vllm-server:MODEL`` — vLLM's own OpenAI server for the ``[[models]]`` entry ``MODEL``
+  of ``--config`` (same model directory, vLLM options and ``worker.python``), started for
+  this target only (:mod:`servehall.bench.vllm_server`); its CPU time is recorded;
 * ``launch:h2`` / ``launch:h1`` — the bench starts ``servehall serve --config CONFIG``
   itself on a free 127.0.0.1 port (once, shared by every ``launch`` target), records its
   CPU time, and stops it at the end.
@@ -50,12 +53,13 @@ class Target:
     """One parsed target (see the module docstring)."""
 
     spec: str
-    kind: str  # "engine" | "serve" | "launch"
+    kind: str  # "engine" | "serve" | "launch" | "vllm-server"
     model: str = ""
     url: str = ""
     http2: bool = True
     pid: int | None = None
     native: bool = False
+    response_format: str | None = None  # ``rf=``: overrides --response-format
 
     @property
     def label(self) -> str:
@@ -67,14 +71,18 @@ def parse_target(text: str) -> Target:
     kind, sep, rest = text.partition(":")
     if not sep or not rest:
         raise ValueError(
-            f"target {text!r} is not engine:MODEL, serve:URL[,h1][,pid=N] or launch:h2|h1"
+            f"target {text!r} is not engine:MODEL, serve:URL[,h1][,pid=N][,rf=none|json] "
+            "or launch:h2|h1[,rf=none|json]"
         )
+    rest, rf = _response_format_option(text, rest)
     if kind in ("engine", "engine-native"):
         return Target(text, "engine", model=rest, native=kind == "engine-native")
+    if kind == "vllm-server":
+        return Target(text, "vllm-server", model=rest)
     if kind == "launch":
         if rest not in ("h1", "h2"):
             raise ValueError(f"target {text!r}: launch takes h1 or h2")
-        return Target(text, "launch", http2=rest == "h2")
+        return Target(text, "launch", http2=rest == "h2", response_format=rf)
     if kind == "serve":
         url, *opts = rest.split(",")
         if not url.startswith(("http://", "https://")):
@@ -90,10 +98,85 @@ def parse_target(text: str) -> Target:
                     raise ValueError(f"target {text!r}: {opt!r} is not pid=NUMBER") from None
             else:
                 raise ValueError(f"target {text!r}: unknown option {opt!r} (h1, h2, pid=N)")
-        return Target(text, "serve", url=url, http2=http2, pid=pid)
+        return Target(text, "serve", url=url, http2=http2, pid=pid, response_format=rf)
     raise ValueError(
-        f"target {text!r}: unknown kind {kind!r} (engine, engine-native, serve, launch)"
+        f"target {text!r}: unknown kind {kind!r} (engine, engine-native, serve, launch, "
+        "vllm-server)"
     )
+
+
+async def grammar_counters(opts: Any) -> dict[str, Any]:
+    """The server's grammar counters for ``opts.model`` from ``GET /metrics``:
+    ``hits``, ``misses``, ``sum`` (compile seconds) and ``buckets`` ({bound: count})."""
+    import httpx
+
+    out: dict[str, Any] = {"hits": 0.0, "misses": 0.0, "sum": 0.0, "buckets": {}}
+    label = f'model="{opts.model}"'
+    try:
+        async with httpx.AsyncClient(timeout=30) as c:
+            text = (await c.get(opts.root + "/metrics")).text
+    except httpx.HTTPError:
+        return out
+    for line in text.splitlines():
+        if label not in line or line.startswith("#"):
+            continue
+        name, value = line.rsplit(" ", 1)
+        if name.startswith("servehall_grammar_cache_hits_total"):
+            out["hits"] = float(value)
+        elif name.startswith("servehall_grammar_compile_seconds_count"):
+            out["misses"] = float(value)
+        elif name.startswith("servehall_grammar_compile_seconds_sum"):
+            out["sum"] = float(value)
+        elif name.startswith("servehall_grammar_compile_seconds_bucket"):
+            bound = name.split('le="', 1)[1].split('"', 1)[0]
+            out["buckets"][bound] = float(value)
+    return out
+
+
+def grammar_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Compiles, cache hit rate and compile P50/P99 (seconds, the histogram's bucket
+    bound that holds them, as Prometheus' ``histogram_quantile`` without interpolation)
+    between two :func:`grammar_counters` reads."""
+    hits = after["hits"] - before["hits"]
+    misses = after["misses"] - before["misses"]
+    buckets = sorted(
+        (
+            (float(b), after["buckets"].get(b, 0.0) - before["buckets"].get(b, 0.0))
+            for b in after["buckets"]
+        ),
+    )
+
+    def quantile(q: float) -> float | None:
+        if misses <= 0:
+            return None
+        for bound, count in buckets:
+            if count >= q * misses:
+                return bound
+        return None
+
+    return {
+        "compiles": int(misses),
+        "cache_hits": int(hits),
+        "cache_hit_rate": hits / (hits + misses) if hits + misses else None,
+        "compile_s_sum": after["sum"] - before["sum"],
+        "compile_p50_s": quantile(0.5),
+        "compile_p99_s": quantile(0.99),
+    }
+
+
+def _response_format_option(text: str, rest: str) -> tuple[str, str | None]:
+    """Split a trailing ``,rf=none|json`` off a target's options."""
+    parts = rest.split(",")
+    rf = None
+    keep = []
+    for part in parts:
+        if part.startswith("rf="):
+            if part[3:] not in ("none", "json"):
+                raise ValueError(f"target {text!r}: {part!r} is not rf=none or rf=json")
+            rf = part[3:]
+        else:
+            keep.append(part)
+    return ",".join(keep), rf
 
 
 def process_cpu_s(pid: int) -> float:
@@ -124,12 +207,10 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def launched_server(config: Path, *, timeout_s: float = 300.0) -> Iterator[tuple[str, int]]:
+def launched_server(config: Path, *, timeout_s: float = 1200.0) -> Iterator[tuple[str, int]]:
     """Start ``servehall serve --config CONFIG`` on a free port; yield ``(url, pid)`` once
     ``/health/ready`` answers 200; SIGTERM it on exit. Raises TargetError when it exits
     or is not ready within ``timeout_s`` (with the last line of its stderr)."""
-    import httpx
-
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [
@@ -142,25 +223,48 @@ def launched_server(config: Path, *, timeout_s: float = 300.0) -> Iterator[tuple
         "--bind",
         f"127.0.0.1:{port}",
     ]
-    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"servehall-bench-{port}.log"
-    with log.open("wb") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+    with launched_process(cmd, f"{url}/health/ready", "servehall serve", timeout_s) as pid:
+        yield url, pid
+
+
+@contextlib.contextmanager
+def launched_process(
+    cmd: list[str],
+    ready_url: str,
+    what: str,
+    timeout_s: float,
+    *,
+    env: dict[str, str] | None = None,
+    poll_s: float = 0.2,
+) -> Iterator[int]:
+    """Run ``cmd`` (a server); yield its pid once ``ready_url`` answers 200; SIGTERM it
+    (SIGKILL after 30 s) on exit. Its output goes to a temporary log file.
+
+    Raises:
+        TargetError: it exited, or was not ready within ``timeout_s`` (names ``what`` and
+            the last line of its output).
+    """
+    import httpx
+
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"servehall-bench-{os.getpid()}-{id(cmd)}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + timeout_s
         while True:
             if proc.poll() is not None:
                 tail = log.read_text(errors="replace").strip().splitlines()
                 raise TargetError(
-                    f"servehall serve exited with status {proc.returncode}: "
+                    f"{what} exited with status {proc.returncode}: "
                     f"{tail[-1] if tail else 'no output'}"
                 )
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
+                if httpx.get(ready_url, timeout=2).status_code == 200:
                     break
             if time.monotonic() > deadline:
-                raise TargetError(f"servehall serve was not ready within {timeout_s:g} s")
-            time.sleep(0.2)
-        yield url, proc.pid
+                raise TargetError(f"{what} was not ready within {timeout_s:g} s")
+            time.sleep(poll_s)
+        yield proc.pid
     finally:
         proc.terminate()
         try:
@@ -268,14 +372,46 @@ async def run_target(
             cpu_s,
             info,
         )
+    if target.kind == "vllm-server":
+        from servehall.bench.vllm_server import launched_vllm
+        from servehall.config.settings import load_settings
+
+        assert config is not None
+        mc = next((m for m in load_settings(config).models if m.name == target.model), None)
+        if mc is None:
+            raise TargetError(f"{target.label}: no [[models]] entry {target.model!r} in {config}")
+        with launched_vllm(mc, model) as (vllm_url, vllm_pid):
+            served = Target(target.spec, "serve", url=vllm_url, http2=False, pid=vllm_pid)
+            run = await run_target(
+                served,
+                spec,
+                requests,
+                config=config,
+                model=model,
+                api_key=api_key,
+                launched=None,
+                quiet=quiet,
+            )
+        run.target = target
+        return run
     pid: int | None = target.pid
     url = target.url
     if target.kind == "launch":
         assert launched is not None
         url, pid = launched
+    from servehall.bench.workload import response_format_body
+
+    rf = target.response_format or spec.response_format
     opts = ClientOptions(
-        url, model, api_key, spec.endpoint, http2=target.http2, ignore_eos=spec.ignore_eos
+        url,
+        model,
+        api_key,
+        spec.endpoint,
+        http2=target.http2,
+        ignore_eos=spec.ignore_eos,
+        response_format=response_format_body(rf),
     )
+    grammar0 = await grammar_counters(opts) if rf != "none" else None
     cpu0: list[float] = []
     client0: list[float] = []
 
@@ -289,6 +425,9 @@ async def run_target(
     )
     client_cpu_s = time.process_time() - client0[0] if client0 else None
     serve_cpu_s = process_cpu_s(pid) - cpu0[0] if pid is not None and cpu0 else None
-    info = {"protocol": "h2" if target.http2 else "http/1.1"}
+    serve_info: dict[str, Any] = {"protocol": "h2" if target.http2 else "http/1.1"}
+    if grammar0 is not None:
+        serve_info["response_format"] = rf
+        serve_info["grammar"] = grammar_delta(grammar0, await grammar_counters(opts))
     summary = summarize(result.outputs, result.duration_s, spec.slo, serve_cpu_s)
-    return TargetRun(target, summary, result, serve_cpu_s, info, client_cpu_s)
+    return TargetRun(target, summary, result, serve_cpu_s, serve_info, client_cpu_s)

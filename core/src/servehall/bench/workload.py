@@ -253,6 +253,7 @@ class WorkloadSpec:
     endpoint: Endpoint
     ignore_eos: bool
     slo: dict[str, float]
+    response_format: str = "none"
 
     def requests(self, tokenizer: Any, max_len: int | None = None) -> list[BenchRequest]:
         return build_requests(
@@ -289,4 +290,54 @@ class WorkloadSpec:
             "endpoint": self.endpoint,
             "ignore_eos": self.ignore_eos,
             "slo_ms": self.slo,
+            "response_format": self.response_format,
         }
+
+
+#: ``--response-format json``: a mid-size schema (an order: nested object, bounded array
+#: of objects, enums, bounded integers and strings, an optional field), as an API's
+#: structured-output request would send it.
+BENCH_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "order_id": {"type": "integer", "minimum": 1, "maximum": 999999},
+        "status": {"enum": ["new", "paid", "shipped", "cancelled"]},
+        "customer": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "maxLength": 24},
+                "vip": {"type": "boolean"},
+            },
+            "required": ["name", "vip"],
+        },
+        "items": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 4,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "sku": {"type": "string", "maxLength": 12},
+                    "qty": {"type": "integer", "minimum": 1, "maximum": 99},
+                },
+                "required": ["sku", "qty"],
+            },
+        },
+        "note": {"type": "string", "maxLength": 40},
+    },
+    "required": ["order_id", "status", "customer", "items"],
+}
+RESPONSE_FORMATS = ("none", "json")
+"""The values of ``--response-format`` and of a target's ``rf=`` option."""
+
+
+def response_format_body(kind: str) -> dict[str, Any] | None:
+    """The ``response_format`` a bench request sends for ``kind`` (None: free text)."""
+    if kind == "none":
+        return None
+    if kind == "json":
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": "order", "schema": BENCH_SCHEMA, "strict": True},
+        }
+    raise ValueError(f"unknown response format {kind!r} (none, json)")

@@ -7,6 +7,7 @@ from servehall.config.models import (
     SchedulerSettings,
     ServerSettings,
     SinkConfig,
+    TracingSettings,
 )
 from servehall.config.secrets import Secret, resolve_secret
 from servehall.config.settings import (
@@ -26,6 +27,7 @@ __all__ = [
     "ServerSettings",
     "Settings",
     "SinkConfig",
+    "TracingSettings",
     "load_settings",
     "masked_dump",
     "read_config_file",

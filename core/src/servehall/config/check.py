@@ -95,13 +95,19 @@ def check_config(path: Path) -> list[tuple[str, str]]:
     Environment overrides (``SERVEHALL_<SECTION>__<KEY>``) apply as in ``serve``. A file
     that cannot be read or parsed is one error (nothing else can be checked).
     """
-    from servehall.plugin.manager import PluginHost, installed_entry_points
-    from servehall.server.bootstrap import check_names
-
     try:
         data = read_config_file(path.expanduser())
     except ConfigError as exc:
         return [("file", exc.message.removeprefix(f"{path}: "))]
+    return check_config_data(data)
+
+
+def check_config_data(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """Every ``(key path, message)`` problem of parsed config ``data`` (see
+    :func:`check_config`; also used by live config changes, :mod:`servehall.rollout.live`)."""
+    from servehall.plugin.manager import PluginHost, installed_entry_points
+    from servehall.server.bootstrap import check_names
+
     errs: list[tuple[str, str]] = []
     settings = _core_settings(data, errs)
     if settings is None:

@@ -47,6 +47,14 @@ class ServerSettings(_Section):
     #: without query, status, bytes, duration, request id, principal id); never headers,
     #: query strings or bodies. See :mod:`servehall.api.access_log`.
     access_log: bool = False
+    #: ``host:port`` of the HAProxy agent endpoint (weight from free KV cache and queue,
+    #: ``drain`` on SIGTERM, ``down`` when no model is ready; :mod:`servehall.server.agent`).
+    agent_bind: str | None = Field(default=None, pattern=r"^.+:\d+$")
+    #: Store every applied config as a revision in the database (``config_revision``,
+    #: audited) and follow the newest one: each replica polls every ``config_poll_s``
+    #: seconds and applies a new revision's ``[[models]]`` live (docs/versions.md).
+    config_revisions: bool = False
+    config_poll_s: float = Field(default=1.0, gt=0, le=60)
 
     @field_validator("bind")
     @classmethod
@@ -58,6 +66,22 @@ class ServerSettings(_Section):
         return v
 
 
+class RollbackIf(_Section):
+    """``[[models]] rollback_if``: when a canary version is rolled back automatically.
+
+    Over the last ``window_s`` seconds, once the version has served ``min_requests``:
+    its error rate (5xx and engine errors / requests) above ``error_rate_above``, or its
+    TTFT P99 above ``ttft_p99_above_baseline`` × the P99 of the name's other versions
+    (the baseline; checked once those have ``min_requests`` too) sets its weight to 0
+    (:mod:`servehall.rollout.guard`). Unset thresholds are not checked.
+    """
+
+    error_rate_above: float | None = Field(default=None, ge=0, le=1)
+    ttft_p99_above_baseline: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    min_requests: int = Field(default=200, ge=1)
+    window_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
+
+
 class ModelConfig(_Section):
     """``[[models]]``: one served model.
 
@@ -67,20 +91,75 @@ class ModelConfig(_Section):
     ``isolation``: ``"process"`` (default) runs the engine in a supervised worker process
     (crash isolation, restart; :mod:`servehall.worker`), ``"thread"`` on a thread of the
     API process (debugging). ``worker`` tunes the supervision (:class:`WorkerSettings`).
+    ``tool_parser`` names the tool-call format the model writes (``hermes``,
+    ``llama3_json`` or one a plugin registers); None picks one from the chat template
+    (:func:`servehall.tools.parsers.guess_parser_name`).
+
+    Versions (docs/versions.md): several entries may share a ``name``, each with its own
+    ``version`` label (letters, digits, ``.``, ``_``, ``-``) and a ``weight`` (>= 0, a
+    relative share of that name's traffic; 0 takes none unless pinned by the
+    ``x-servehall-model-version`` header). A name served by one entry may leave
+    ``version`` empty. :func:`check_versions` checks the set. ``rollback_if`` guards a
+    canary (:class:`RollbackIf`). ``idle_unload_s`` stops the version's engine after that
+    many seconds without requests; the next request loads it again
+    (:mod:`servehall.rollout.idle`).
     """
 
     name: str = Field(min_length=1)
+    version: str = Field(default="", max_length=64, pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]*)?$")
+    weight: float = Field(default=1.0, ge=0, allow_inf_nan=False)
+    rollback_if: RollbackIf | None = None
+    idle_unload_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     path: Path
     backend: str = "auto"
     max_model_len: int | None = Field(default=None, ge=16)
     options: dict[str, Any] = Field(default_factory=dict)
     isolation: Literal["process", "thread"] = "process"
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    tool_parser: str | None = Field(default=None, min_length=1)
 
     @field_validator("path")
     @classmethod
     def _expand(cls, v: Path) -> Path:
         return v.expanduser()
+
+
+def check_versions(models: list[ModelConfig | None]) -> list[tuple[str, str]]:
+    """Every ``(key path, message)`` problem of the ``[[models]]`` list as a set of
+    versions: a name given by several entries needs a distinct, non-empty ``version`` on
+    each, and a name needs some weight > 0 (else nothing routes to it). ``None`` entries
+    (set aside by ``config check``) are skipped; indexes refer to the list as given."""
+    errs: list[tuple[str, str]] = []
+    by_name: dict[str, list[tuple[int, ModelConfig]]] = {}
+    for i, m in enumerate(models):
+        if m is not None:
+            by_name.setdefault(m.name, []).append((i, m))
+    for name, entries in by_name.items():
+        if len(entries) > 1:
+            seen: dict[str, int] = {}
+            for i, m in entries:
+                if not m.version:
+                    errs.append(
+                        (
+                            f"models[{i}].version",
+                            f"model {name!r} has {len(entries)} entries: each needs a "
+                            "version label",
+                        )
+                    )
+                elif m.version in seen:
+                    errs.append(
+                        (
+                            f"models[{i}].version",
+                            f"version {m.version!r} of model {name!r} is already "
+                            f"models[{seen[m.version]}]",
+                        )
+                    )
+                else:
+                    seen[m.version] = i
+        if all(m.weight == 0 for _, m in entries):
+            i = entries[0][0]
+            errs.append((f"models[{i}].weight", f"model {name!r}: every version has weight 0"))
+    return errs
 
 
 class SchedulerTenantSettings(_Section):
@@ -126,6 +205,35 @@ class DatabaseSettings(_Section):
     url: Secret = Field(default="sqlite+aiosqlite:///servehall.db", validate_default=True)
     store_prompts: bool = False
     auto_migrate: bool = False
+    #: PostgreSQL: most seconds one statement may take (asyncpg ``command_timeout`` and
+    #: the server's ``statement_timeout``) and a connect may take; 0 = no limit
+    command_timeout_s: float = Field(default=30.0, ge=0)
+    #: PostgreSQL ``lock_timeout``: most seconds a statement waits for a lock (e.g. the
+    #: audit chain head held by another replica); 0 = no limit
+    lock_timeout_s: float = Field(default=10.0, ge=0)
+    #: PostgreSQL ``idle_in_transaction_session_timeout``: a session that stalls inside
+    #: a transaction (a replica stopped while it holds the audit chain head) is ended
+    #: by the server after this many seconds, releasing its locks; 0 = no limit
+    idle_in_transaction_timeout_s: float = Field(default=30.0, ge=0)
+
+
+class TracingSettings(_Section):
+    """``[tracing]``: OpenTelemetry traces of inference requests (docs/operations.md,
+    "Traces"). Off by default; needs the ``tracing`` extra (``opentelemetry-sdk`` and the
+    OTLP/HTTP exporter).
+
+    ``endpoint`` is the OTLP/HTTP traces URL (protobuf POSTs); ``sample_ratio`` the share
+    of new traces kept (a caller's sampled ``traceparent`` is always followed);
+    ``headers`` extra HTTP headers for the collector (e.g. an auth token);
+    ``export_timeout_s`` the timeout of one export.
+    """
+
+    enabled: bool = False
+    endpoint: str = "http://127.0.0.1:4318/v1/traces"
+    service_name: str = Field(default="servehall", min_length=1)
+    sample_ratio: float = Field(default=1.0, ge=0, le=1)
+    headers: dict[str, Secret] = Field(default_factory=dict)
+    export_timeout_s: float = Field(default=10.0, gt=0)
 
 
 class SinkConfig(_Section):

@@ -31,11 +31,12 @@ from servehall.config.models import (
     SchedulerSettings,
     ServerSettings,
     SinkConfig,
+    TracingSettings,
 )
 from servehall.errors import ConfigError
 
 ENV_PREFIX = "SERVEHALL_"
-CORE_SECTIONS = ("plugins", "server", "models", "scheduler", "database", "sinks")
+CORE_SECTIONS = ("plugins", "server", "models", "scheduler", "database", "sinks", "tracing")
 
 
 class Settings(BaseSettings):
@@ -55,6 +56,7 @@ class Settings(BaseSettings):
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     sinks: list[SinkConfig] = Field(default_factory=lambda: [SinkConfig(name="sql")])
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
 
     @classmethod
     def settings_customise_sources(
@@ -94,7 +96,22 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    if path.suffix in (".yaml", ".yml"):
+    return parse_config_text(raw, config_format(path), str(path))
+
+
+def config_format(path: Path) -> str:
+    """``"yaml"`` for ``.yaml``/``.yml`` files, else ``"toml"``."""
+    return "yaml" if path.suffix in (".yaml", ".yml") else "toml"
+
+
+def parse_config_text(raw: bytes | str, fmt: str, origin: str = "config") -> dict[str, Any]:
+    """Parse config text in format ``fmt`` (``toml`` or ``yaml``) into a dict.
+
+    Raises ConfigError naming ``origin`` and the parse problem.
+    """
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8")
+    if fmt == "yaml":
         try:
             import yaml  # optional dependency
         except ImportError:
@@ -102,14 +119,14 @@ def read_config_file(path: Path) -> dict[str, Any]:
         try:
             data = yaml.safe_load(raw) or {}
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+            raise ConfigError(f"{origin}: invalid YAML: {exc}") from None
     else:
         try:
             data = tomllib.loads(raw.decode("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+            raise ConfigError(f"{origin}: invalid TOML: {exc}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a table")
+        raise ConfigError(f"{origin}: the top level must be a table")
     return data
 
 

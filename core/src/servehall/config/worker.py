@@ -7,7 +7,9 @@ Times are seconds.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class WorkerSettings(BaseModel):
@@ -51,6 +53,12 @@ class WorkerSettings(BaseModel):
             one, which bounds the API process's work per second; a real model's steps
             are longer and every token leaves at once. After vLLM's ``stream_interval``
             (counted there in tokens).
+        python: the interpreter the worker runs under (a per-model execution
+            environment, after Triton's per-model Python environments), e.g. the
+            ``.venv-vllm/bin/python`` that ``scripts/install.sh --dev`` builds for the vLLM
+            engine. None = the API process's own interpreter. That environment needs the
+            same servehall version (and so the same wire protocol) and the backend's
+            engine; the API process checks both at start (:mod:`servehall.worker.foreign`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -67,6 +75,12 @@ class WorkerSettings(BaseModel):
     crash_loop_window_s: float = Field(default=300.0, gt=0)
     switch_interval_s: float | None = Field(default=None, gt=0, le=1)
     stream_interval_s: float = Field(default=0.02, ge=0, le=1)
+    python: Path | None = None
+
+    @field_validator("python")
+    @classmethod
+    def _expand(cls, v: Path | None) -> Path | None:
+        return None if v is None else v.expanduser()
 
     @model_validator(mode="after")
     def _check(self) -> WorkerSettings:

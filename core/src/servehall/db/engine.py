@@ -7,6 +7,7 @@ URLs: ``sqlite+aiosqlite:///path.db`` (relative to the working directory) and
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import event
@@ -19,6 +20,43 @@ if TYPE_CHECKING:
     from servehall.config.settings import Settings
 
 SUPPORTED_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
+
+
+@dataclass(frozen=True, slots=True)
+class DbTimeouts:
+    """Bounds on a PostgreSQL session, in seconds (0 = no limit); see ``[database]``.
+
+    ``command_s`` bounds each statement on the client (asyncpg ``command_timeout``,
+    also the connect timeout) and on the server (``statement_timeout``); ``lock_s`` is
+    the server's ``lock_timeout``; ``idle_in_transaction_s`` its
+    ``idle_in_transaction_session_timeout``. SQLite ignores them (its busy timeout is
+    10 s).
+    """
+
+    command_s: float = 30.0
+    lock_s: float = 10.0
+    idle_in_transaction_s: float = 30.0
+
+    @classmethod
+    def of(cls, settings: Settings) -> DbTimeouts:
+        """The timeouts of ``[database]``."""
+        db = settings.database
+        return cls(db.command_timeout_s, db.lock_timeout_s, db.idle_in_transaction_timeout_s)
+
+    def connect_args(self) -> dict[str, Any]:
+        """asyncpg ``connect()`` arguments that apply these bounds."""
+        server = {
+            "statement_timeout": self.command_s,
+            "lock_timeout": self.lock_s,
+            "idle_in_transaction_session_timeout": self.idle_in_transaction_s,
+        }
+        args: dict[str, Any] = {
+            "server_settings": {k: str(int(v * 1000)) for k, v in server.items() if v > 0}
+        }
+        if self.command_s > 0:
+            args["command_timeout"] = self.command_s
+            args["timeout"] = self.command_s
+        return args
 
 
 def database_url(settings: Settings) -> str:
@@ -43,12 +81,16 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-def create_db_engine(url_or_settings: str | Settings, **kwargs: Any) -> AsyncEngine:
+def create_db_engine(
+    url_or_settings: str | Settings, *, timeouts: DbTimeouts | None = None, **kwargs: Any
+) -> AsyncEngine:
     """Create an :class:`~sqlalchemy.ext.asyncio.AsyncEngine` for the deployment database.
 
     Args:
         url_or_settings: a URL, or the :class:`~servehall.Settings` whose
             ``[database] url`` to use.
+        timeouts: bounds on PostgreSQL sessions; default: those of the settings when
+            settings are given, none for a bare URL (migrations and tools).
         kwargs: extra ``create_async_engine`` arguments.
 
     SQLite connections run with ``journal_mode=WAL``, ``synchronous=NORMAL`` and a 10 s
@@ -72,6 +114,10 @@ def create_db_engine(url_or_settings: str | Settings, **kwargs: Any) -> AsyncEng
         engine = create_async_engine(parsed, **kwargs)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
+    if timeouts is None and not isinstance(url_or_settings, str):
+        timeouts = DbTimeouts.of(url_or_settings)
+    if timeouts is not None:
+        kwargs["connect_args"] = {**timeouts.connect_args(), **kwargs.get("connect_args", {})}
     kwargs.setdefault("pool_pre_ping", True)
     kwargs.setdefault("pool_size", 4)
     kwargs.setdefault("max_overflow", 4)

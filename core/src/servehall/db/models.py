@@ -66,6 +66,10 @@ class RequestLog(DbBase):
     prompt_text: Mapped[str | None] = mapped_column(Text)
     completion_text: Mapped[str | None] = mapped_column(Text)
     replica: Mapped[str | None] = mapped_column(String(128))
+    # structured output: json_object | json_schema | regex | choice | grammar (NULL = text)
+    response_format: Mapped[str | None] = mapped_column(String(32))
+    tool_calls: Mapped[list[str] | None] = mapped_column(JSON)
+    version: Mapped[str | None] = mapped_column(String(64))
 
     __table_args__ = (
         Index(None, "received_at"),
@@ -114,3 +118,26 @@ class AuditChainHead(DbBase):
 
 GENESIS_HASH = "0" * 64
 """``prev_hash`` of the first audit event."""
+
+
+class ConfigRevision(DbBase):
+    """``config_revision``: every config applied to the deployment (live or at start).
+
+    ``revision`` counts up from 1; ``hash`` is the SHA-256 hex of ``text``; ``text`` is
+    the config file as applied (TOML or YAML; secrets stay the ``{ env = ... }`` /
+    ``{ file = ... }`` references the file holds, never their values); ``applied_by``
+    names the principal or ``cli:<user>``; ``diff`` is the unified diff against the
+    previous revision (empty for the first). See :mod:`servehall.rollout.revisions`.
+    """
+
+    __tablename__ = "config_revision"
+
+    revision: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    hash: Mapped[str] = mapped_column(String(64))
+    text: Mapped[str] = mapped_column(Text)
+    fmt: Mapped[str] = mapped_column(String(8), default="toml")
+    applied_by: Mapped[str] = mapped_column(String(128))
+    applied_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    diff: Mapped[str] = mapped_column(Text, default="")
+
+    __table_args__ = (Index(None, "applied_at"),)

@@ -17,12 +17,15 @@ building blocks. Not imported by the server.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -205,7 +208,69 @@ class PgCluster:
         """Stop the server (``pg_ctl stop -m mode``; ``immediate`` simulates a crash)."""
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop", check=False)
 
+    def pids(self) -> list[int]:
+        """The postmaster's pid and its children's (the backends), from ``/proc``."""
+        try:
+            master = int((self.data / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return []
+        pids = [master]
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == master:
+                pids.append(int(stat.parent.name))
+        return pids
+
+    def pause(self) -> None:
+        """SIGSTOP every process of the cluster: it hangs (accepts TCP, answers nothing)
+        instead of refusing — the failure a stopped VM or a stuck storage gives."""
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT every process of the cluster (after :meth:`pause`)."""
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
     def destroy(self) -> None:
         """Stop and delete the cluster."""
+        self.resume()
         self.stop("immediate")
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def private_cluster(*, migrate: bool = True) -> Iterator[PgCluster]:
+    """A started private :class:`PgCluster` (migrated to the core's head when
+    ``migrate``), destroyed afterwards: the body of a module-scoped pytest fixture
+    (``yield from private_cluster()``). Skips (or fails under ``CI=true``) like
+    :func:`require_pg` when PostgreSQL is not available."""
+    import asyncio
+
+    import pytest
+
+    require_pg()
+    if pg_bin_dir() is None:
+        pytest.skip("PostgreSQL server binaries not installed")
+    cluster = PgCluster().init()
+    cluster.start()
+    try:
+        if migrate:
+            from servehall.db.engine import create_db_engine
+            from servehall.db.migrate import upgrade_database
+
+            async def _migrate() -> None:
+                engine = create_db_engine(cluster.url)
+                try:
+                    await upgrade_database(engine)
+                finally:
+                    await engine.dispose()
+
+            asyncio.run(_migrate())
+        yield cluster
+    finally:
+        cluster.destroy()

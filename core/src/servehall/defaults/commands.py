@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from servehall.defaults import config_commands
 from servehall.errors import ServehallError
 from servehall.plugin.hookimpl import hookimpl
 from servehall.plugin.manager import PluginHost
@@ -106,7 +107,9 @@ def _all_backends(host: PluginHost) -> list[dict[str, Any]]:
     return rows
 
 
-config_app = typer.Typer(help="Validate and show configuration.", no_args_is_help=True)
+config_app = typer.Typer(
+    help="Validate, show and apply configuration (revisions, rollback).", no_args_is_help=True
+)
 
 
 @config_app.command("check")
@@ -133,6 +136,11 @@ def config_show(config: ConfigOpt = None) -> None:
 
     settings, _ = load_deployment(config)
     typer.echo(json.dumps(masked_dump(settings), indent=2, default=str))
+
+
+config_app.command("apply")(config_commands.config_apply)
+config_app.command("history")(config_commands.config_history)
+config_app.command("rollback")(config_commands.config_rollback)
 
 
 def serve_command(

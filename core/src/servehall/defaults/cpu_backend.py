@@ -1,4 +1,5 @@
-"""Default plugin: backend ``cpu`` — the shared torch engine on the host CPU.
+"""Default plugin: backend ``cpu`` — the shared torch engine on the host CPU (or
+``options.engine = "onnxruntime"`` / ``"vllm"``, the latter on vLLM's CPU build).
 
 It is the reference backend for parity tests. Available whenever torch and transformers
 import (extra ``servehall[torch]``); the probe checks with ``importlib.util.find_spec``
@@ -14,6 +15,7 @@ from servehall.engines.backends import BackendRegistry, BackendSpec, ProbeResult
 from servehall.engines.onnxruntime.probe import cpu_provider_status
 from servehall.engines.select import engine_factory
 from servehall.engines.torch import CpuDevice
+from servehall.engines.vllm.probe import vllm_build
 from servehall.plugin.hookimpl import hookimpl
 
 CPU_AUTO_PRIORITY = 10
@@ -27,7 +29,17 @@ def probe_cpu() -> ProbeResult:
             False, f"{', '.join(missing)} not installed (pip install 'servehall[torch]')"
         )
     ort = cpu_provider_status()
-    return ProbeResult(True, f"torch on the host CPU; engine onnxruntime: {ort.reason}")
+    vllm = vllm_build()
+    return ProbeResult(
+        True,
+        f"torch on the host CPU; engine onnxruntime: {ort.reason}; engine vllm: {vllm.describe()}",
+    )
+
+
+def _fp32() -> str:
+    """``dtype = "auto"`` of the vLLM engine on ``cpu``: float32, as the torch engine (the
+    parity reference); ``dtype = "bf16"`` opts into vLLM's faster bfloat16 CPU kernels."""
+    return "float32"
 
 
 @hookimpl
@@ -36,11 +48,14 @@ def servehall_register_backends(registry: BackendRegistry) -> None:
         BackendSpec(
             "cpu",
             probe_cpu,
-            engine_factory("cpu", torch_device=CpuDevice, ort_provider="cpu"),
+            engine_factory(
+                "cpu", torch_device=CpuDevice, ort_provider="cpu", vllm=True, vllm_dtype=_fp32
+            ),
             auto_priority=CPU_AUTO_PRIORITY,
             description=(
                 "torch + transformers continuous batching on the host CPU (reference); "
-                "options.engine = 'onnxruntime' for ONNX Runtime GenAI"
+                "options.engine = 'onnxruntime' for ONNX Runtime GenAI, 'vllm' for vLLM's "
+                "CPU build"
             ),
         )
     )

@@ -33,10 +33,21 @@ DEMO_CHAT_TEMPLATE = (
     "{%- if messages | length == 0 %}{{ raise_exception('messages must not be empty') }}"
     "{%- endif %}"
     "{{- bos_token }}"
+    "{%- if tools %}"
+    "{{- '<|system|>\\n' }}"
+    "{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] ~ '\\n\\n' }}"
+    "{%- endif %}"
+    "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' ~ (tool | tojson) }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name "
+    "and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\\n</tool_call><|end|>\\n\' }}'
+    "{%- endif %}"
     "{%- for message in messages %}"
-    "{%- if message['role'] not in ['system', 'user', 'assistant'] %}"
+    "{%- if message['role'] not in ['system', 'user', 'assistant', 'tool'] %}"
     "{{- raise_exception(\"unknown role '\" ~ message['role'] ~ \"'; "
-    'expected system, user or assistant") }}'
+    'expected system, user, assistant or tool") }}'
     "{%- endif %}"
     "{%- if message['role'] == 'system' and not loop.first %}"
     "{{- raise_exception('a system message may only come first') }}"
@@ -44,13 +55,35 @@ DEMO_CHAT_TEMPLATE = (
     "{%- if message['content'] is not string %}"
     "{{- raise_exception('message content must be a string') }}"
     "{%- endif %}"
+    "{%- if message['role'] == 'system' and tools %}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{{- '<|user|>\\n<tool_response>\\n' ~ message['content'] ~ '\\n</tool_response><|end|>\\n' }}"
+    "{%- elif message['role'] == 'assistant' and message['tool_calls'] is defined"
+    " and message['tool_calls'] %}"
+    "{{- '<|assistant|>\\n' ~ message['content'] }}"
+    "{%- for call in message['tool_calls'] %}"
+    "{%- set f = call['function'] %}"
+    "{{- '<tool_call>\\n{\"name\": ' ~ (f['name'] | tojson) ~ ', \"arguments\": ' }}"
+    "{%- if f['arguments'] is string %}{{- f['arguments'] }}"
+    "{%- else %}{{- f['arguments'] | tojson }}{%- endif %}"
+    "{{- '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|end|>\\n' }}"
+    "{%- else %}"
     "{{- '<|' ~ message['role'] ~ '|>\\n' ~ message['content'] ~ '<|end|>\\n' }}"
+    "{%- endif %}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|assistant|>\\n' }}{%- endif %}"
 )
-"""Strict Jinja chat template: roles ``system`` (first only), ``user``, ``assistant``;
-string content only; anything else raises (``raise_exception``). Each turn renders as
-``<|role|>\\n{content}<|end|>\\n``; the generation prompt is ``<|assistant|>\\n``."""
+"""Strict Jinja chat template: roles ``system`` (first only), ``user``, ``assistant``,
+``tool``; string content only; anything else raises (``raise_exception``). Each turn
+renders as ``<|role|>\\n{content}<|end|>\\n``; the generation prompt is
+``<|assistant|>\\n``. With ``tools`` (transformers' ``apply_chat_template(tools=...)``) a
+system turn lists them in Hermes format (``<tools>`` JSON lines, calls asked as
+``<tool_call>{"name": ..., "arguments": ...}</tool_call>``; a first system message's
+content leads it); an assistant turn's ``tool_calls`` render as such calls after its
+content, and a ``tool`` message as a user turn holding ``<tool_response>…</tool_response>``
+(Qwen 2.5's layout)."""
 
 
 def render_chat(messages: list[tuple[str, str]], add_generation_prompt: bool = False) -> str:

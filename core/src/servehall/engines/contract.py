@@ -120,7 +120,9 @@ class EngineStats:
     """A point-in-time view of an engine, for metrics and ``/health``.
 
     ``kv_cache_blocks_*`` count KV-cache pages; ``device_memory_*`` are bytes (None when
-    the device cannot report them).
+    the device cannot report them); ``prefix_cache_*`` are cumulative prompt tokens looked
+    up in / found in the prefix cache since the engine started (None when the engine has
+    no prefix cache or cannot tell).
     """
 
     running: int
@@ -129,6 +131,46 @@ class EngineStats:
     kv_cache_blocks_total: int
     device_memory_used_bytes: int | None = None
     device_memory_total_bytes: int | None = None
+    prefix_cache_queries: int | None = None
+    prefix_cache_hits: int | None = None
+    grammar: GrammarStats | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GrammarStats:
+    """Cumulative counters of an engine's structured-output grammar cache.
+
+    Attributes:
+        hits: constraints found compiled in the cache.
+        misses: constraints compiled (each one a compile, failures included).
+        compile_seconds_sum: seconds spent compiling, in total.
+        compile_buckets: cumulative counts of compiles that took at most each bound of
+            :data:`GRAMMAR_COMPILE_BUCKETS` (Prometheus histogram buckets, ``+Inf`` =
+            ``misses``).
+    """
+
+    hits: int = 0
+    misses: int = 0
+    compile_seconds_sum: float = 0.0
+    compile_buckets: tuple[int, ...] = ()
+
+
+GRAMMAR_COMPILE_BUCKETS: tuple[float, ...] = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+"""Upper bounds (seconds) of the grammar compile time histogram."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,8 @@ Pacing (``[[models]] options``, validated by :class:`NullOptions`):
   step). With both set, each sequence receives ``tokens_per_s × step_time`` tokens per
   step (fractions carried over); with only ``tokens_per_s``, a step lasts
   ``1 / tokens_per_s`` and carries one token;
-* ``max_num_seqs``: sequences in the running batch; later requests wait (FCFS).
+* ``max_num_seqs``: sequences in the running batch; later requests wait (FCFS);
+* ``test_fail_every``: a test fault (every Nth request fails; :class:`NullOptions`).
 
 Output: the prompt's own token ids repeated (EOS, stop ids and the special tokens of
 ``tokenizer_config.json`` skipped), so the text is made of the prompt's words and every
@@ -59,6 +60,9 @@ class NullOptions(BaseModel):
         tokens_per_s: tokens per second per sequence (> 0), None = one per step.
         step_time_ms: milliseconds per engine step (>= 0).
         max_num_seqs: most sequences in one step (>= 1).
+        test_fail_every: a test fault: every Nth request asking for more than one token
+            ends at once with an engine error (readiness probes ask for one and pass),
+            e.g. a canary built to fail (docs/versions.md). None: never.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -66,6 +70,7 @@ class NullOptions(BaseModel):
     tokens_per_s: float | None = Field(default=None, gt=0)
     step_time_ms: float = Field(default=0.0, ge=0)
     max_num_seqs: int = Field(default=256, ge=1)
+    test_fail_every: int | None = Field(default=None, ge=1)
 
     def pace(self) -> tuple[float, float]:
         """``(step_time_s, tokens_per_step)`` of one sequence."""
@@ -145,6 +150,7 @@ class NullEngine:
         self._started = False
         self._stopped = False
         self.steps = 0
+        self._counted = 0
 
     @property
     def model_info(self) -> ModelInfo:
@@ -168,6 +174,12 @@ class NullEngine:
         if not self._started or self._stopped:
             stream.push(TokenDelta((), "error", "the null engine is not running"))
             return stream
+        every = self.options.test_fail_every
+        if every is not None and params.max_tokens > 1:
+            self._counted += 1
+            if self._counted % every == 0:
+                stream.push(TokenDelta((), "error", "test fault: test_fail_every"))
+                return stream
         skip = stop_token_set(params, self._info.eos_token_ids) | self._special
         source = _token_source(prompt_token_ids, frozenset(skip), self._info.vocab_size)
         self._waiting[request_id] = _Seq(stream, source, params.max_tokens)

@@ -43,7 +43,12 @@ if TYPE_CHECKING:
     from servehall.engines.backends import BackendRegistry
     from servehall.plugin.host import Host
     from servehall.plugin.migrations import MigrationBranch
-    from servehall.plugin.registries import RouteRegistry, SchedulerRegistry, SinkRegistry
+    from servehall.plugin.registries import (
+        RouteRegistry,
+        SchedulerRegistry,
+        SinkRegistry,
+        ToolParserRegistry,
+    )
 
 hookspec = pluggy.HookspecMarker("servehall")
 
@@ -61,6 +66,16 @@ def servehall_register_schedulers(registry: SchedulerRegistry) -> None:
     """Add scheduling policies: ``registry.add(SchedulerSpec(name, factory))``.
 
     Called once at startup; the policy named in ``[scheduler] policy`` is used. Collect-all.
+    """
+
+
+@hookspec
+def servehall_register_tool_parsers(registry: ToolParserRegistry) -> None:
+    """Add tool-call formats: ``registry.add(ToolParser(name, format, trigger, begin, end))``
+    (:class:`servehall.ToolParser`; the core registers ``hermes`` and ``llama3_json``).
+
+    Called once at startup; ``[[models]] tool_parser`` picks one per model by name (an
+    unknown name stops the start with a ConfigError listing the known ones). Collect-all.
     """
 
 

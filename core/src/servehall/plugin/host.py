@@ -7,6 +7,8 @@ state (hook API 2.0).
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -14,16 +16,37 @@ from servehall.config.settings import Settings
 from servehall.plugin.manager import PluginHost
 from servehall.plugin.state import PluginState
 from servehall.replica import replica_name
+from servehall.rollout.guard import OutcomeWindow
+from servehall.tools.parsers import HERMES, ToolParser
 
 if TYPE_CHECKING:
     from servehall.admission.filters import InputFilter
     from servehall.admission.scheduler import Scheduler
+    from servehall.config.models import ModelConfig, RollbackIf
     from servehall.engines.contract import Engine
+
+
+def model_key(name: str, version: str) -> str:
+    """The key of one version in :attr:`Host.models`: ``name``, or ``name@version``."""
+    return f"{name}@{version}" if version else name
 
 
 @dataclass
 class ServedModel:
-    """A model the host serves: its config name, engine, scheduler and tokenizer."""
+    """One version of a model the host serves: its config name, version label, weight,
+    engine, scheduler, tokenizer and the tool parser that reads its tool calls
+    (``[[models]] tool_parser``).
+
+    ``state``: ``serving`` (takes requests), ``loading`` (a live config change is
+    starting it: no routed traffic yet), ``draining`` (removed by a config change: no new
+    requests, streams finish), ``removed``, or ``unloaded`` (idle: its engine stopped;
+    the next request loads it, :mod:`servehall.rollout.idle`). ``config`` is its
+    ``[[models]]`` entry; ``last_used`` (monotonic) the last request's start or end;
+    ``loads`` / ``last_load_s`` count engine starts and time the last one.
+    ``inflight`` counts requests routed to it that have not ended (a draining version
+    stops once it is 0); ``outcomes`` its recent finished requests
+    (:mod:`servehall.rollout.guard`).
+    """
 
     name: str
     backend: str
@@ -31,6 +54,23 @@ class ServedModel:
     scheduler: Scheduler
     tokenizer: Any
     max_model_len: int
+    tool_parser: ToolParser = HERMES
+    version: str = ""
+    weight: float = 1.0
+    state: str = "serving"
+    inflight: int = 0
+    rollback_if: RollbackIf | None = None
+    outcomes: OutcomeWindow = field(default_factory=lambda: OutcomeWindow(300.0))
+    config: ModelConfig | None = None
+    last_used: float = field(default_factory=time.monotonic)
+    loads: int = 0
+    last_load_s: float = 0.0
+    load_task: asyncio.Task[None] | None = None
+
+    @property
+    def key(self) -> str:
+        """This version's key in :attr:`Host.models` (:func:`model_key`)."""
+        return model_key(self.name, self.version)
 
 
 @dataclass
@@ -40,7 +80,8 @@ class Host:
     Attributes:
         settings: the validated effective config.
         plugins: the plugin host (typed hook calls).
-        models: served models by name.
+        models: served model versions by key (:func:`model_key`: ``name`` or
+            ``name@version``); :meth:`served_names` lists the names clients use.
         input_filters: filters from ``servehall_input_filters``.
         records: the record bus (``emit(RequestRecord)``, ``audit(AuditEvent)``); None
             until the records layer starts.
@@ -57,6 +98,10 @@ class Host:
     records: Any = None
     state: PluginState = field(default_factory=PluginState)
     replica: str = ""
+
+    def served_names(self) -> list[str]:
+        """The model names clients may send, in configured order, once each."""
+        return list(dict.fromkeys(s.name for s in self.models.values() if s.state != "removed"))
 
     def __post_init__(self) -> None:
         if not self.replica:

@@ -41,7 +41,7 @@ import pluggy
 from servehall.engines.backends import BackendRegistry
 from servehall.errors import PluginError
 from servehall.plugin import hookspecs
-from servehall.plugin.registries import SchedulerRegistry, SinkRegistry
+from servehall.plugin.registries import SchedulerRegistry, SinkRegistry, ToolParserRegistry
 from servehall.version import HOOK_API_VERSION, check_hook_api
 
 if TYPE_CHECKING:
@@ -66,6 +66,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "servehall.defaults.cpu_backend",
     "servehall.defaults.null_backend",
     "servehall.defaults.sinks",
+    "servehall.defaults.tool_parsers",
     "servehall.defaults.records_commands",
 )
 """Core modules registered as plugins on every host, before any entry point."""
@@ -268,6 +269,12 @@ class PluginHost:
         """Collect scheduling policies (``servehall_register_schedulers``)."""
         registry = SchedulerRegistry()
         self.pm.hook.servehall_register_schedulers(registry=registry)
+        return registry
+
+    def tool_parsers(self) -> ToolParserRegistry:
+        """Collect tool-call parsers (``servehall_register_tool_parsers``)."""
+        registry = ToolParserRegistry()
+        self.pm.hook.servehall_register_tool_parsers(registry=registry)
         return registry
 
     def sinks(self) -> SinkRegistry:

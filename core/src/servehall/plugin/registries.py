@@ -10,8 +10,9 @@ from starlette.routing import BaseRoute
 from servehall.admission.scheduler import SchedulerSpec
 from servehall.errors import ConfigError
 from servehall.records.types import SinkSpec
+from servehall.tools.parsers import ToolParser
 
-T = TypeVar("T", SchedulerSpec, SinkSpec)
+T = TypeVar("T", SchedulerSpec, SinkSpec, ToolParser)
 
 
 class _NamedRegistry(Generic[T]):
@@ -59,3 +60,9 @@ class RouteRegistry:
     def add(self, route: BaseRoute) -> None:
         """Add a route (``starlette.routing.Route`` or ``Mount``)."""
         self.routes.append(route)
+
+
+class ToolParserRegistry(_NamedRegistry[ToolParser]):
+    """Tool-call parsers by name (``[[models]] tool_parser``): ``registry.add(ToolParser(...))``."""
+
+    kind = "tool parser"

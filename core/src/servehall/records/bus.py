@@ -140,7 +140,8 @@ class RecordBus:
             await r.close()
 
 
-def _config_digest(dump: dict[str, Any]) -> str:
+def config_digest(dump: dict[str, Any]) -> str:
+    """sha256 hex of a config dump as canonical JSON (sorted keys, no whitespace)."""
     text = json.dumps(dump, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -159,7 +160,7 @@ def startup_events(settings: Settings, plugins: PluginHost) -> list[AuditEvent]:
         AuditEvent(
             action="config.loaded",
             target="servehall",
-            details={"sha256": _config_digest(dump), "config": dump},
+            details={"sha256": config_digest(dump), "config": dump},
         ),
         AuditEvent(
             action="plugins.loaded",

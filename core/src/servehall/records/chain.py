@@ -8,7 +8,10 @@ keys, no whitespace, UTF-8, ``at`` as ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (UTC).
 Appends are serialised across processes and connections: a writer first updates the
 single ``audit_chain_head`` row (a row lock on PostgreSQL, the write lock on SQLite),
 then reads the tail, inserts its rows and moves the head — all in one transaction, so
-two writers can never fork the chain. The head also records the last id and the event
+two writers can never fork the chain. On PostgreSQL the wait for the head is bounded by
+``lock_timeout`` and a writer stalled while holding it is ended by the server
+(``idle_in_transaction_session_timeout``; see :class:`servehall.db.engine.DbTimeouts`),
+so one stalled replica cannot stop the others. The head also records the last id and the event
 count, so deleting rows from the end is detected too.
 """
 

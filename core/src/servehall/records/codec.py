@@ -130,6 +130,9 @@ def request_row(rec: RequestRecord) -> dict[str, Any]:
         "prompt_text": _opt(rec.prompt_text),
         "completion_text": _opt(rec.completion_text),
         "replica": _opt(rec.replica),
+        "response_format": _opt(rec.response_format),
+        "tool_calls": None if rec.tool_calls is None else [clean_text(n) for n in rec.tool_calls],
+        "version": _opt(rec.version or None),
     }
 
 

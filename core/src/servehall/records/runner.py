@@ -23,6 +23,11 @@ refusals are records too (503 ``records_unavailable``): they are kept (up to
 ``max_refused`` of them beyond the buffer, default 100,000, then counted as dropped)
 and written once the sink recovers.
 
+Hanging writes: a ``sink.write`` that runs past ``write_timeout_s`` (default 10 s) makes
+the sink unhealthy exactly as a failed write does, while the write itself goes on (a
+database stopped rather than down answers nothing: without this a required sink would
+never fail closed). It is not cancelled, so a write that commits late is not repeated.
+
 Idle checks: while no record waits, a sink that offers ``async check()`` is probed every
 ``check_interval_s`` (default 10 s; 0 = never). A failed check makes the sink unhealthy
 exactly as a failed write does (``/health/ready`` names a ``required`` one, ``at_once``
@@ -50,7 +55,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from servehall.records.codec import dumps, from_json
-from servehall.records.types import Record, RequestRecord, Sink
+from servehall.records.types import AuditEvent, Record, RequestRecord, Sink
 
 log = logging.getLogger("servehall.records")
 
@@ -72,6 +77,7 @@ RUNNER_OPTIONS = (
     "fail_closed",
     "max_refused",
     "check_interval_s",
+    "write_timeout_s",
 )
 """Keys of a ``[[sinks]] options`` table consumed by the runner, not the sink factory."""
 
@@ -109,6 +115,11 @@ class SinkRunner:
             buffer while the sink cannot write; more are dropped and counted.
         check_interval_s: while idle, probe a sink that has ``check()`` this often
             (seconds; 0 = never). Each probe is bounded by the same time.
+        write_timeout_s: a ``sink.write`` still running after this many seconds makes
+            the sink unhealthy (``/health/ready`` 503 for a required sink, refusals
+            under ``at_once``) while the write goes on (0 = never). The write is not
+            cancelled: a database that hangs rather than refuses may still commit it,
+            and a cancelled write retried would be written twice.
 
     Raises:
         ValueError: an unknown ``fail_closed`` value.
@@ -133,6 +144,7 @@ class SinkRunner:
         fail_closed: str = "when_exhausted",
         max_refused: int = 100_000,
         check_interval_s: float = 10.0,
+        write_timeout_s: float = 10.0,
     ) -> None:
         if fail_closed not in FAIL_CLOSED_MODES:
             raise ValueError(
@@ -161,6 +173,8 @@ class SinkRunner:
         self.max_refused = max(0, int(max_refused))
         self.check_interval_s = max(0.0, float(check_interval_s))
         self.checks_failed = 0
+        self.write_timeout_s = max(0.0, float(write_timeout_s))
+        self.write_timeouts = 0
         self._tail_refused = 0
 
         self.mem: deque[Record] = deque()
@@ -174,6 +188,7 @@ class SinkRunner:
         self.written = 0
         self.dropped = 0
         self.failures = 0
+        self.audit_failures = 0
         self.healthy = True
         self.last_error: str | None = None
         self._last_warn: dict[str, float] = {}
@@ -411,9 +426,11 @@ class SinkRunner:
                     await self._linger()
                 continue
             try:
-                await self.sink.write(batch)
+                await self._write(batch)
             except Exception as exc:
                 self.failures += 1
+                if any(isinstance(r, AuditEvent) for r in batch):
+                    self.audit_failures += 1
                 self._unhealthy("write", exc)
                 await asyncio.sleep(backoff) if not self._closing else await self._sleep(backoff)
                 backoff = min(backoff * 2, self.retry_max_s)
@@ -429,6 +446,25 @@ class SinkRunner:
                 self._spill_read_pos = spill_pos
             if self._group_commit(len(batch)):
                 await self._linger()
+
+    async def _write(self, batch: list[Record]) -> None:
+        """``sink.write(batch)``; past ``write_timeout_s`` the sink is marked unhealthy
+        and the write is awaited on (see the class docstring)."""
+        if self.write_timeout_s <= 0:
+            await self.sink.write(batch)
+            return
+        task = asyncio.ensure_future(self.sink.write(batch))
+        done, _ = await asyncio.wait({task}, timeout=self.write_timeout_s)
+        if not done:
+            self.write_timeouts += 1
+            self._unhealthy(
+                "write",
+                TimeoutError(
+                    f"write of {len(batch)} record(s) still running after "
+                    f"{self.write_timeout_s:g} s (write_timeout_s); waiting for it"
+                ),
+            )
+        await task
 
     async def _idle(self) -> None:
         """Wait for records; every ``check_interval_s`` meanwhile, probe the sink."""
@@ -557,6 +593,8 @@ class SinkRunner:
             "written": self.written,
             "dropped": self.dropped,
             "failures": self.failures,
+            "audit_failures": self.audit_failures,
             "checks_failed": self.checks_failed,
+            "write_timeouts": self.write_timeouts,
             "last_error": self.last_error,
         }

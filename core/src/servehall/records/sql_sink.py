@@ -7,6 +7,10 @@ lost commit acknowledgement never duplicates a row), then its audit events appen
 the chain. Rows are converted to driver values here, once (no per-row SQLAlchemy type
 processing on the event loop): timestamps as aware UTC on PostgreSQL and as SQLAlchemy's
 SQLite text form, JSON as text.
+On PostgreSQL the sink's sessions run with the ``[database]`` timeouts
+(:class:`~servehall.db.engine.DbTimeouts`: statement, lock, idle-in-transaction), so a
+write can neither wait forever on a server that stopped answering nor on the audit chain
+head held by a stalled replica.
 ``start()`` refuses an un-migrated database (``servehall db upgrade``) unless
 ``[database] auto_migrate`` is on.
 """
@@ -22,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from servehall.db.engine import create_db_engine, database_url
+from servehall.db.engine import DbTimeouts, create_db_engine, database_url
 from servehall.db.migrate import ensure_schema
 from servehall.db.models import RequestLog
 from servehall.db.types import to_utc
@@ -54,8 +58,16 @@ def _bad_data(exc: BaseException) -> bool:
 class SqlSink:
     """Writes records to ``request_log`` / ``audit_event`` (see module docstring)."""
 
-    def __init__(self, url: str, *, auto_migrate: bool = False, name: str = "sql") -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        auto_migrate: bool = False,
+        name: str = "sql",
+        timeouts: DbTimeouts | None = None,
+    ) -> None:
         self.name = name
+        self.timeouts = timeouts or DbTimeouts()
         self.required = False
         self.url = url
         self.auto_migrate = auto_migrate
@@ -65,7 +77,7 @@ class SqlSink:
 
     async def start(self) -> None:
         """Connect and check (or migrate) the schema; ConfigError when not migrated."""
-        self.engine = create_db_engine(self.url)
+        self.engine = create_db_engine(self.url, timeouts=self.timeouts)
         await ensure_schema(self.engine, auto_migrate=self.auto_migrate)
         self._pg = self.engine.dialect.name == "postgresql"
         marks = ", ".join(f"${i + 1}" if self._pg else "?" for i in range(len(_COLUMNS)))
@@ -151,4 +163,6 @@ def sql_sink_factory(options: dict[str, Any], settings: Settings) -> SqlSink:
     """
     check_sink_options("sql", options, ("url",))
     url = str(options.get("url") or database_url(settings))
-    return SqlSink(url, auto_migrate=settings.database.auto_migrate)
+    return SqlSink(
+        url, auto_migrate=settings.database.auto_migrate, timeouts=DbTimeouts.of(settings)
+    )

@@ -26,7 +26,11 @@ class RequestRecord:
     ``store_prompts`` from the principal's policy (``principal.policy.store_prompts``,
     e.g. ``[auth.tenants.<name>] store_prompts``). The record bus drops the texts
     otherwise, before any sink sees the record. ``replica`` names
-    the servehall replica that served the request (``[server] replica``).
+    the servehall replica that served the request (``[server] replica``); ``version``
+    the version of the model that served it (``[[models]] version``; empty or None for
+    an unversioned model). ``tool_calls`` names the functions the model called (every
+    choice, in order; None when the request offered no tools); their arguments are only
+    in ``completion_text``.
     """
 
     request_id: str
@@ -52,6 +56,9 @@ class RequestRecord:
     completion_text: str | None = None
     store_prompts: bool | None = None
     replica: str | None = None
+    response_format: str | None = None
+    tool_calls: list[str] | None = None
+    version: str | None = None
 
 
 @dataclass(slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from servehall.admission.scheduler import POLICY_SETTINGS, SchedulerSpec
+from servehall.config.models import check_versions
 from servehall.config.settings import Settings, load_settings, validate_plugin_sections
 from servehall.errors import ConfigError
 from servehall.plugin.manager import PluginHost
@@ -61,6 +62,7 @@ def check_names(settings: Settings, plugins: PluginHost) -> None:
             errs.append(
                 (f"sinks[{i}].name", f"unknown sink {sink.name!r}; known: {', '.join(sinks)}{hint}")
             )
+    errs.extend(check_versions(list(settings.models)))
     backends = plugins.backends().names()
     for i, model in enumerate(settings.models):
         if model.backend != "auto" and model.backend not in backends:

@@ -34,6 +34,7 @@ import contextlib
 import logging
 import math
 import signal
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,10 +44,11 @@ from servehall.config.settings import Settings
 from servehall.engines.contract import Engine
 from servehall.engines.model_dir import check_model_dir
 from servehall.errors import ConfigError, EngineError
-from servehall.plugin.host import Host, ServedModel
+from servehall.plugin.host import Host, ServedModel, model_key
 from servehall.plugin.manager import PluginHost
 from servehall.server.listeners import bind_sockets, check_binds, hypercorn_fd_binds
 from servehall.server.logs import configure_logging
+from servehall.tools.parsers import guess_parser_name
 from servehall.worker.client import ProcessEngine
 from servehall.worker.gate import EngineGate
 
@@ -96,53 +98,86 @@ async def build_host(settings: Settings, plugins: PluginHost) -> Host:
         EngineError: an engine failed to start.
     """
     from servehall.records.bus import open_record_bus
-    from servehall.text.tokenizer import load_tokenizer
 
     if not settings.models:
         raise ConfigError("no [[models]] configured (use --demo to serve the demo model)")
     host = Host(settings=settings, plugins=plugins)
-    backends = plugins.backends()
-    policy = plugins.schedulers().get(settings.scheduler.policy)
     await ensure_plugin_schema(settings, plugins)
     host.records = await open_record_bus(settings, plugins)
     try:
         for mc in settings.models:
-            if mc.name in host.models:
-                raise ConfigError(f"model name {mc.name!r} configured twice")
-            check_model_dir(mc.name, mc.path)
-            spec = backends.select(mc.backend)
-            try:
-                tokenizer = load_tokenizer(mc.path)
-            except Exception as exc:
-                raise ConfigError(
-                    f"models.{mc.name}: cannot load the tokenizer from {mc.path}: {exc}"
-                ) from None
-            log.info(
-                "model %s: backend %s (%s isolation), loading %s",
-                mc.name,
-                spec.name,
-                mc.isolation,
-                mc.path,
-            )
-            engine = make_engine(host, mc, spec.name, spec.factory, tokenizer)
-            await engine.start()
-            limits = [engine.model_info.max_model_len, mc.max_model_len or math.inf]
-            scheduler = policy.factory(settings.scheduler)
-            if isinstance(engine, ProcessEngine):
-                scheduler = EngineGate(scheduler, engine, mc.name, settings.scheduler)
-            host.models[mc.name] = ServedModel(
-                name=mc.name,
-                backend=spec.name,
-                engine=engine,
-                scheduler=scheduler,
-                tokenizer=tokenizer,
-                max_model_len=int(min(limits)),
-            )
+            key = model_key(mc.name, mc.version)
+            if key in host.models:
+                raise ConfigError(f"model {key!r} configured twice")
+            host.models[key] = await start_version(host, mc)
         host.input_filters = plugins.input_filters(host)
     except BaseException:
         await shutdown_host(host)
         raise
     return host
+
+
+async def start_version(host: Host, mc: ModelConfig, state: str = "serving") -> ServedModel:
+    """Build and start one ``[[models]]`` entry (a version): backend via
+    ``BackendRegistry.select``, tokenizer, engine (started: the worker has loaded the
+    model), scheduler per ``[scheduler] policy``. Used at startup and by live config
+    changes (:mod:`servehall.rollout.live`), which register it with ``state="loading"``.
+
+    Raises:
+        ConfigError: a path that is not a model directory, an unusable tokenizer, an
+            unknown backend.
+        EngineError: the engine failed to start.
+    """
+    from servehall.text.tokenizer import load_tokenizer
+
+    settings = host.settings
+    key = model_key(mc.name, mc.version)
+    check_model_dir(mc.name, mc.path)
+    spec = host.plugins.backends().select(mc.backend)
+    try:
+        tokenizer = load_tokenizer(mc.path)
+    except Exception as exc:
+        raise ConfigError(
+            f"models.{mc.name}: cannot load the tokenizer from {mc.path}: {exc}"
+        ) from None
+    parser_name = mc.tool_parser or guess_parser_name(getattr(tokenizer.hf, "chat_template", None))
+    try:
+        tool_parser = host.plugins.tool_parsers().get(parser_name)
+    except ConfigError as exc:
+        raise ConfigError(f"models.{mc.name}.tool_parser: {exc}") from None
+    log.info(
+        "model %s: backend %s (%s isolation), loading %s", key, spec.name, mc.isolation, mc.path
+    )
+    engine = make_engine(host, mc, spec.name, spec.factory, tokenizer)
+    t0 = time.monotonic()
+    await engine.start()
+    load_s = time.monotonic() - t0
+    try:
+        limits = [engine.model_info.max_model_len, mc.max_model_len or math.inf]
+        scheduler = (
+            host.plugins.schedulers().get(settings.scheduler.policy).factory(settings.scheduler)
+        )
+        if isinstance(engine, ProcessEngine):
+            scheduler = EngineGate(scheduler, engine, mc.name, settings.scheduler)
+    except BaseException:
+        await engine.shutdown()
+        raise
+    return ServedModel(
+        name=mc.name,
+        backend=spec.name,
+        engine=engine,
+        scheduler=scheduler,
+        tokenizer=tokenizer,
+        max_model_len=int(min(limits)),
+        tool_parser=tool_parser,
+        version=mc.version,
+        weight=mc.weight,
+        state=state,
+        rollback_if=mc.rollback_if,
+        config=mc,
+        loads=1,
+        last_load_s=load_s,
+    )
 
 
 def make_engine(
@@ -164,7 +199,11 @@ def make_engine(
 
         if host.records is not None:
             host.records.audit(
-                AuditEvent(action=f"engine.{action}", target=mc.name, details=details)
+                AuditEvent(
+                    action=f"engine.{action}",
+                    target=model_key(mc.name, mc.version),
+                    details=details,
+                )
             )
 
     try:
@@ -207,13 +246,18 @@ async def ensure_plugin_schema(settings: Settings, plugins: PluginHost) -> None:
         await engine.dispose()
 
 
+async def stop_engine(served: ServedModel) -> None:
+    """Shut ``served``'s engine down; an error is logged, not raised."""
+    try:
+        await served.engine.shutdown()
+    except Exception:
+        log.exception("engine of %s failed to shut down", served.key)
+
+
 async def shutdown_host(host: Host) -> None:
     """Stop engines and close the record bus (errors are logged, not raised)."""
     for served in host.models.values():
-        try:
-            await served.engine.shutdown()
-        except Exception:
-            log.exception("engine of %s failed to shut down", served.name)
+        await stop_engine(served)
     if host.records is not None:
         try:
             await host.records.close()
@@ -248,14 +292,18 @@ def hypercorn_config(settings: Settings) -> Any:
     return cfg
 
 
-async def run(settings: Settings, plugins: PluginHost) -> None:
-    """Build the host and serve until SIGINT/SIGTERM."""
+async def run(settings: Settings, plugins: PluginHost, config_path: Path | None = None) -> None:
+    """Build the host and serve until SIGINT/SIGTERM (SIGHUP re-reads ``config_path``
+    and applies it live, :mod:`servehall.rollout.live`)."""
     from hypercorn.asyncio import serve as hypercorn_serve
 
     from servehall.api.app import create_app
     from servehall.api.disconnect import install_closed_write_filter
+    from servehall.api.tracing import Tracing
     from servehall.metrics import Metrics
+    from servehall.rollout.idle import IdleUnloader
     from servehall.server.accept_errors import AcceptErrorMonitor
+    from servehall.server.agent import AgentServer
     from servehall.server.hypercorn import install_connection_fixes
     from servehall.serving.probe import Readiness
 
@@ -272,29 +320,84 @@ async def run(settings: Settings, plugins: PluginHost) -> None:
     metrics = Metrics(lambda: host)
     accept_errors = AcceptErrorMonitor(metrics.registry)
     accept_errors.install(loop)
+    tracing: Tracing | None = None
+    agent: AgentServer | None = None
+    live = _live_config(host, readiness, config_path)
+    idle = IdleUnloader(host)
+    readiness.config_report = live.report
+    metrics.config_revision.set_function(lambda: float(live.revision))
     try:
         await plugins.startup(host)
-        app = create_app(host, metrics=metrics, readiness=readiness)
+        tracing = Tracing.from_settings(settings.tracing)
+        app = create_app(host, metrics=metrics, readiness=readiness, tracing=tracing, live=live)
         for served in host.models.values():
             if not await readiness.probe(served):
                 raise EngineError(
-                    f"model {served.name}: the startup probe inference failed: "
-                    f"{readiness.last_error.get(served.name)}"
+                    f"model {served.key}: the startup probe inference failed: "
+                    f"{readiness.last_error.get(served.key)}"
                 )
         readiness.start()
+        if settings.server.agent_bind:
+            agent = AgentServer(host, readiness, stop.is_set, settings.server.agent_bind)
+            await agent.start()
+        idle.start()
+        live.install_sighup()
+        if settings.server.config_revisions:
+            await _open_revisions(live, settings)
         binds = list(cfg.bind)
         cfg.bind = hypercorn_fd_binds(bind_sockets(binds))
         log.info("servehall serving %s on %s", ", ".join(host.models), ", ".join(binds))
         await hypercorn_serve(app, cfg, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
     finally:
+        if agent is not None:
+            await agent.close()  # answered "drain" while the listeners drained
         accept_errors.uninstall()
+        await idle.stop()
+        await live.close()
         await readiness.stop()
         try:
             await plugins.shutdown(host)
         except Exception:
             log.exception("a shutdown hook failed")
         await shutdown_host(host)
+        if tracing is not None:
+            tracing.shutdown()  # flushes the spans still batched
         log.info("servehall stopped")
+
+
+def _live_config(host: Host, readiness: Any, config_path: Path | None) -> Any:
+    """The :class:`~servehall.rollout.live.LiveConfig` of a host started from
+    ``config_path`` (None: defaults only; SIGHUP then has nothing to re-read)."""
+    from servehall.config.settings import config_format
+    from servehall.rollout.live import LiveConfig
+
+    text = config_path.read_text(encoding="utf-8") if config_path is not None else ""
+    fmt = config_format(config_path) if config_path is not None else "toml"
+    return LiveConfig(host, readiness, text, fmt, config_path)
+
+
+async def _open_revisions(live: Any, settings: Settings) -> None:
+    """Keep config revisions in the records database (``[server] config_revisions``).
+
+    Raises:
+        ConfigError: the database is not migrated (names ``servehall db upgrade``).
+    """
+    from servehall.db.engine import create_db_engine
+    from servehall.db.migrate import ensure_schema
+
+    db = create_db_engine(settings)
+    try:
+        plugins = live.host.plugins
+        await ensure_schema(
+            db,
+            auto_migrate=settings.database.auto_migrate,
+            branches=plugins.migrations(),
+            known=plugins.other_migrations(),
+        )
+        await live.open_revisions(db)
+    except BaseException:
+        await db.dispose()
+        raise
 
 
 def serve(
@@ -339,5 +442,9 @@ def serve(
         _add_demo_model(settings)
         # the "try it" path must need no file and no extra step: migrate the local DB
         settings.database.auto_migrate = True
+    import os
+
+    chosen = config if config is not None else os.environ.get("SERVEHALL_CONFIG")
+    path = Path(chosen).expanduser() if chosen else None
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run(settings, plugins))
+        asyncio.run(run(settings, plugins, path))

@@ -1,9 +1,14 @@
-"""One choice of a request: engine stream → detokenize → stop strings → output filters.
+"""One choice of a request: engine stream → detokenize → stop strings → output filters
+→ tool calls.
 
 :class:`ChoiceStream` drives one engine request and yields :class:`ChoiceEvent` text
-deltas; the last event of a choice carries the OpenAI ``finish_reason``. Whenever the
-choice ends before the engine finished (stop string, output filter block, cancellation
-because the client went away) the engine request is aborted, freeing its KV cache.
+deltas; the last event of a choice carries the OpenAI ``finish_reason``. With tools, a
+:class:`~servehall.tools.calls.ToolCallStream` reads the filtered text (output filters
+see tool-call text like any other) and splits it into content and tool-call pieces;
+``finish_reason`` is then ``tool_calls`` when the model called one and stopped by itself.
+Whenever the choice ends before the engine finished (stop string, output filter block,
+cancellation because the client went away) the engine request is aborted, freeing its KV
+cache.
 """
 
 from __future__ import annotations
@@ -25,16 +30,18 @@ from servehall.errors import (
 )
 from servehall.text.detokenize import IncrementalDetokenizer
 from servehall.text.stops import StopMatcher
+from servehall.tools.calls import ToolCall, ToolCallDelta, ToolCallStream, assemble, merge_deltas
 
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
-def engine_failure(delta: TokenDelta) -> ServehallError:
+def engine_failure(delta: TokenDelta, param: str | None = None) -> ServehallError:
     """The client-facing error of an ``error`` delta, by its ``code``: ``invalid_request``
-    → 400, ``engine_unavailable`` → 503 + ``Retry-After: 1``, else 500 ``engine_error``."""
+    → 400 (``param``: the request field the engine refused, when known),
+    ``engine_unavailable`` → 503 + ``Retry-After: 1``, else 500 ``engine_error``."""
     message = delta.error or "The engine failed this request."
     if delta.code == "invalid_request":
-        return InvalidRequestError(message)
+        return InvalidRequestError(message, param=param)
     if delta.code == "engine_unavailable":
         return EngineUnavailableError(message, headers={"Retry-After": "1"})
     return EngineError(message)
@@ -42,11 +49,13 @@ def engine_failure(delta: TokenDelta) -> ServehallError:
 
 @dataclass(slots=True)
 class ChoiceEvent:
-    """Text for choice ``index``; ``finish_reason`` is set on the choice's last event."""
+    """Text (content) for choice ``index`` and, with tools, tool-call pieces;
+    ``finish_reason`` is set on the choice's last event."""
 
     index: int
     text: str
     finish_reason: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 @dataclass(slots=True)
@@ -63,9 +72,19 @@ class ChoiceStream:
     filters: list[OutputStreamFilter] = field(default_factory=list)
     completion_tokens: int = 0
     first_token_at: float | None = None
+    last_token_at: float | None = None
+    inter_token_s: list[float] = field(default_factory=list)
+    """Per-token gaps after the first token (s): a delta of n tokens after a gap g adds n
+    entries g/n (``servehall_inter_token_latency_seconds``)."""
     finish_reason: str | None = None
     text_parts: list[str] = field(default_factory=list)
     verdicts: list[FilterVerdict] = field(default_factory=list)
+    refusal_param: str | None = None
+    """The request field an engine's ``invalid_request`` refusal names (the constraint's)."""
+    #: with tools: reads the output into content and tool calls (None: all is content)
+    tools: ToolCallStream | None = None
+    content_parts: list[str] = field(default_factory=list)
+    call_deltas: list[ToolCallDelta] = field(default_factory=list)
 
     def _filter(self, text: str, final: bool) -> tuple[str, bool]:
         out = text
@@ -122,13 +141,19 @@ class ChoiceStream:
             async for delta in stream:
                 if coalesce is not None:  # take the backlog of a slow consumer at once
                     delta = coalesce(delta)
-                if delta.token_ids and self.first_token_at is None:
-                    self.first_token_at = time.monotonic()
+                if delta.token_ids:
+                    now = time.monotonic()
+                    if self.last_token_at is None:
+                        self.first_token_at = now
+                    else:
+                        n = len(delta.token_ids)
+                        self.inter_token_s.extend([(now - self.last_token_at) / n] * n)
+                    self.last_token_at = now
                 finish: str | None = None
                 if delta.finish_reason is not None:
                     engine_done = True
                     if delta.finish_reason == "error":
-                        raise engine_failure(delta)
+                        raise engine_failure(delta, self.refusal_param)
                 text, stopped = self._text(delta.token_ids, delta.finish_reason is not None)
                 if stopped:
                     finish = "stop"
@@ -140,9 +165,12 @@ class ChoiceStream:
                         finish = "content_filter"
                 if text:
                     self.text_parts.append(text)
-                if text or finish is not None:
+                calls: list[ToolCallDelta] | None = None
+                if self.tools is not None:
+                    text, calls, finish = self._tool_calls(text, finish)
+                if text or calls or finish is not None:
                     self.finish_reason = finish
-                    yield ChoiceEvent(self.index, text, finish)
+                    yield ChoiceEvent(self.index, text, finish, calls)
                 if finish is not None:
                     return
         finally:
@@ -154,6 +182,43 @@ class ChoiceStream:
             if aclose is not None:
                 await aclose()
 
+    def _tool_calls(
+        self, text: str, finish: str | None
+    ) -> tuple[str, list[ToolCallDelta] | None, str | None]:
+        """``text`` through the tool-call stream: (content, call pieces, finish_reason)."""
+        tools = self.tools
+        assert tools is not None
+        out = tools.feed(text) if text else None
+        content = out.content if out else ""
+        calls = out.calls if out else []
+        if finish is not None:
+            tail = tools.finish()
+            content += tail.content
+            calls += tail.calls
+        if content:
+            self.content_parts.append(content)
+        if calls:
+            calls = merge_deltas(calls)
+            self.call_deltas.extend(calls)
+        if finish == "stop" and self.call_deltas:
+            finish = "tool_calls"
+        return content, calls or None, finish
+
     @property
     def text(self) -> str:
+        """The whole output text so far (tool-call text included): what records store."""
         return "".join(self.text_parts)
+
+    @property
+    def content(self) -> str | None:
+        """The message content: the text outside tool calls (without tools: all of it);
+        None when the model only called tools."""
+        if self.tools is None:
+            return self.text
+        content = "".join(self.content_parts)
+        return None if not content and self.call_deltas else content
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """The calls the model made (empty without tools)."""
+        return assemble(self.call_deltas) if self.call_deltas else []

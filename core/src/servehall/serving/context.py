@@ -14,12 +14,17 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from servehall.metrics import ABORT_REASONS
+from servehall.metrics import ABORT_REASONS, TENANT_REFUSALS
+from servehall.plugin.host import model_key
 from servehall.records.types import RequestRecord
+from servehall.rollout.guard import observe
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
     from servehall.admission.filters import FilterVerdict
     from servehall.admission.principal import Principal
+    from servehall.api.tracing import Tracing
     from servehall.metrics import Metrics
     from servehall.plugin.host import Host
 
@@ -63,8 +68,31 @@ class RequestContext:
         )
         self.verdicts: list[FilterVerdict] = []
         self.first_token_at: float | None = None
+        self.inter_token_s: list[float] = []
         self.admitted = False
+        self.admitted_at: float | None = None
+        self.structured_outcome: str | None = None  # with record.response_format
         self._done = False
+        self._tracing: Tracing | None = None
+        self._span: Span | None = None
+        self._request_attrs: dict[str, Any] = {}
+
+    def trace(self, tracing: Tracing | None, span: Span | None) -> None:
+        """Trace this request on ``span`` (the server span of
+        :class:`~servehall.api.tracing.TracingMiddleware`); no-op when either is None."""
+        if tracing is not None and span is not None:
+            self._tracing, self._span = tracing, span
+
+    def request_params(
+        self, max_tokens: int, temperature: float | None, top_p: float | None
+    ) -> None:
+        """Note the sampling parameters for the trace (GenAI ``gen_ai.request.*``)."""
+        if self._span is not None:
+            self._request_attrs = {
+                "gen_ai.request.max_tokens": max_tokens,
+                "gen_ai.request.temperature": temperature,
+                "gen_ai.request.top_p": top_p,
+            }
 
     def set_principal(self, principal: Principal | None) -> None:
         if principal is not None:
@@ -108,13 +136,53 @@ class RequestContext:
         if keep:
             rec.prompt_text = prompt_text
             rec.completion_text = completion_text
+        if self._tracing is not None and self._span is not None:
+            self._end_trace(now)
+            with self._tracing.span("record"):
+                self._emit()
+        else:
+            self._emit()
+        self._observe(now)
+
+    def _emit(self) -> None:
         records = self.host.records
         if records is not None:
             try:
-                records.emit(dataclasses.replace(rec))
+                records.emit(dataclasses.replace(self.record))
             except Exception:  # the bus must never break a response
                 log.exception("record bus rejected a request record")
-        self._observe(now)
+
+    def _end_trace(self, now: float) -> None:
+        """The request's facts as span attributes, and its prefill/decode spans."""
+        assert self._tracing is not None and self._span is not None
+        span, rec = self._span, self.record
+        if rec.model:
+            span.update_name(f"{span.name} {rec.model}")  # type: ignore[attr-defined]
+        attrs: dict[str, Any] = {
+            **self._request_attrs,
+            "http.response.status_code": rec.status_code,
+            "gen_ai.response.id": rec.request_id,
+            "gen_ai.request.model": rec.model,
+            "gen_ai.response.model": rec.model if rec.status_code == 200 else None,
+            "gen_ai.usage.input_tokens": rec.prompt_tokens if self.admitted else None,
+            "gen_ai.usage.output_tokens": rec.completion_tokens if self.admitted else None,
+            "gen_ai.response.finish_reasons": [rec.finish_reason] if rec.finish_reason else None,
+            "error.type": rec.error_code,
+            "servehall.backend": rec.backend,
+            "servehall.tenant": rec.tenant,
+            "servehall.queue_time_s": rec.queue_time_s,
+        }
+        span.set_attributes({k: v for k, v in attrs.items() if v is not None})
+        if rec.status_code is not None and rec.status_code >= 500:
+            from opentelemetry.trace import Status, StatusCode
+
+            span.set_status(Status(StatusCode.ERROR, rec.error_code or "server error"))
+        first, admitted = self.first_token_at, self.admitted_at
+        if admitted is not None:
+            phases = [("prefill", admitted, first or now)]
+            if first is not None:
+                phases.append(("decode", first, now))
+            self._tracing.spans_between(span, phases)
 
     def _observe(self, now: float) -> None:
         m = self.metrics
@@ -122,21 +190,39 @@ class RequestContext:
         if m is None:
             return
         # only configured model names become label values (no unbounded cardinality)
-        model = rec.model if rec.model in self.host.models else ""
+        version = rec.version or ""
+        served = self.host.models.get(model_key(rec.model, version)) if rec.model else None
+        known = served is not None
+        if served is not None and self.admitted:
+            error = rec.status_code >= 500 or rec.finish_reason == "error"
+            observe(self.host, m, served, error, rec.ttft_s)
+        model = rec.model or "" if known else ""
+        version = version if known else ""
         endpoint = rec.endpoint if rec.endpoint in KNOWN_ENDPOINTS else "other"
-        m.requests.labels(model, endpoint, str(rec.status_code)).inc()
+        m.requests.labels(model, version, endpoint, str(rec.status_code)).inc()
+        if rec.tenant is not None and rec.status_code in TENANT_REFUSALS:
+            m.tenant_refusals.labels(rec.tenant, str(rec.status_code)).inc()
+        if rec.status_code >= 400:
+            code = rec.error_code or "none"
+            m.request_errors.labels(model, version, endpoint, str(rec.status_code), code).inc()
+        if rec.response_format is not None and self.structured_outcome is not None:
+            m.structured.labels(model, version, rec.response_format, self.structured_outcome).inc()
         if not self.admitted:
             return
-        m.e2e.labels(model).observe(now - self.started)
+        m.e2e.labels(model, version).observe(now - self.started)
         if rec.queue_time_s is not None:
-            m.queue.labels(model).observe(rec.queue_time_s)
-        m.prompt_tokens.labels(model).inc(rec.prompt_tokens)
-        m.generation_tokens.labels(model).inc(rec.completion_tokens)
+            m.queue.labels(model, version).observe(rec.queue_time_s)
+        m.prompt_tokens.labels(model, version).inc(rec.prompt_tokens)
+        m.generation_tokens.labels(model, version).inc(rec.completion_tokens)
         if rec.ttft_s is not None:
-            m.ttft.labels(model).observe(rec.ttft_s)
+            m.ttft.labels(model, version).observe(rec.ttft_s)
             if rec.completion_tokens > 1 and self.first_token_at is not None:
-                m.tpot.labels(model).observe(
+                m.tpot.labels(model, version).observe(
                     (now - self.first_token_at) / (rec.completion_tokens - 1)
                 )
+        if self.inter_token_s:
+            itl = m.itl.labels(model, version)
+            for gap in self.inter_token_s:
+                itl.observe(gap)
         if rec.finish_reason in ABORT_REASONS:
-            m.aborts.labels(model, rec.finish_reason).inc()
+            m.aborts.labels(model, version, rec.finish_reason).inc()

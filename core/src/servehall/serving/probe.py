@@ -1,5 +1,7 @@
 """Readiness: a model is ready when its engine is healthy and a one-token probe inference
-(or a real request) succeeded recently.
+(or a real request) succeeded recently. With versions (docs/versions.md) each version is
+reported under its key (``name@version``); the replica is ready while every served name
+has at least one ready version.
 
 :class:`Readiness` runs the probe at startup and again whenever the last success is
 older than ``probe_interval_s``; ``/health/ready`` answers 200 only while every model has
@@ -15,6 +17,7 @@ import contextlib
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from servehall.engines.contract import EngineHealth, SamplingParams
@@ -23,6 +26,12 @@ if TYPE_CHECKING:
     from servehall.plugin.host import Host, ServedModel
 
 log = logging.getLogger("servehall.health")
+
+_STATE_REASONS = {
+    "unloaded": "unloaded, loads on demand",
+    "loading": "loading (a config change: no traffic until its probe passes)",
+    "draining": "draining (removed by a config change)",
+}
 _ids = itertools.count()
 
 
@@ -42,6 +51,7 @@ class Readiness:
         self.probe_timeout_s = probe_timeout_s
         self.last_ok: dict[str, float] = {}
         self.last_error: dict[str, str] = {}
+        self.config_report: Callable[[], dict[str, Any]] | None = None
         self._task: asyncio.Task[None] | None = None
 
     def mark_ok(self, model: str) -> None:
@@ -65,20 +75,22 @@ class Readiness:
                     if delta.finish_reason is not None:
                         break
         except Exception as exc:
-            self.last_error[served.name] = f"{type(exc).__name__}: {exc}"[:300]
-            log.warning("readiness probe of %s failed: %s", served.name, exc)
+            self.last_error[served.key] = f"{type(exc).__name__}: {exc}"[:300]
+            log.warning("readiness probe of %s failed: %s", served.key, exc)
             with contextlib.suppress(Exception):
                 await served.engine.abort(rid)
             return False
         finally:
             with contextlib.suppress(Exception):
                 await stream.aclose()
-        self.mark_ok(served.name)
+        self.mark_ok(served.key)
         return True
 
     async def probe_all(self) -> None:
         for served in list(self.host.models.values()):
-            age = time.monotonic() - self.last_ok.get(served.name, float("-inf"))
+            if served.state != "serving":
+                continue
+            age = time.monotonic() - self.last_ok.get(served.key, float("-inf"))
             if age >= self.probe_interval_s:
                 await self.probe(served)
 
@@ -103,19 +115,28 @@ class Readiness:
         """``(ready, body)`` for ``/health/ready``; the body includes engine stats."""
         now = time.monotonic()
         models: dict[str, Any] = {}
-        ready = bool(self.host.models)
-        for name, served in self.host.models.items():
+        names_ok: dict[str, bool] = {}
+        for name, served in list(self.host.models.items()):
+            if served.state == "removed":
+                continue
             try:
                 health = await served.engine.health()
             except Exception as exc:  # a failing health check means "not ready", not a 500
                 health = EngineHealth(False, f"health check raised {type(exc).__name__}")
             age = now - self.last_ok[name] if name in self.last_ok else None
             ok = health.ok and age is not None and age <= self.max_age_s
-            ready = ready and ok
+            if served.state != "serving":
+                ok = False
+                health = EngineHealth(False, _STATE_REASONS.get(served.state, served.state))
+            # an idle-unloaded version loads on demand: it keeps the replica ready
+            usable = ok or served.state == "unloaded"
+            names_ok[served.name] = names_ok.get(served.name, False) or usable
             s = served.engine.stats()
             models[name] = {
                 "ready": ok,
+                "state": served.state,
                 "backend": served.backend,
+                **({"model": served.name, "version": served.version} if served.version else {}),
                 "reason": ""
                 if ok
                 else (health.reason or self.last_error.get(name) or "no successful probe yet"),
@@ -128,7 +149,12 @@ class Readiness:
                 },
                 "scheduler": scheduler_report(served.scheduler),
             }
+        # ready while every served name has a ready version (a loading canary or a
+        # draining version does not turn the replica unready)
+        ready = bool(names_ok) and all(names_ok.values())
         body: dict[str, Any] = {"models": models}
+        if self.config_report is not None:
+            body["config"] = self.config_report()
         unready_sinks = getattr(self.host.records, "unready_sinks", None)
         if unready_sinks is not None:
             unready = unready_sinks()

@@ -44,7 +44,10 @@ needs no fixture at all: subclass :class:`TinyLlamaConformance` and set ``backen
 
 Class attributes tune it: ``max_tokens`` (decode length of the comparison runs),
 ``long_tokens`` (length of the requests that get aborted or joined mid-way),
-``timeout_s`` (per wait), ``kv_release_timeout_s``.
+``timeout_s`` (per wait), ``kv_release_timeout_s``, ``share_engine`` (True: the tests that
+only use a running engine share one start per class and isolation mode — for engines that
+take minutes to start, such as vLLM; the start/stop and dead-engine tests still start
+their own).
 """
 
 from __future__ import annotations
@@ -67,6 +70,9 @@ from servehall.plugin.manager import PluginHost
 
 WorkerModel = tuple[tuple[str, ...], ModelConfig]
 """``(plugins, model)`` for process-mode runs (fixture ``conformance_worker_model``)."""
+
+_SHARED: dict[tuple[type, str], Engine] = {}
+"""Engines kept running between the tests of a class with ``share_engine``."""
 
 EngineFactory = Callable[[], Engine]
 """Builds an unstarted engine (fixture ``conformance_engine_factory``)."""
@@ -123,6 +129,7 @@ class BackendConformance:
 
     max_tokens: int = 12
     long_tokens: int = 200
+    share_engine: ClassVar[bool] = False
     timeout_s: float = 120.0
     kv_release_timeout_s: float = 10.0
 
@@ -138,6 +145,14 @@ class BackendConformance:
         """``(plugins, ModelConfig)`` for the ``process`` runs; None skips them."""
         return None
 
+    @pytest.fixture(scope="class", autouse=True)
+    async def _shared_engines(self) -> AsyncIterator[None]:
+        """Shut down the engines :meth:`running` shared within this class (``share_engine``)."""
+        yield
+        for key in [k for k in _SHARED if k[0] is type(self)]:
+            engine = _SHARED.pop(key)
+            await asyncio.wait_for(engine.shutdown(), self.timeout_s)
+
     @pytest.fixture
     def engine_factory(
         self,
@@ -150,12 +165,22 @@ class BackendConformance:
             return conformance_engine_factory
         if conformance_worker_model is None:
             pytest.skip("no conformance_worker_model fixture: process mode not run")
-        from servehall.config.worker import WorkerSettings
         from servehall.worker import ProcessEngine
 
         plugins, model = conformance_worker_model
-        settings = WorkerSettings(crash_loop_restarts=0, step_timeout_s=self.timeout_s)
-        return lambda: ProcessEngine(model, model.backend, plugins, settings=settings)
+        settings = model.worker.model_copy(  # keeps worker.python
+            update={
+                "crash_loop_restarts": 0,
+                "step_timeout_s": self.timeout_s,
+                "start_timeout_s": self.timeout_s,
+            }
+        )
+
+        def factory() -> Engine:
+            return ProcessEngine(model, model.backend, plugins, settings=settings)
+
+        factory.share_key = conformance_isolation  # type: ignore[attr-defined]
+        return factory
 
     @pytest.fixture
     def crash_fn(
@@ -178,9 +203,17 @@ class BackendConformance:
     @contextlib.asynccontextmanager
     async def running(self, factory: EngineFactory) -> AsyncIterator[Engine]:
         """Start an engine from ``factory`` and shut it down afterwards."""
+        key = (type(self), getattr(factory, "share_key", "thread"))
+        if self.share_engine and key in _SHARED:
+            yield _SHARED[key]
+            return
         engine = factory()
         assert isinstance(engine, Engine), f"{type(engine).__name__} is not an Engine"
         await asyncio.wait_for(engine.start(), self.timeout_s)
+        if self.share_engine:
+            _SHARED[key] = engine  # shut down by the class fixture _shared_engines
+            yield engine
+            return
         try:
             yield engine
         finally:

@@ -1,9 +1,9 @@
 """Refusing a prompt that cannot fit the context *before* tokenizing it (case N31).
 
-Tokenizing is the one request step whose cost grows with the prompt and that holds the
-GIL: a 2 MB prompt keeps a fast tokenizer busy for seconds, and a worker thread does not
-help because ``tokenizers`` holds the GIL while it encodes. Most such prompts can be
-refused without tokenizing at all, from a safe lower bound on their token count:
+Tokenizing is the one request step whose cost grows with the prompt: a 2 MB prompt keeps
+a fast tokenizer busy for seconds (servehall encodes with ``encode_batch`` on a worker
+thread, which releases the GIL, so other streams go on — but the CPU is spent). Most such
+prompts can be refused without tokenizing at all, from a safe lower bound on their token count:
 
     tokens(text) >= ceil(len(text) / max_token_chars)
 
@@ -16,8 +16,9 @@ spaces may be zero tokens). :func:`max_token_chars` therefore checks that a prob
 with whitespace runs, control characters, combining marks, emoji and CJK survives an
 encode/decode round trip unchanged, and answers None (no bound: tokenize) otherwise.
 
-For a chat request the bound applies to the sum over message contents, since each
-content is tokenized on its own and the template only adds tokens.
+For a chat request the bound applies to the sum over message contents: the rendered
+text holds every content and the template only adds characters, and the bound holds
+for the whole text.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import tempfile
 import time
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from servehall.config.worker import WorkerSettings
 from servehall.engines.contract import (
     EngineHealth,
     EngineStats,
+    GrammarStats,
     ModelInfo,
     SamplingParams,
     TokenDelta,
@@ -107,6 +109,17 @@ class ProcessEngine(WorkerSupervisor):
 
         self._loop = asyncio.get_running_loop()
         self._tmp = tempfile.mkdtemp(prefix="servehall-worker-")
+        if self.settings.python is not None:
+            from servehall.worker.foreign import check_interpreter
+
+            try:
+                await check_interpreter(self.settings.python, self.name)
+            except ConfigError:
+                self._state = "stopped"
+                self._reason = "the worker's interpreter was refused"
+                shutil.rmtree(self._tmp, ignore_errors=True)
+                self._tmp = None
+                raise
         self._ctx = zmq.Context()
         self._actx = zmq.asyncio.Context()
         try:
@@ -259,6 +272,9 @@ class ProcessEngine(WorkerSupervisor):
             kv_cache_blocks_total=max(hb.kv_cache_blocks_total, 1),
             device_memory_used_bytes=hb.device_memory_used_bytes,
             device_memory_total_bytes=hb.device_memory_total_bytes,
+            prefix_cache_queries=hb.prefix_cache_queries,
+            prefix_cache_hits=hb.prefix_cache_hits,
+            grammar=None if hb.grammar is None else GrammarStats(*hb.grammar),
         )
 
     # --- what the supervisor asks of the client ------------------------------------------

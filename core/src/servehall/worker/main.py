@@ -70,6 +70,7 @@ FAULT_ENV = "SERVEHALL_TEST_WORKER_FAULT"
 PR_SET_PDEATHSIG = 1
 EXIT_START_FAILED = 3
 EXIT_FAULT = 7
+EXIT_ENGINE_DEAD = 4
 STALL_LOOP_S = 1.5
 
 
@@ -92,6 +93,9 @@ class WorkerSpec:
             Python's default (see :class:`~servehall.config.worker.WorkerSettings`).
         stream_interval_s: least seconds between two step messages sent from the
             engine's step thread (see :class:`~servehall.config.worker.WorkerSettings`).
+        strict_plugins: refuse to start when an enabled plugin cannot load (False for a
+            worker under another interpreter, ``worker.python``: that environment holds
+            the backend's engine, not necessarily every plugin of the API process).
     """
 
     model: ModelConfig
@@ -106,6 +110,7 @@ class WorkerSpec:
     log_level: str = "info"
     switch_interval_s: float | None = None
     stream_interval_s: float = 0.0
+    strict_plugins: bool = True
 
 
 def parse_fault(value: str | None, generation: int) -> str | None:
@@ -130,6 +135,38 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
+GUARD_INTERVAL_S = 0.5
+
+
+def guard_group() -> None:
+    """Start the process-group guard: a tiny shell in this worker's process group that
+    SIGKILLs the whole group once this worker is gone, however it went (SIGKILL included).
+
+    Processes an engine starts under the worker — vLLM's engine core and its workers —
+    do not die with their parent (seen: a vLLM engine core left running with parent 1
+    after its parent was killed), and ``PR_SET_PDEATHSIG`` reaches only direct children
+    that set it themselves. The supervisor also kills the group when it replaces a worker;
+    the guard covers the case where the supervisor itself is gone (the host was
+    SIGKILLed: this worker then dies by its own ``PR_SET_PDEATHSIG``). It polls the
+    worker's pid every :data:`GUARD_INTERVAL_S` (a pipe would be inherited by forked
+    engine processes and never close). Linux/POSIX only; a missing ``/bin/sh`` only logs.
+    """
+    import subprocess
+
+    script = (
+        f"while kill -0 {os.getpid()} 2>/dev/null; do sleep {GUARD_INTERVAL_S}; done; kill -9 0"
+    )
+    try:
+        subprocess.Popen(
+            ["/bin/sh", "-c", script],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    except OSError as exc:
+        log.warning("no process-group guard for this worker: %s", exc)
+
+
 def apply_switch_interval(spec: WorkerSpec) -> None:
     """Set this process's ``sys.setswitchinterval`` to ``spec.switch_interval_s`` (None:
     leave Python's 5 ms).
@@ -142,13 +179,21 @@ def apply_switch_interval(spec: WorkerSpec) -> None:
         sys.setswitchinterval(spec.switch_interval_s)
 
 
-def worker_main(spec: WorkerSpec, output: Connection) -> None:
-    """Entry point of the worker process (see the module docstring)."""
-    fd = output.fileno()
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    output.close()
+def worker_main(spec: WorkerSpec, output: Connection | None) -> None:
+    """Entry point of the worker process (see the module docstring). ``output`` is the
+    pipe for stdout and stderr; None when they already point there (a worker under
+    another interpreter, :mod:`servehall.worker.foreign`)."""
+    if output is not None:
+        fd = output.fileno()
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        output.close()
     die_with_parent(spec.parent_pid)
+    # a process group of its own: the host SIGKILLs the whole group when it stops or
+    # replaces this worker, so processes an engine starts (vLLM's engine core) go with it
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
+    guard_group()
     # the host decides when workers stop (after draining); they die with it (above)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -256,8 +301,15 @@ class _Worker:
     async def _build(self) -> Engine:
         from servehall.plugin.manager import PluginHost
 
-        plugins = PluginHost(list(self.spec.plugins))
-        plugins.check_enabled()
+        enabled = list(self.spec.plugins)
+        if not self.spec.strict_plugins:  # another environment: the plugins it has
+            from importlib.metadata import entry_points
+
+            here = {ep.name for ep in entry_points(group="servehall")}
+            enabled = [p for p in enabled if p in here]
+        plugins = PluginHost(enabled)
+        if self.spec.strict_plugins:
+            plugins.check_enabled()
         backend = plugins.backends().get(self.spec.backend)
         engine = backend.factory(self.spec.model)
         await engine.start()
@@ -410,6 +462,15 @@ class _Worker:
             ok, reason = health.ok, health.reason
         except Exception as exc:
             ok, reason = False, f"health check raised {type(exc).__name__}: {exc}"
+        if not ok and getattr(engine, "fatal", False):
+            # an engine that cannot recover in this process (vLLM whose engine-core
+            # process died): its streams have ended with an error; exiting hands the
+            # model to the supervisor, which restarts it like any crashed worker
+            log.error("engine is dead, exiting for a restart: %s", reason)
+            self._flush()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_ENGINE_DEAD)
         try:
             s = engine.stats()
             beat = Heartbeat(
@@ -421,6 +482,16 @@ class _Worker:
                 s.device_memory_total_bytes,
                 ok,
                 reason,
+                s.prefix_cache_queries,
+                s.prefix_cache_hits,
+                None
+                if s.grammar is None
+                else (
+                    s.grammar.hits,
+                    s.grammar.misses,
+                    s.grammar.compile_seconds_sum,
+                    s.grammar.compile_buckets,
+                ),
             )
         except Exception as exc:
             beat = Heartbeat(0, 0, 0, 0, None, None, False, f"stats raised {exc}")

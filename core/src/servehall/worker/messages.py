@@ -20,6 +20,11 @@ import msgspec
 
 from servehall.engines.contract import SamplingParams, TokenDelta
 
+WIRE_VERSION = 1
+"""Version of these messages. A worker under another interpreter (``[[models]] worker.python``)
+must speak the same one: the API process checks it at start. Bump it with any change to
+the messages below (or to :class:`~servehall.engines.contract.SamplingParams`, which they carry)."""
+
 
 class AddRequest(msgspec.Struct, tag="add", array_like=True):
     """Start ``request_id`` on ``prompt`` (token ids) with ``params``."""
@@ -74,6 +79,10 @@ class Heartbeat(msgspec.Struct, tag="hb", array_like=True):
     device_memory_total_bytes: int | None
     healthy: bool
     reason: str
+    prefix_cache_queries: int | None = None
+    prefix_cache_hits: int | None = None
+    # the engine's grammar cache: hits, misses, compile seconds sum, cumulative buckets
+    grammar: tuple[int, int, float, tuple[int, ...]] | None = None
 
 
 class WorkerReady(msgspec.Struct, tag="ready", array_like=True):

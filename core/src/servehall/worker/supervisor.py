@@ -37,9 +37,11 @@ import logging
 import multiprocessing
 import os
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from servehall.config.models import ModelConfig
@@ -143,6 +145,12 @@ class WorkerSupervisor:
         self._watch: asyncio.Task[None] | None = None
         self._restart: asyncio.Task[None] | None = None
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self.started_at = 0.0
+        """Unix time the current worker came up (0 before any)."""
+        self.last_exit_reason = ""
+        """The kind (a :data:`RESTART_REASONS` value) of the last loss, "" before any."""
+        self.oom_kills = 0
+        """Workers killed by the OOM killer (``servehall_engine_oom_kills_total``)."""
 
     # --- state -------------------------------------------------------------------------
 
@@ -156,6 +164,11 @@ class WorkerSupervisor:
         """The current worker's pid (None when none runs)."""
         gen = self._gen
         return gen.proc.pid if gen is not None and gen.proc is not None else None
+
+    @property
+    def crash_looping(self) -> bool:
+        """The supervisor gave up restarting (``servehall_engine_crash_loop``)."""
+        return self._state == "failed"
 
     @property
     def state_reason(self) -> str:
@@ -222,20 +235,29 @@ class WorkerSupervisor:
             log_level=self.log_level,
             switch_interval_s=self.settings.switch_interval_s,
             stream_interval_s=self.settings.stream_interval_s,
+            strict_plugins=self.settings.python is None,
         )
-        reader, writer = self._mp.Pipe(duplex=False)
         gen.oom_before = oom_kill_count()
         # started on the event-loop thread: PR_SET_PDEATHSIG follows the spawning thread
-        gen.proc = self._mp.Process(
-            target=worker_main,
-            args=(spec, writer),
-            name=f"servehall-worker-{self.name}",
-            daemon=True,
-        )
-        gen.proc.start()
-        writer.close()
-        gen.output_fd = os.dup(reader.fileno())
-        reader.close()
+        if self.settings.python is not None:
+            from servehall.worker.foreign import ForeignProcess
+
+            proc = ForeignProcess(
+                self.settings.python, spec, Path(self._tmp) / f"spec-{gen.number}.json"
+            )
+            gen.proc, gen.output_fd = proc, proc.output_fd
+        else:
+            reader, writer = self._mp.Pipe(duplex=False)
+            gen.proc = self._mp.Process(
+                target=worker_main,
+                args=(spec, writer),
+                name=f"servehall-worker-{self.name}",
+                daemon=True,
+            )
+            gen.proc.start()
+            writer.close()
+            gen.output_fd = os.dup(reader.fileno())
+            reader.close()
         os.set_blocking(gen.output_fd, False)
         self._loop.add_reader(gen.output_fd, self._read_output, gen)
         self._loop.add_reader(gen.proc.sentinel, self._on_exit, gen)
@@ -373,8 +395,12 @@ class WorkerSupervisor:
                 with contextlib.suppress(Exception):
                     proc.kill()
                 await self._wait_exit(gen, 5.0)
+            if kill:
+                kill_group(proc.pid)
             with contextlib.suppress(Exception):
                 proc.join(0)
+            if proc.exitcode is not None and hasattr(proc, "output_fd"):  # ForeignProcess
+                proc.close()
         self._read_output(gen)
         self._close_output(gen)
         if gen.reader is not None:
@@ -393,6 +419,7 @@ class WorkerSupervisor:
         self._state = "up"
         self._reason = ""
         self._up_since = time.monotonic()
+        self.started_at = time.time()
         self._last_hb = time.monotonic()
         self._up.set()
 
@@ -460,6 +487,9 @@ class WorkerSupervisor:
         if self._state in ("stopped", "failed", "down"):
             return
         log.error("model %s: %s", self.name, reason)
+        self.last_exit_reason = kind
+        if kind == "oom_killed":
+            self.oom_kills += 1
         self._state = "down"
         self._reason = reason
         self._up.clear()
@@ -545,6 +575,16 @@ class WorkerSupervisor:
     def _on_ready(self, info: WorkerReady) -> None:
         """A new worker reported ready with its engine's facts."""
         raise NotImplementedError
+
+
+def kill_group(pgid: int | None) -> None:
+    """SIGKILL what is left of a worker's process group (the worker leads its own group,
+    :func:`~servehall.worker.main.worker_main`): processes an engine started under it —
+    vLLM's engine core — must not outlive it. A group with no process left is no error."""
+    if pgid is None or pgid <= 1 or pgid == os.getpgrp():
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 class StartError(Exception):

@@ -6,7 +6,8 @@ error, 5xx, 429) are retried with exponential backoff up to ``max_attempts``; th
 of every record — delivered or not, tries, last status or error — is written to the
 ``webhook_delivery`` table of the deployment database. A record that could not be
 delivered is recorded as such and not retried again (the sink never blocks the core's
-record queue on a dead webhook).
+record queue on a dead webhook): the records of a batch are posted concurrently, up to
+``concurrency`` at a time, so a dead webhook costs one record's tries per batch.
 """
 
 from __future__ import annotations
@@ -67,16 +68,24 @@ class WebhookSink:
     async def start(self) -> None:
         """Open the HTTP client and the database engine."""
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.settings.timeout_s)
+            limits = httpx.Limits(max_connections=self.settings.concurrency)
+            self._client = httpx.AsyncClient(timeout=self.settings.timeout_s, limits=limits)
         self._engine = create_db_engine(self.database_url)
 
     async def write(self, records: Sequence[Any]) -> None:
-        """Post every request record of the batch, then record the outcomes (one
-        transaction). Raises only when the database write fails (the core retries)."""
-        rows = []
-        for rec in records:
-            if isinstance(rec, RequestRecord):
-                rows.append(await self._deliver(rec))
+        """Post the batch's request records concurrently (at most ``concurrency`` at a
+        time), then record the outcomes (one transaction). A dead webhook costs a batch
+        about one record's tries (``max_attempts`` × ``timeout_s`` plus backoff), not that
+        much per record. Raises only when the database write fails (the core retries)."""
+        gate = asyncio.Semaphore(self.settings.concurrency)
+
+        async def one(rec: RequestRecord) -> dict[str, Any]:
+            async with gate:
+                return await self._deliver(rec)
+
+        rows = list(
+            await asyncio.gather(*(one(r) for r in records if isinstance(r, RequestRecord)))
+        )
         if rows and self._engine is not None:
             async with self._engine.begin() as conn:
                 await conn.execute(webhook_delivery.insert(), rows)

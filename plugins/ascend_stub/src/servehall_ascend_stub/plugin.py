@@ -12,10 +12,10 @@ Backends:
 from __future__ import annotations
 
 from servehall import BackendRegistry, BackendSpec, ProbeResult, hookimpl
-from servehall.devices import torch_engine_factory
+from servehall.devices import engine_factory, torch_engine_factory
 from servehall_ascend_stub.device import NpuDevice, SimulatedNpuDevice
 from servehall_ascend_stub.guard import protect_torch_import
-from servehall_ascend_stub.probe import probe_ascend_cached
+from servehall_ascend_stub.probe import default_engine, probe_ascend_engines
 
 SERVEHALL_HOOK_API = "2"
 
@@ -34,10 +34,15 @@ def servehall_register_backends(registry: BackendRegistry) -> None:
     registry.add(
         BackendSpec(
             "ascend",
-            probe_ascend_cached,
-            torch_engine_factory(NpuDevice, "ascend"),
+            probe_ascend_engines,
+            engine_factory(
+                "ascend", torch_device=NpuDevice, vllm=True, default_engine=default_engine
+            ),
             auto_priority=ASCEND_AUTO_PRIORITY,
-            description="Ascend NPUs via torch_npu: torch + transformers continuous batching",
+            description=(
+                "Ascend NPUs: vLLM on the vllm-ascend platform (options.engine = 'vllm', "
+                "the default where installed) or torch + transformers on torch_npu ('torch')"
+            ),
         )
     )
     registry.add(

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from servehall import ProbeResult
+from servehall.devices import VllmBuild, vllm_status
 from servehall_ascend_stub.guard import cann_home, torch_npu_installed
 
 VISIBLE_ENV = "ASCEND_RT_VISIBLE_DEVICES"
@@ -99,3 +100,21 @@ def probe_ascend(
 def probe_ascend_cached() -> ProbeResult:
     """:func:`probe_ascend` on this machine, computed once per process."""
     return probe_ascend()
+
+
+def probe_vllm_ascend(npu: ProbeResult | None = None, vllm: VllmBuild | None = None) -> ProbeResult:
+    """Available when vLLM with the ``vllm-ascend`` platform plugin is installed and
+    :func:`probe_ascend` finds a usable NPU (``npu``: its result, for tests)."""
+    return vllm_status("ascend", npu if npu is not None else probe_ascend_cached(), vllm)
+
+
+def probe_ascend_engines() -> ProbeResult:
+    """The ``ascend`` backend's probe: the NPU checks, then which engines can run."""
+    npu = probe_ascend_cached()
+    v = probe_vllm_ascend(npu)
+    return ProbeResult(npu.available, f"{npu.reason}; engine vllm: {v.reason}")
+
+
+def default_engine() -> str:
+    """``vllm`` where vllm-ascend is installed and an NPU is usable, else ``torch``."""
+    return "vllm" if probe_vllm_ascend().available else "torch"

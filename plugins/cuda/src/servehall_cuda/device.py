@@ -3,7 +3,9 @@
 Adds to :class:`~servehall.devices.CudaApiDevice` the checks that depend on the
 GPU generation (compute capability ``major.minor``):
 
-* ``bfloat16`` needs Ampere or newer (sm_80+); ``auto`` picks bf16 there, else fp16;
+* ``bfloat16`` needs Ampere or newer (sm_80+); ``auto`` picks bf16 there, else fp16 —
+  decided from the compute capability, not ``torch.cuda.is_bf16_supported()``, which
+  also counts bf16 *emulation* on sm_7x (T4, V100) as support;
 * ``flash_attention_2`` needs sm_80+ and the ``flash-attn`` package;
   ``flash_attention_3`` needs Hopper (sm_90) and ``flash_attn_3``.
 
@@ -23,6 +25,12 @@ MIN_CAPABILITY: dict[str, tuple[int, int]] = {
     "flash_attention_2": (8, 0),
     "flash_attention_3": (9, 0),
 }
+
+
+def auto_dtype(capability: tuple[int, int]) -> str:
+    """``dtype = "auto"`` on a GPU of compute capability ``(major, minor)``: ``bfloat16``
+    from 8.0 (Ampere) on, where it runs natively, else ``float16``."""
+    return "bfloat16" if capability >= MIN_CAPABILITY["bfloat16"] else "float16"
 
 
 class CudaDevice(CudaApiDevice):
@@ -49,9 +57,11 @@ class CudaDevice(CudaApiDevice):
             )
 
     def resolve_dtype(self, options: TorchOptions) -> str:
-        dtype = super().resolve_dtype(options)
-        need = MIN_CAPABILITY.get(dtype)
         have = self.capability(options)
+        if options.dtype == "auto":
+            return auto_dtype(have)
+        dtype = options.dtype
+        need = MIN_CAPABILITY.get(dtype)
         if need is not None and have < need:
             raise ConfigError(
                 f"dtype {dtype!r} needs compute capability >= {need[0]}.{need[1]}; device "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from servehall import BackendRegistry, BackendSpec, hookimpl
 from servehall.devices import engine_factory
 from servehall_cuda.device import CudaDevice
-from servehall_cuda.probe import probe_cuda
+from servehall_cuda.probe import default_engine, probe_cuda
 
 SERVEHALL_HOOK_API = "2"
 
@@ -20,11 +20,18 @@ def servehall_register_backends(registry: BackendRegistry) -> None:
         BackendSpec(
             "cuda",
             probe_cuda,
-            engine_factory("cuda", torch_device=CudaDevice, ort_provider="cuda"),
+            engine_factory(
+                "cuda",
+                torch_device=CudaDevice,
+                ort_provider="cuda",
+                vllm=True,
+                default_engine=default_engine,
+            ),
             auto_priority=CUDA_AUTO_PRIORITY,
             description=(
-                "NVIDIA GPUs: torch + transformers continuous batching (paged KV cache), or "
-                "ONNX Runtime GenAI's CUDA execution provider (options.engine = 'onnxruntime')"
+                "NVIDIA GPUs: vLLM (options.engine = 'vllm', the default where installed), "
+                "torch + transformers continuous batching (the reference, 'torch'), or ONNX "
+                "Runtime GenAI's CUDA execution provider ('onnxruntime')"
             ),
         )
     )

@@ -12,9 +12,11 @@ from servehall import ProbeResult
 from servehall.devices import (
     DriverCount,
     TorchBuild,
+    VllmBuild,
     cuda_provider_status,
     driver_device_count,
     torch_build,
+    vllm_status,
 )
 
 
@@ -22,21 +24,39 @@ def probe_cuda(
     build: TorchBuild | None = None,
     devices: DriverCount | None = None,
     ort_versions: dict[str, str | None] | None = None,
+    vllm: VllmBuild | None = None,
 ) -> ProbeResult:
     """Available when one of the backend's engines can run on a GPU here.
 
-    The torch engine needs a CUDA build of torch and a visible GPU
-    (:func:`probe_torch_cuda`); the ONNX Runtime engine needs a CUDA build of ONNX Runtime
-    GenAI and a visible GPU (:func:`servehall.devices.cuda_provider_status`).
-    The reason names both. ``build``/``devices``/``ort_versions`` default to the real
-    machine; tests pass fakes.
+    The vLLM engine needs vLLM's CUDA build and a visible GPU (:func:`probe_vllm_cuda`);
+    the torch engine a CUDA build of torch and a visible GPU (:func:`probe_torch_cuda`);
+    the ONNX Runtime engine a CUDA build of ONNX Runtime GenAI and a visible GPU
+    (:func:`servehall.devices.cuda_provider_status`). The reason names all three.
+    ``build``/``devices``/``ort_versions``/``vllm`` default to the real machine; tests
+    pass fakes.
     """
+    devices = devices if devices is not None else driver_device_count("cuda")
     torch_result = probe_torch_cuda(build, devices)
     ort = cuda_provider_status(ort_versions, devices)
+    vllm_result = probe_vllm_cuda(devices, vllm)
     return ProbeResult(
-        torch_result.available or ort.available,
-        f"{torch_result.reason}; engine onnxruntime: {ort.reason}",
+        torch_result.available or ort.available or vllm_result.available,
+        f"engine vllm: {vllm_result.reason}; engine torch: {torch_result.reason}; "
+        f"engine onnxruntime: {ort.reason}",
     )
+
+
+def probe_vllm_cuda(
+    devices: DriverCount | None = None, vllm: VllmBuild | None = None
+) -> ProbeResult:
+    """Available when vLLM's CUDA build is installed and the driver sees a GPU."""
+    devices = devices if devices is not None else driver_device_count("cuda")
+    return vllm_status("cuda", ProbeResult(devices.count >= 1, devices.reason), vllm)
+
+
+def default_engine() -> str:
+    """``vllm`` where vLLM's CUDA build is installed and a GPU is visible, else ``torch``."""
+    return "vllm" if probe_vllm_cuda().available else "torch"
 
 
 def probe_torch_cuda(

@@ -41,6 +41,7 @@ import queue
 import secrets
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,12 +52,16 @@ from servehall import (
     EngineError,
     EngineHealth,
     EngineStats,
+    GrammarCache,
     HfModelFacts,
     LiveStreams,
     ModelConfig,
     ModelInfo,
     SamplingParams,
+    StructuredConstraint,
     TokenDelta,
+    compile_then,
+    constraint_ebnf,
     stop_token_set,
 )
 from servehall_openvino_cpu.convert import resolve_ir_dir
@@ -67,10 +72,20 @@ log = logging.getLogger("servehall.openvino_cpu")
 
 BACKEND = "openvino_cpu"
 SUPPORTED_PARAMS: frozenset[str] = frozenset(
-    {"seed", "top_p", "presence_penalty", "frequency_penalty", "top_k", "repetition_penalty"}
+    {
+        "seed",
+        "top_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "top_k",
+        "repetition_penalty",
+        "structured_output",
+    }
 )
 """What ``GenerationConfig`` can express. ``min_p`` is not among them (OpenVINO GenAI has no
 min-p filter), so the host refuses it with 400 ``unsupported_parameter``."""
+GRAMMAR_CACHE_SIZE = 256
+"""Compiled constraints kept per model (LRU)."""
 IDLE_WAIT_S = 0.5
 """How long the idle step thread blocks on its command queue before re-checking."""
 
@@ -146,6 +161,8 @@ class OpenVINOEngine:
         self._started = False
         self._stopped = False
         self._fault: str | None = None
+        self.grammars: GrammarCache[str] = GrammarCache(constraint_ebnf, GRAMMAR_CACHE_SIZE)
+        self._compiler: ThreadPoolExecutor | None = None
 
     # --- facts -------------------------------------------------------------------------
 
@@ -194,10 +211,16 @@ class OpenVINOEngine:
         import openvino as ov
         import openvino_genai as ov_genai
 
+        # xgrammar (and the torch it imports) loads beside the model's compilation, not
+        # on the first constrained request: an import that long would stall the worker's
+        # heartbeats mid-service
+        warm = threading.Thread(target=_import_grammar_backend, daemon=True)
+        warm.start()
         self._ir_dir = resolve_ir_dir(
             self.path, cache_dir=self.options.cache_dir, weight_format=self.options.weight_format
         )
         self._pipe = self.new_pipeline()
+        warm.join()
         self._ov_tensor = ov.Tensor
         self._gen_config_cls = ov_genai.GenerationConfig
 
@@ -268,6 +291,7 @@ class OpenVINOEngine:
             waiting=max(live - running, 0),
             kv_cache_blocks_used=min(snap.kv_blocks_used, self._num_blocks),
             kv_cache_blocks_total=self._num_blocks,
+            grammar=self.grammars.stats(),
         )
 
     def set_step_sink(self, sink: Callable[[list[tuple[str, TokenDelta]]], None]) -> None:
@@ -285,6 +309,8 @@ class OpenVINOEngine:
         self._commands.put(("stop", None))
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
+        if self._compiler is not None:
+            self._compiler.shutdown(wait=False, cancel_futures=True)
         self._pipe = None
 
     # --- requests ----------------------------------------------------------------------
@@ -310,8 +336,40 @@ class OpenVINOEngine:
             stream.push(TokenDelta((), "error", error=f"invalid sampling parameters: {exc}"))
             return stream
         self._streams[request_id] = stream
-        self._commands.put(("add", (stream, list(prompt_token_ids), config, stop_ids)))
+        command = ("add", (stream, list(prompt_token_ids), config, stop_ids))
+        if params.structured is None:
+            self._commands.put(command)
+        else:
+            self._compile_then_add(request_id, params.structured, command)
         return stream
+
+    def _compile_then_add(
+        self, request_id: str, constraint: StructuredConstraint, command: tuple[str, Any]
+    ) -> None:
+        """Compile ``constraint`` (xgrammar 0.1.31, the dialect OpenVINO's bundled parser
+        reads; see :func:`servehall.compile_then`), then queue the request with it; a
+        constraint that does not compile ends the request with a 400-coded error before it
+        reaches a step shared with other requests."""
+        if self._compiler is None:
+            self._compiler = ThreadPoolExecutor(1, thread_name_prefix="servehall-ov-grammar")
+        stream: DeltaStream = command[1][0]
+
+        def done(ebnf: str | None, error: TokenDelta | None) -> None:
+            if stream.done or self._streams.get(request_id) is not stream:
+                return  # aborted meanwhile
+            if error is not None:
+                self._streams.pop(request_id, None)
+                stream.push(error)
+                return
+            import openvino_genai as ov_genai
+
+            soc = ov_genai.StructuredOutputConfig()
+            soc.grammar = ebnf
+            command[1][2].structured_output_config = soc
+            self._commands.put(command)
+
+        assert self._loop is not None
+        compile_then(self.grammars, self._compiler, constraint, self._loop, done)
 
     async def abort(self, request_id: str) -> None:
         """Abort a queued or running request; its KV blocks are freed at the next step."""
@@ -479,6 +537,11 @@ class OpenVINOEngine:
         m = self._pipe.get_metrics()
         used = round(float(m.cache_usage) / 100.0 * self._num_blocks)
         self._snapshot = _Snapshot(int(m.scheduled_requests), int(m.requests), used)
+
+
+def _import_grammar_backend() -> None:
+    with contextlib.suppress(ImportError):
+        import xgrammar  # noqa: F401
 
 
 def _int64_row(prompt: list[int]) -> Any:

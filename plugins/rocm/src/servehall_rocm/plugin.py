@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from servehall import BackendRegistry, BackendSpec, hookimpl
-from servehall.devices import torch_engine_factory
+from servehall.devices import engine_factory
 from servehall_rocm.device import RocmDevice
-from servehall_rocm.probe import probe_rocm
+from servehall_rocm.probe import default_engine, probe_rocm_engines
 
 SERVEHALL_HOOK_API = "2"
 
@@ -18,9 +18,14 @@ def servehall_register_backends(registry: BackendRegistry) -> None:
     registry.add(
         BackendSpec(
             "rocm",
-            probe_rocm,
-            torch_engine_factory(RocmDevice, "rocm"),
+            probe_rocm_engines,
+            engine_factory(
+                "rocm", torch_device=RocmDevice, vllm=True, default_engine=default_engine
+            ),
             auto_priority=ROCM_AUTO_PRIORITY,
-            description="AMD GPUs (ROCm/HIP torch): torch + transformers continuous batching",
+            description=(
+                "AMD GPUs: vLLM's ROCm build (options.engine = 'vllm', the default where "
+                "installed) or torch + transformers continuous batching ('torch')"
+            ),
         )
     )

@@ -43,6 +43,7 @@ import logging
 import queue
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from servehall.engines.contract import (
     EngineStats,
     ModelInfo,
     SamplingParams,
+    StructuredConstraint,
     TokenDelta,
 )
 from servehall.engines.kit import DeltaStream, HfModelFacts, stop_token_set
@@ -59,6 +61,12 @@ from servehall.engines.torch.device import TorchDevice
 from servehall.engines.torch.kvcache import KvGeometry, plan_kv_blocks
 from servehall.engines.torch.options import DTYPE_BYTES, TorchOptions, parse_torch_options
 from servehall.errors import ConfigError, EngineError
+from servehall.structured.grammar import (
+    GrammarCache,
+    GrammarError,
+    compile_then,
+    constraint_ebnf,
+)
 
 log = logging.getLogger("servehall.engines.torch")
 
@@ -74,8 +82,11 @@ SUPPORTED_PARAMS: frozenset[str] = frozenset(
         "top_k",
         "min_p",
         "repetition_penalty",
+        "structured_output",
     }
 )
+GRAMMAR_CACHE_SIZE = 256
+"""Compiled constraints kept per model (LRU)."""
 
 
 class _RequestStream(DeltaStream):
@@ -132,6 +143,9 @@ class TorchEngine:
         self._sampler: Any = None
         self._model: Any = None
         self._live: dict[str, _RequestStream] = {}
+        self.grammars: GrammarCache[Any] = GrammarCache(self._compile, GRAMMAR_CACHE_SIZE)
+        self._compiler: ThreadPoolExecutor | None = None
+        self._grammar_compiler: Any = None
         self._pending: collections.deque[tuple[_RequestStream, list[int], SamplingParams]] = (
             collections.deque()
         )
@@ -143,6 +157,7 @@ class TorchEngine:
         self._stopping = False
         self._stopped = False
         self._num_blocks = 0
+        self._prefix_queries = 0  # prompt tokens submitted while prefix sharing is on
         self._failed_status: Any = None
         self._last_progress = time.monotonic()
 
@@ -193,6 +208,9 @@ class TorchEngine:
         from transformers.generation.continuous_batching import RequestStatus
 
         from servehall.engines.torch.sampling import PerRequestSampler
+
+        with contextlib.suppress(ImportError):  # now, not mid-service (a long import)
+            import xgrammar  # noqa: F401
 
         self._failed_status = RequestStatus.FAILED
         opts = self.options
@@ -309,6 +327,8 @@ class TorchEngine:
         manager, self._manager = self._manager, None
         if manager is not None:
             await asyncio.to_thread(self._stop_manager, manager)
+        if self._compiler is not None:
+            self._compiler.shutdown(wait=False, cancel_futures=True)
         self._stopped = True
 
     def _stop_manager(self, manager: Any) -> None:
@@ -360,12 +380,61 @@ class TorchEngine:
             )
             return stream
         self._live[request_id] = stream
-        self._sampler.add(request_id, params, tuple(prompt_token_ids))
-        if self._pending or self._reserved + stream.reserved > self._num_blocks:
-            self._pending.append((stream, list(prompt_token_ids), params))
+        if params.structured is None:
+            self._enqueue(stream, list(prompt_token_ids), params, None)
         else:
-            self._submit(stream, list(prompt_token_ids), params)
+            self._compile_then_enqueue(stream, list(prompt_token_ids), params)
         return stream
+
+    def _enqueue(
+        self, stream: _RequestStream, prompt: list[int], params: SamplingParams, grammar: Any
+    ) -> None:
+        self._sampler.add(stream.request_id, params, tuple(prompt), grammar)
+        if self._pending or self._reserved + stream.reserved > self._num_blocks:
+            self._pending.append((stream, prompt, params))
+        else:
+            self._submit(stream, prompt, params)
+
+    def _compile_then_enqueue(
+        self, stream: _RequestStream, prompt: list[int], params: SamplingParams
+    ) -> None:
+        """Compile the request's constraint (xgrammar, off the event loop and the step
+        thread; cached per model), then queue it; a constraint that does not compile ends
+        the request with a 400-coded error before it reaches a step."""
+        assert params.structured is not None
+        if self._compiler is None:
+            self._compiler = ThreadPoolExecutor(1, thread_name_prefix="servehall-torch-grammar")
+        rid = stream.request_id
+
+        def done(compiled: Any, error: TokenDelta | None) -> None:
+            if stream.done or self._live.get(rid) is not stream:
+                return  # aborted meanwhile
+            if error is not None:
+                self._forget(rid)
+                stream.push(error)
+                return
+            self._enqueue(stream, prompt, params, compiled)
+
+        loop = asyncio.get_running_loop()
+        compile_then(self.grammars, self._compiler, params.structured, loop, done)
+
+    def _compile(self, constraint: StructuredConstraint) -> Any:
+        """``constraint`` → an xgrammar ``CompiledGrammar`` for this model's vocabulary."""
+        import xgrammar as xgr
+
+        if self._grammar_compiler is None:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(self.path)
+            info = xgr.TokenizerInfo.from_huggingface(
+                tok, vocab_size=self._vocab_size, stop_token_ids=list(self._eos_ids) or None
+            )
+            self._grammar_compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+        ebnf = constraint_ebnf(constraint)
+        try:
+            return self._grammar_compiler.compile_grammar(ebnf)
+        except Exception as exc:
+            raise GrammarError(str(exc).strip().splitlines()[0]) from None
 
     def _submit(self, stream: _RequestStream, prompt: list[int], params: SamplingParams) -> None:
         """Hand an admitted request to the manager (its KV blocks are reserved)."""
@@ -375,6 +444,7 @@ class TorchEngine:
         if self._reserved == 0:
             self._last_progress = time.monotonic()  # the stall clock starts with work
         self._reserved += stream.reserved
+        self._prefix_queries += len(prompt)
         manager.register_result_handler(rid, lambda out, s=stream: self._on_output(s, out))
         try:
             manager.add_request(
@@ -512,10 +582,17 @@ class TorchEngine:
         manager = self._manager
         processor = getattr(manager, "batch_processor", None) if manager is not None else None
         if processor is None:
-            return EngineStats(0, 0, 0, self._num_blocks, used_mem, total_mem)
+            return EngineStats(
+                0, 0, 0, self._num_blocks, used_mem, total_mem, grammar=self.grammars.stats()
+            )
         scheduler = processor.scheduler
         cache = processor.cache
         waiting = len(scheduler.waiting_requests) + manager.input_queue.qsize() + len(self._pending)
+        # prefix hits: transformers' PagedAttentionCache counts the prompt tokens it found
+        # in shared blocks (``_total_prefix_length``); queries are the prompt tokens we
+        # submitted. None when prefix sharing is off (or the model cannot share).
+        hits = getattr(cache, "_total_prefix_length", None)
+        sharing = bool(getattr(cache, "use_prefix_sharing", False)) and hits is not None
         return EngineStats(
             running=len(scheduler.active_requests),
             waiting=waiting,
@@ -523,4 +600,7 @@ class TorchEngine:
             kv_cache_blocks_total=cache.num_blocks,
             device_memory_used_bytes=used_mem,
             device_memory_total_bytes=total_mem,
+            prefix_cache_queries=self._prefix_queries if sharing else None,
+            prefix_cache_hits=int(hits) if sharing and hits is not None else None,
+            grammar=self.grammars.stats(),
         )

@@ -31,16 +31,39 @@ class _RequestSampling:
     params: SamplingParams
     prompt_ids: tuple[int, ...] = ()
     generator: torch.Generator | None = None
+    matcher: Any = None  # xgrammar GrammarMatcher of a constrained request
+    bitmask: Any = None
+    accepted: int = 0  # generated tokens the matcher has consumed
 
     @property
     def untouched(self) -> bool:
         p = self.params
         return (
-            p.temperature == 0
+            self.matcher is None
+            and p.temperature == 0
             and p.presence_penalty == 0
             and p.frequency_penalty == 0
             and p.repetition_penalty == 1.0
         )
+
+
+def _mask(state: _RequestSampling, generated: list[int], logits: torch.Tensor) -> None:
+    """Advance the request's grammar matcher over its new tokens and mask ``logits``
+    (``[vocab]``) to the tokens the grammar allows next."""
+    import xgrammar as xgr
+
+    matcher = state.matcher
+    for token in generated[state.accepted :]:
+        if not matcher.accept_token(int(token)):
+            break  # cannot happen for masked samples; the mask below still holds
+    state.accepted = len(generated)
+    if matcher.is_terminated():
+        return
+    matcher.fill_next_token_bitmask(state.bitmask)
+    vocab = logits.shape[0]
+    xgr.apply_token_bitmask_inplace(
+        logits.view(1, vocab), state.bitmask.to(logits.device), vocab_size=vocab
+    )
 
 
 class PerRequestSampler:
@@ -61,14 +84,27 @@ class PerRequestSampler:
         self._manager = manager
 
     def add(
-        self, request_id: str, params: SamplingParams, prompt_ids: tuple[int, ...] = ()
+        self,
+        request_id: str,
+        params: SamplingParams,
+        prompt_ids: tuple[int, ...] = (),
+        grammar: Any = None,
     ) -> None:
         """Register a request's sampling parameters (before it is queued); ``prompt_ids``
-        are what ``repetition_penalty`` covers besides the generated tokens."""
+        are what ``repetition_penalty`` covers besides the generated tokens; ``grammar``
+        is an xgrammar ``CompiledGrammar`` whose token mask every step of the request
+        applies before sampling (xgrammar's ``fill_next_token_bitmask`` +
+        ``apply_token_bitmask_inplace``)."""
+        state = _RequestSampling(
+            params, tuple(prompt_ids) if params.repetition_penalty != 1.0 else ()
+        )
+        if grammar is not None:
+            import xgrammar as xgr
+
+            state.matcher = xgr.GrammarMatcher(grammar)
+            state.bitmask = xgr.allocate_token_bitmask(1, grammar.tokenizer_info.vocab_size)
         with self._lock:
-            self._params[request_id] = _RequestSampling(
-                params, tuple(prompt_ids) if params.repetition_penalty != 1.0 else ()
-            )
+            self._params[request_id] = state
 
     def remove(self, request_id: str) -> None:
         """Forget a finished or aborted request."""
@@ -101,6 +137,8 @@ class PerRequestSampler:
     ) -> None:
         p = state.params
         logits = scores[row].float()
+        if state.matcher is not None:
+            _mask(state, generated, logits)
         if p.repetition_penalty != 1.0:
             seen = torch.tensor(
                 sorted(set(state.prompt_ids).union(generated)),

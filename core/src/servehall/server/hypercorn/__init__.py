@@ -26,10 +26,17 @@ from servehall.server.hypercorn import (
     h2_scheduler,
     h2_workaround,
 )
+from servehall.server.hypercorn.patch_targets import check_patch_targets
 
 
 def install_connection_fixes() -> None:
-    """Install all of them (process-wide, idempotent). Call before Hypercorn serves."""
+    """Install all of them (process-wide, idempotent). Call before Hypercorn serves.
+
+    Raises:
+        PatchTargetError: the installed Hypercorn/h2/h11 are not what the patches expect
+            (:func:`servehall.server.hypercorn.patch_targets.check_patch_targets`).
+    """
+    check_patch_targets()
     conn_release.install()
     h1_early_response.install()
     h2_refused_stream.install()

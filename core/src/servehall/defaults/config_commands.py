@@ -1,0 +1,154 @@
+"""``servehall config apply|history|rollback``: config revisions in the database.
+
+Each command opens the deployment's database (``--config``: the running deployment's
+config file). ``apply`` and ``rollback`` store a new revision (audited in the hash
+chain as ``config.applied`` / ``config.rollback``, actor ``cli:<OS user>``); every
+replica running with ``[server] config_revisions = true`` applies it live within its
+``config_poll_s`` (docs/versions.md).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from servehall.defaults.records_commands import ConfigOpt, _with_engine
+
+
+def _actor() -> str:
+    try:
+        return f"cli:{getpass.getuser()}"
+    except Exception:
+        return "cli:unknown"
+
+
+def _require_revisions(settings_enabled: bool) -> None:
+    from servehall.errors import ConfigError
+
+    if not settings_enabled:
+        raise ConfigError(
+            "[server] config_revisions is off in this deployment's config: replicas do "
+            "not follow revisions (send SIGHUP to a server to re-read its file instead)"
+        )
+
+
+def config_apply(
+    file: Annotated[Path, typer.Argument(help="The new config file.")],
+    config: ConfigOpt = None,
+) -> None:
+    """Validate FILE (every error in one run, as `config check`), refuse settings that
+    cannot change live, then store it as the next revision; replicas apply it live."""
+    from servehall.config.check import check_config
+    from servehall.config.settings import config_format, parse_config_text
+    from servehall.rollout import revisions
+    from servehall.rollout.live import non_live_changes
+    from servehall.server.bootstrap import load_deployment
+
+    errors = check_config(file)
+    if not errors:
+        settings, _ = load_deployment(config)
+        _require_revisions(settings.server.config_revisions)
+    text = file.read_text(encoding="utf-8") if not errors else ""
+
+    async def go(engine: Any, plugins: Any) -> Any:
+        newest = await revisions.latest(engine)
+        if newest is not None:
+            errs = non_live_changes(
+                parse_config_text(newest.text, newest.fmt),
+                parse_config_text(text, config_format(file)),
+            )
+            if errs:
+                return errs
+            if newest.hash == revisions.text_hash(text):
+                return newest
+        return await revisions.record(engine, text, config_format(file), _actor())
+
+    if not errors:
+        result = _with_engine(config, go)
+        if isinstance(result, list):
+            errors = result
+    if errors:
+        for key, msg in errors:
+            typer.echo(f"{file}: {key}: {msg}", err=True)
+        typer.echo(f"{file}: {len(errors)} error(s); nothing applied", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"revision {result.revision} ({result.hash[:12]}): replicas apply it live")
+
+
+def config_history(
+    config: ConfigOpt = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Newest N.")] = 20,
+    diff: Annotated[bool, typer.Option("--diff", help="Print each revision's diff.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON lines.")] = False,
+) -> None:
+    """List applied config revisions, newest first: revision, when, who, hash, +/- lines."""
+    from servehall.rollout import revisions
+
+    async def go(engine: Any, plugins: Any) -> list[revisions.Revision]:
+        return await revisions.history(engine, limit)
+
+    rows = _with_engine(config, go)
+    for r in rows:
+        lines = r.diff.splitlines()
+        plus = sum(1 for ln in lines if ln.startswith("+") and not ln.startswith("+++"))
+        minus = sum(1 for ln in lines if ln.startswith("-") and not ln.startswith("---"))
+        if as_json:
+            out = {
+                "revision": r.revision,
+                "applied_at": r.applied_at.isoformat(),
+                "applied_by": r.applied_by,
+                "hash": r.hash,
+                "added_lines": plus,
+                "removed_lines": minus,
+            }
+            if diff:
+                out["diff"] = r.diff
+            typer.echo(json.dumps(out))
+            continue
+        when = r.applied_at.strftime("%Y-%m-%d %H:%M:%S")
+        typer.echo(f"{r.revision:>5}  {when}  {r.applied_by:<24} {r.hash[:12]}  +{plus} -{minus}")
+        if diff and r.diff:
+            typer.echo(r.diff.rstrip("\n"))
+    if not rows:
+        typer.echo("no config revisions recorded", err=True)
+
+
+def config_rollback(
+    revision: Annotated[
+        int | None, typer.Argument(help="Revision to return to (default: the previous one).")
+    ] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Apply an earlier revision again, the same live way (stored as a new revision,
+    audited as ``config.rollback``)."""
+    from servehall.errors import ConfigError
+    from servehall.rollout import revisions
+    from servehall.server.bootstrap import load_deployment
+
+    settings, _ = load_deployment(config)
+    _require_revisions(settings.server.config_revisions)
+
+    async def go(engine: Any, plugins: Any) -> tuple[revisions.Revision, int]:
+        newest = await revisions.latest(engine)
+        if newest is None:
+            raise ConfigError("no config revisions recorded: nothing to roll back to")
+        target_no = revision if revision is not None else newest.revision - 1
+        target = await revisions.get(engine, target_no) if target_no >= 1 else None
+        if target is None:
+            raise ConfigError(f"no config revision {target_no} (newest: {newest.revision})")
+        rev = await revisions.record(
+            engine,
+            target.text,
+            target.fmt,
+            _actor(),
+            action="config.rollback",
+            details={"to": target.revision, "from": newest.revision},
+        )
+        return rev, target.revision
+
+    rev, to = _with_engine(config, go)
+    typer.echo(f"revision {rev.revision} = revision {to} ({rev.hash[:12]}): replicas apply it live")

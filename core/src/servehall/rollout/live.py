@@ -1,0 +1,397 @@
+"""Config changes without a restart: validate a new config, then apply the difference.
+
+Triggers: ``POST /admin/config`` (admin scope), SIGHUP (re-reads the server's own
+file), and — with ``[server] config_revisions = true`` — a new row in ``config_revision``
+(written by ``servehall config apply`` / ``config rollback`` or another replica), which
+every replica polls every ``config_poll_s`` seconds.
+
+What can change live is ``[[models]]``: versions added, versions removed, weights.
+Everything else (bind addresses, TLS, database URL, plugins, sinks, scheduler, plugin
+sections) needs a restart; a direct change of it is refused with one error per key. A
+revision that a replica follows from the database applies only its ``[[models]]``
+(replicas may differ in ``[server] replica`` or ``bind``); other differences are logged.
+A running version changes only ``weight``, ``rollback_if`` and ``idle_unload_s`` live: another path,
+backend or options is a new version label.
+
+Order, everything-or-nothing: validate everything (every error in one list, as
+``servehall config check`` does), then start each new version's engine with state
+``loading`` (the router sends it nothing) and run the readiness probe; if any fails,
+the started ones are shut down and nothing changed. Then, at once: weights change, new
+versions take traffic, removed versions turn ``draining`` (no new requests; their
+in-flight requests finish) and are shut down when idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from servehall.config.check import check_config_data
+from servehall.config.models import ModelConfig
+from servehall.config.settings import (
+    Settings,
+    config_format,
+    load_settings,
+    parse_config_text,
+)
+from servehall.errors import ConfigError
+from servehall.plugin.host import model_key
+from servehall.rollout import revisions
+from servehall.rollout.revisions import text_hash
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from servehall.plugin.host import Host, ServedModel
+    from servehall.serving.probe import Readiness
+
+log = logging.getLogger("servehall.config")
+
+_LIVE_FIELDS = frozenset({"weight", "rollback_if", "idle_unload_s"})
+
+
+@dataclass
+class ApplyResult:
+    """What an apply changed (version keys ``name`` / ``name@version``)."""
+
+    revision: int | None = None
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    reweighted: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able form (the admin route's answer)."""
+        return {
+            "revision": self.revision,
+            "added": self.added,
+            "removed": self.removed,
+            "reweighted": self.reweighted,
+        }
+
+
+def _refuse(errs: list[tuple[str, str]]) -> ConfigError:
+    lines = "\n".join(f"  {k}: {m}" for k, m in errs)
+    return ConfigError(f"config not applied, nothing changed: {len(errs)} error(s):\n{lines}", errs)
+
+
+def non_live_changes(base: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(key path, message)`` for each setting outside ``[[models]]`` that differs
+    between the running config ``base`` and ``new`` (raw parsed files)."""
+    errs: list[tuple[str, str]] = []
+    for section in sorted((set(base) | set(new)) - {"models"}):
+        old, now = base.get(section), new.get(section)
+        if old == now:
+            continue
+        if isinstance(old, dict) and isinstance(now, dict):
+            keys = sorted(k for k in set(old) | set(now) if old.get(k) != now.get(k))
+        else:
+            keys = [""]
+        for key in keys:
+            path = f"{section}.{key}" if key else section
+            errs.append((path, "cannot change without a restart (live: [[models]] only)"))
+    return errs
+
+
+def version_changes(
+    running: dict[str, ModelConfig], new: list[ModelConfig]
+) -> list[tuple[str, str]]:
+    """Errors for running versions whose new entry changes more than ``weight`` and
+    ``rollback_if``."""
+    errs: list[tuple[str, str]] = []
+    for i, mc in enumerate(new):
+        old = running.get(model_key(mc.name, mc.version))
+        if old is None:
+            continue
+        a, b = old.model_dump(exclude=set(_LIVE_FIELDS)), mc.model_dump(exclude=set(_LIVE_FIELDS))
+        changed = sorted(k for k in a if a[k] != b[k])
+        if changed:
+            label = f"version {mc.version!r} of model" if mc.version else "model"
+            errs.append(
+                (
+                    f"models[{i}]",
+                    f"{label} {mc.name!r} is running: only weight, rollback_if and "
+                    f"idle_unload_s change live (changed: {', '.join(changed)}); "
+                    "give the change a new version label",
+                )
+            )
+    return errs
+
+
+class LiveConfig:
+    """The running config of one replica and the live way to change it.
+
+    Args:
+        host: the running host.
+        readiness: probes a new version before it takes traffic.
+        text: the config text the server started with; ``fmt``: ``toml`` or ``yaml``.
+        path: the server's config file (SIGHUP re-reads it), or None.
+    """
+
+    def __init__(
+        self, host: Host, readiness: Readiness, text: str, fmt: str, path: Path | None
+    ) -> None:
+        self.host = host
+        self.readiness = readiness
+        self.text = text
+        self.fmt = fmt
+        self.path = path
+        self.base = parse_config_text(text, fmt) if text else {}
+        self.hash = text_hash(text)
+        self.revision = 0
+        self.last_error: str | None = None
+        self.db: AsyncEngine | None = None
+        self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._poll: asyncio.Task[None] | None = None
+
+    # --- validation ----------------------------------------------------------------------
+
+    def validate(self, data: dict[str, Any], *, follow: bool = False) -> Settings:
+        """The new settings, or ConfigError listing every problem (nothing changes).
+
+        ``follow``: take only ``[[models]]`` from ``data`` (a revision from the database);
+        otherwise any other difference from the running config is an error.
+        """
+        if follow:
+            others = non_live_changes(self.base, data)
+            if others:
+                log.warning(
+                    "revision differs outside [[models]] (%s): only [[models]] apply live",
+                    ", ".join(k for k, _ in others),
+                )
+            data = {**self.base, "models": data.get("models", [])}
+        errs = check_config_data(data)
+        if not follow:
+            errs.extend(non_live_changes(self.base, data))
+        new: Settings | None = None
+        if not errs:
+            try:
+                new = load_settings(data=data, section_models=self.host.plugins.settings_models())
+            except ConfigError as exc:
+                errs.extend(exc.errors or [("config", exc.message)])
+        if new is not None:
+            if not new.models:
+                errs.append(("models", "no [[models]] configured"))
+            running = {
+                model_key(m.name, m.version): m
+                for m in self.host.settings.models
+                if model_key(m.name, m.version) in self.host.models
+            }
+            errs.extend(version_changes(running, new.models))
+        if errs:
+            raise _refuse(errs)
+        assert new is not None
+        return new
+
+    # --- applying ------------------------------------------------------------------------
+
+    async def apply_text(
+        self,
+        text: str,
+        fmt: str,
+        applied_by: str,
+        *,
+        follow_revision: int | None = None,
+        action: str = "config.applied",
+    ) -> ApplyResult:
+        """Validate and apply config ``text`` (see the module docstring).
+
+        With revisions on, a direct apply is stored as a new revision (audited); a
+        followed one (``follow_revision``) is already stored.
+
+        Raises:
+            ConfigError: invalid, not live-applicable, or a new version failed to start or
+                pass its probe (``errors`` lists every problem; nothing changed).
+        """
+        async with self._lock:
+            data = parse_config_text(text, fmt)
+            new = self.validate(data, follow=follow_revision is not None)
+            result = await self._apply(new)
+            if follow_revision is not None:
+                self.revision = follow_revision
+            elif self.db is not None:
+                rev = await revisions.record(
+                    self.db, text, fmt, applied_by, action=action, details=result.as_dict()
+                )
+                self.revision = rev.revision
+            if follow_revision is None:
+                self.base = {**self.base, **{k: v for k, v in data.items() if k == "models"}}
+            self.text, self.fmt, self.hash = text, fmt, text_hash(text)
+            result.revision = self.revision or None
+            self.last_error = None
+            log.info(
+                "config applied (revision %s, by %s): added %s, removed %s, weights %s",
+                result.revision,
+                applied_by,
+                result.added or "-",
+                result.removed or "-",
+                result.reweighted or "-",
+            )
+            return result
+
+    async def _apply(self, new: Settings) -> ApplyResult:
+        from servehall.server.serve import start_version, stop_engine
+
+        host = self.host
+        result = ApplyResult()
+        wanted = {model_key(mc.name, mc.version): mc for mc in new.models}
+        started: list[ServedModel] = []
+        errs: list[tuple[str, str]] = []
+        for key, mc in wanted.items():
+            current = host.models.get(key)
+            if current is not None and current.state in (
+                "serving",
+                "loading",
+                "draining",
+                "unloaded",
+            ):
+                continue
+            try:
+                served = await start_version(host, mc, state="loading")
+            except Exception as exc:
+                errs.append((f"models.{key}", f"cannot start: {getattr(exc, 'message', exc)}"))
+                continue
+            started.append(served)
+            host.models[key] = served
+            if not await self.readiness.probe(served):
+                errs.append(
+                    (
+                        f"models.{key}",
+                        f"readiness probe failed: {self.readiness.last_error.get(key)}",
+                    )
+                )
+        if errs:
+            for served in started:
+                if host.models.get(served.key) is served:
+                    del host.models[served.key]
+                await stop_engine(served)
+            raise _refuse(errs)
+        # the switch: from here on nothing awaits, so no request sees half of it
+        for key, mc in wanted.items():
+            served = host.models[key]
+            if served in started:
+                result.added.append(key)
+            elif served.weight != mc.weight or served.state == "draining":
+                result.reweighted.append(key)
+            served.weight = mc.weight
+            served.rollback_if = mc.rollback_if
+            served.config = mc
+            if served.state != "unloaded":
+                served.state = "serving"
+        for key, served in list(host.models.items()):
+            if key not in wanted and served.state in ("serving", "loading", "unloaded"):
+                served.state = "draining"
+                result.removed.append(key)
+                self._spawn(self._drain(served))
+        host.settings.models = list(new.models)
+        return result
+
+    async def _drain(self, served: ServedModel) -> None:
+        """Shut ``served`` down once its last in-flight request ended (unless re-added)."""
+        from servehall.server.serve import stop_engine
+
+        while served.state == "draining" and served.inflight > 0:
+            await asyncio.sleep(0.2)
+        if served.state != "draining":
+            return  # a later config took it back
+        served.state = "removed"
+        log.info("model %s drained; stopping its engine", served.key)
+        await stop_engine(served)
+        if self.host.models.get(served.key) is served:
+            del self.host.models[served.key]
+        self.readiness.last_ok.pop(served.key, None)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- revisions, polling and SIGHUP --------------------------------------------------
+
+    async def open_revisions(self, db: AsyncEngine) -> None:
+        """Start keeping revisions in ``db``: adopt the newest revision when it is this
+        config, else store this config as a new one (every replica starting with the
+        same file adopts the same revision); then poll for newer ones."""
+        self.db = db
+        newest = await revisions.latest(db)
+        if newest is not None and newest.hash == self.hash:
+            self.revision = newest.revision
+        else:
+            rev = await revisions.record(
+                db,
+                self.text,
+                self.fmt,
+                f"serve:{self.host.replica}",
+                action="config.started",
+                adopt_same=True,
+            )
+            self.revision = rev.revision
+        self._poll = asyncio.get_running_loop().create_task(self._follow())
+
+    async def _follow(self) -> None:
+        interval = self.host.settings.server.config_poll_s
+        failed = 0
+        while True:
+            await asyncio.sleep(interval)
+            assert self.db is not None
+            try:
+                newest = await revisions.latest_number(self.db)
+                if newest <= max(self.revision, failed):
+                    continue
+                rev = await revisions.get(self.db, newest)
+                if rev is None:
+                    continue
+                if rev.hash == self.hash:
+                    self.revision = rev.revision
+                    continue
+                await self.apply_text(
+                    rev.text, rev.fmt, rev.applied_by, follow_revision=rev.revision
+                )
+            except ConfigError as exc:
+                failed = newest
+                self.last_error = f"revision {newest}: {exc.message}"
+                log.error("config revision %s not applied: %s", newest, exc.message)
+            except Exception as exc:  # a database hiccup: try again next round
+                log.warning("config revision poll failed: %s", exc)
+
+    def install_sighup(self) -> None:
+        """SIGHUP re-reads :attr:`path` and applies it (errors are logged)."""
+        if self.path is None:
+            return
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(self.reload()))
+
+    async def reload(self) -> ApplyResult | None:
+        """Re-read the config file and apply it (SIGHUP); None when it was refused."""
+        assert self.path is not None
+        try:
+            text = self.path.read_text(encoding="utf-8")
+            return await self.apply_text(text, config_format(self.path), "signal:SIGHUP")
+        except (ConfigError, OSError) as exc:
+            self.last_error = getattr(exc, "message", str(exc))
+            log.error("SIGHUP: %s", self.last_error)
+            return None
+
+    async def close(self) -> None:
+        """Stop polling and wait for drains in progress (bounded by the engines' stop)."""
+        if self._poll is not None:
+            self._poll.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poll
+        for task in list(self._tasks):
+            task.cancel()
+        if self.db is not None:
+            await self.db.dispose()
+
+    def report(self) -> dict[str, Any]:
+        """The ``config`` part of ``/health/ready``."""
+        out: dict[str, Any] = {"revision": self.revision or None, "hash": self.hash}
+        if self.last_error:
+            out["last_error"] = self.last_error[:500]
+        return out

@@ -1,0 +1,178 @@
+"""What a chat request's tools ask for (:class:`ToolPlan`): which stream reads each
+choice's output, and which decoding constraint, if any, enforces the tool choice.
+
+Constraints (the engine-neutral :class:`~servehall.engine.StructuredConstraint`):
+
+* a named function: ``json_schema`` = the function's ``parameters`` (the output is the
+  arguments object; always valid against the schema);
+* ``required``: ``json_schema`` = an array of ``{"name": <enum of one tool>,
+  "parameters": <its schema>}`` items, ``minItems`` 1 (``maxItems`` 1 with
+  ``parallel_tool_calls: false``); the tools' ``$defs`` (and ``definitions``) are hoisted
+  to the root so their ``$ref`` still resolve;
+* ``auto`` with a ``strict`` tool or ``parallel_tool_calls: false``: a ``structural_tag``
+  in xgrammar's format — free text until the parser's trigger (``<tool_call>``), then one
+  of the tools' call texts with schema-constrained arguments (``strict`` tools: their
+  schema; others: any object), ``stop_after_first`` for at most one call;
+* ``auto`` otherwise, and ``none``: no constraint.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from servehall.engines.contract import StructuredConstraint
+from servehall.errors import InvalidRequestError
+from servehall.tools.calls import IdFactory, ToolCallStream, new_call_id
+from servehall.tools.forced import REQUIRED_FORMAT, NamedCallStream
+from servehall.tools.parsers import ToolParser
+from servehall.tools.scanner import JsonCallStream
+
+ANY_OBJECT: dict[str, Any] = {"type": "object"}
+TOOLS_CODE = "invalid_tools"
+"""The ``code`` of a 400 for tools that break a rule across fields (an unknown name in
+``tool_choice``, an unmatched ``tool_call_id``, an invalid ``parameters`` schema …)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionTool:
+    """One ``tools[]`` entry of type ``function`` (``parameters``: a JSON Schema)."""
+
+    name: str
+    parameters: dict[str, Any] | None = None
+    description: str | None = None
+    strict: bool = False
+
+    def template(self) -> dict[str, Any]:
+        """The tool as ``apply_chat_template(tools=[...])`` takes it (OpenAI's shape)."""
+        fn: dict[str, Any] = {"name": self.name}
+        if self.description is not None:
+            fn["description"] = self.description
+        fn["parameters"] = self.parameters if self.parameters is not None else ANY_OBJECT
+        return {"type": "function", "function": fn}
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        """The arguments' schema (any object when ``parameters`` is absent)."""
+        return self.parameters if self.parameters is not None else ANY_OBJECT
+
+
+ToolChoiceKind = Literal["none", "auto", "required", "named"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPlan:
+    """The tools of one chat request and how they are chosen.
+
+    Attributes:
+        tools: the declared functions, in request order.
+        choice: ``none``, ``auto``, ``required`` or ``named`` (``named`` is the function).
+        named: the function a named choice forces.
+        parallel: ``parallel_tool_calls`` (default true).
+    """
+
+    tools: tuple[FunctionTool, ...]
+    choice: ToolChoiceKind = "auto"
+    named: str | None = None
+    parallel: bool = True
+
+    @property
+    def active(self) -> bool:
+        """False for ``tool_choice: "none"`` (or no tools): the output is plain text."""
+        return self.choice != "none" and bool(self.tools)
+
+    def stream(self, parser: ToolParser, new_id: IdFactory = new_call_id) -> ToolCallStream:
+        """The per-choice stream reading the output for this choice kind."""
+        if self.choice == "named":
+            assert self.named is not None
+            return NamedCallStream(self.named, new_id)
+        if self.choice == "required":
+            return JsonCallStream(REQUIRED_FORMAT, new_id)
+        return parser.stream(new_id)
+
+    def constraint_param(self) -> str:
+        """The request field that asks for a constraint (for a 400 that names it)."""
+        if self.choice in ("named", "required"):
+            return "tool_choice"
+        if not self.parallel:
+            return "parallel_tool_calls"
+        return "tools"
+
+    def constraint(self, parser: ToolParser) -> StructuredConstraint | None:
+        """The decoding constraint this plan needs (see the module docstring), or None.
+
+        Raises:
+            InvalidRequestError (param ``tools``): two tools define one ``$defs`` name
+                differently (``required`` needs them at the schema root).
+        """
+        if not self.active:
+            return None
+        if self.choice == "named":
+            tool = next(t for t in self.tools if t.name == self.named)
+            return StructuredConstraint(json_schema=_dumps(tool.schema))
+        if self.choice == "required":
+            return StructuredConstraint(json_schema=_dumps(self.required_schema()))
+        if self.parallel and not any(t.strict for t in self.tools):
+            return None
+        tags = [
+            {
+                "type": "tag",
+                "begin": parser.call_begin(t.name),
+                "content": {
+                    "type": "json_schema",
+                    "json_schema": t.schema if t.strict else ANY_OBJECT,
+                },
+                "end": parser.end,
+            }
+            for t in self.tools
+        ]
+        tag = {
+            "type": "structural_tag",
+            "format": {
+                "type": "triggered_tags",
+                "triggers": [parser.trigger],
+                "tags": tags,
+                "at_least_one": False,
+                "stop_after_first": not self.parallel,
+            },
+        }
+        return StructuredConstraint(structural_tag=_dumps(tag))
+
+    def required_schema(self) -> dict[str, Any]:
+        """The JSON Schema of ``tool_choice: "required"`` output (module docstring)."""
+        defs: dict[str, dict[str, Any]] = {}
+        items = []
+        for t in self.tools:
+            params = dict(t.schema)
+            for key in ("$defs", "definitions"):
+                hoisted = defs.setdefault(key, {})
+                for name, sub in (params.pop(key, None) or {}).items():
+                    if name in hoisted and hoisted[name] != sub:
+                        raise InvalidRequestError(
+                            f"Tools define '{key}/{name}' differently; tool_choice "
+                            "'required' needs one definition per name.",
+                            param="tools",
+                            code=TOOLS_CODE,
+                        )
+                    hoisted[name] = sub
+            items.append(
+                {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string", "enum": [t.name]},
+                        "parameters": params,
+                    },
+                    "required": ["name", "parameters"],
+                    "additionalProperties": False,
+                }
+            )
+        schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"anyOf": items}}
+        if not self.parallel:
+            schema["maxItems"] = 1
+        schema.update({key: sub for key, sub in defs.items() if sub})
+        return schema
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
