@@ -30,13 +30,17 @@ def versions_config(
     db_url: str,
     versions: list[tuple[str, float]],
     extra: dict[str, dict[str, Any]] | None = None,
+    server: dict[str, Any] | None = None,
+    more: dict[str, Any] | None = None,
 ) -> str:
     """A config serving ``m`` as ``versions`` (label, weight) of the paced null engine;
-    ``extra`` adds keys to a version's entry by label."""
+    ``extra`` adds keys to a version's entry by label, ``server`` to ``[server]``,
+    ``more`` top-level sections."""
     return dump_toml(
         {
             "plugins": {"enabled": []},
-            "server": {"config_revisions": True, "config_poll_s": 0.5},
+            "server": {"config_revisions": True, "config_poll_s": 0.5, **(server or {})},
+            **(more or {}),
             "database": {"url": db_url, "auto_migrate": True},
             "sinks": [{"name": "sql"}],
             "scheduler": {"max_concurrency": 64, "max_queue": 256},

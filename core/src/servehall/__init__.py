@@ -70,6 +70,7 @@ from servehall.plugin.registries import (
     ToolParserRegistry,
 )
 from servehall.plugin.state import PluginState
+from servehall.pubsub import ChannelListener
 from servehall.records.bus import open_record_bus
 from servehall.records.types import AuditEvent, RequestRecord, Sink, SinkSpec
 from servehall.server.bootstrap import load_deployment
@@ -128,6 +129,7 @@ __all__ = [
     "BackendRegistry",
     "BackendSpec",
     "CallFormat",
+    "ChannelListener",
     "ConfigError",
     "ContentFilterError",
     "DbBase",

@@ -1,8 +1,10 @@
 """``/admin/config``: the running config revision, and live config changes (admin scope).
 
 ``GET /admin/config`` answers ``{"revision", "hash", "format", "text"}`` (the text as
-applied: secrets are the references the file holds). ``POST /admin/config`` with
-``{"text": "...", "format": "toml" | "yaml"}`` validates and applies it live
+applied, in its stored form: references stay references, literal secrets are
+``{ redacted = true }``; posting it back takes them from the running config).
+``POST /admin/config`` with ``{"text": "...", "format": "toml" | "yaml"}``
+validates and applies it live
 (:mod:`servehall.rollout.live`): 200 with what changed, or 400 ``config_invalid`` whose
 message lists every error (nothing changed). 409 ``config_live_off`` when the server
 runs without live config (tests building an app without it).

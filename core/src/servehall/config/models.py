@@ -55,6 +55,10 @@ class ServerSettings(_Section):
     #: seconds and applies a new revision's ``[[models]]`` live (docs/versions.md).
     config_revisions: bool = False
     config_poll_s: float = Field(default=1.0, gt=0, le=60)
+    #: Redis (``redis://[user:password@]host:port/db``, ``rediss://``, ``unix://``) over
+    #: which a new revision is announced to every replica at once; the poll every
+    #: ``config_poll_s`` stays as the catch-up (:mod:`servehall.rollout.broadcast`).
+    config_broadcast_url: Secret | None = None
 
     @field_validator("bind")
     @classmethod

@@ -6,10 +6,29 @@ Resolved at load time into :class:`pydantic.SecretStr`, so they print as ``*****
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, SecretStr
+
+SECRET_NAME = re.compile(
+    r"(^|[_\-.])(secret|secrets|password|passwd|api_?key|apikey|key|authorization|bearer"
+    r"|credentials?|private_?key|token|access_token|refresh_token|cookie)$",
+    re.IGNORECASE,
+)
+"""Names (keys) whose values are secrets where no type says so: free-form tables such as
+``[[models]] options`` (:mod:`servehall.config.redact`) and audit details
+(:func:`servehall.records.codec.redact`). Typed settings mark secrets with :data:`Secret`."""
+
+
+URL_PASSWORD = re.compile(r"(://[^/:@\s]*:)([^@/\s]+)(@)")
+"""The password of a URL (``scheme://user:password@host``): group 2."""
+
+
+def is_secret_name(name: object) -> bool:
+    """True when the key ``name`` looks like it holds a secret (:data:`SECRET_NAME`)."""
+    return isinstance(name, str) and SECRET_NAME.search(name) is not None
 
 
 def resolve_secret(value: Any) -> Any:
@@ -30,6 +49,11 @@ def resolve_secret(value: Any) -> Any:
                 return path.read_text(encoding="utf-8").strip()
             except OSError as exc:
                 raise ValueError(f"cannot read secret file {path}: {exc.strerror}") from None
+        if set(value) == {"redacted"}:
+            raise ValueError(
+                "this secret was redacted from a stored config revision: write the secret, "
+                '{ env = "NAME" } or { file = "/path" } here'
+            )
         raise ValueError('a secret is a string, { env = "NAME" } or { file = "/path" }')
     return value
 

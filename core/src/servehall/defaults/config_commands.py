@@ -4,7 +4,9 @@ Each command opens the deployment's database (``--config``: the running deployme
 config file). ``apply`` and ``rollback`` store a new revision (audited in the hash
 chain as ``config.applied`` / ``config.rollback``, actor ``cli:<OS user>``); every
 replica running with ``[server] config_revisions = true`` applies it live within its
-``config_poll_s`` (docs/versions.md).
+``config_poll_s`` (docs/versions.md). A revision never holds a literal secret: it is
+stored as ``{ redacted = true }`` (:mod:`servehall.config.redact`) and each replica
+takes it from its running config when it applies the revision.
 """
 
 from __future__ import annotations
@@ -36,36 +38,50 @@ def _require_revisions(settings_enabled: bool) -> None:
         )
 
 
+async def _announce(settings: Any, revision: int) -> None:
+    """Announce ``revision`` over ``[server] config_broadcast_url`` when set."""
+    from servehall.rollout.broadcast import announce_url
+
+    url = settings.server.config_broadcast_url
+    if url is not None:
+        await announce_url(url.get_secret_value(), revision)
+
+
 def config_apply(
     file: Annotated[Path, typer.Argument(help="The new config file.")],
     config: ConfigOpt = None,
 ) -> None:
     """Validate FILE (every error in one run, as `config check`), refuse settings that
-    cannot change live, then store it as the next revision; replicas apply it live."""
+    cannot change live, then store it as the next revision (literal secrets redacted);
+    replicas apply it live."""
     from servehall.config.check import check_config
+    from servehall.config.redact import redact_text
     from servehall.config.settings import config_format, parse_config_text
     from servehall.rollout import revisions
     from servehall.rollout.live import non_live_changes
     from servehall.server.bootstrap import load_deployment
 
     errors = check_config(file)
+    fmt = config_format(file)
+    text = ""
     if not errors:
         settings, _ = load_deployment(config)
         _require_revisions(settings.server.config_revisions)
-    text = file.read_text(encoding="utf-8") if not errors else ""
+        text = redact_text(file.read_text(encoding="utf-8"), fmt, load_deployment(file)[0])
 
     async def go(engine: Any, plugins: Any) -> Any:
         newest = await revisions.latest(engine)
         if newest is not None:
             errs = non_live_changes(
-                parse_config_text(newest.text, newest.fmt),
-                parse_config_text(text, config_format(file)),
+                parse_config_text(newest.text, newest.fmt), parse_config_text(text, fmt)
             )
             if errs:
                 return errs
             if newest.hash == revisions.text_hash(text):
                 return newest
-        return await revisions.record(engine, text, config_format(file), _actor())
+        rev = await revisions.record(engine, text, fmt, _actor())
+        await _announce(settings, rev.revision)
+        return rev
 
     if not errors:
         result = _with_engine(config, go)
@@ -124,7 +140,11 @@ def config_rollback(
     config: ConfigOpt = None,
 ) -> None:
     """Apply an earlier revision again, the same live way (stored as a new revision,
-    audited as ``config.rollback``)."""
+    audited as ``config.rollback``). Refused, naming each field, when the revision has a
+    redacted secret in a ``[[models]]`` entry that the newest revision does not have
+    (the replicas could not know it)."""
+    from servehall.config.redact import restore_secrets
+    from servehall.config.settings import parse_config_text
     from servehall.errors import ConfigError
     from servehall.rollout import revisions
     from servehall.server.bootstrap import load_deployment
@@ -140,6 +160,17 @@ def config_rollback(
         target = await revisions.get(engine, target_no) if target_no >= 1 else None
         if target is None:
             raise ConfigError(f"no config revision {target_no} (newest: {newest.revision})")
+        models = parse_config_text(target.text, target.fmt).get("models", [])
+        running = parse_config_text(newest.text, newest.fmt).get("models", [])
+        try:
+            restore_secrets({"models": models}, {"models": running})
+        except ConfigError as exc:
+            lines = "\n".join(f"  {k}: {m}" for k, m in exc.errors)
+            raise ConfigError(
+                f"revision {target.revision} cannot be rolled back to: the running config "
+                f"does not have its secrets:\n{lines}",
+                exc.errors,
+            ) from None
         rev = await revisions.record(
             engine,
             target.text,
@@ -148,6 +179,7 @@ def config_rollback(
             action="config.rollback",
             details={"to": target.revision, "from": newest.revision},
         )
+        await _announce(settings, rev.revision)
         return rev, target.revision
 
     rev, to = _with_engine(config, go)

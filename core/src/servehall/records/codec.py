@@ -14,21 +14,16 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import SecretStr
 
+from servehall.config.secrets import URL_PASSWORD, is_secret_name
 from servehall.records.types import AuditEvent, Record, RequestRecord
 
 MASK = "**********"
-_SECRET_KEY = re.compile(
-    r"(^|[_\-.])(secret|secrets|password|passwd|api_?key|apikey|authorization|bearer"
-    r"|credentials?|private_?key|token|access_token|refresh_token|cookie)$",
-    re.IGNORECASE,
-)
 
 
 def clean_text(value: str) -> str:
@@ -66,21 +61,15 @@ def clean_json(value: Any) -> Any:
     return clean_text(str(value))
 
 
-_URL_PASSWORD = re.compile(r"(://[^/:@\s]*:)([^@/\s]+)(@)")
-
-
 def redact(value: Any) -> Any:
     """``value`` with values under secret-looking keys, ``SecretStr`` values and the
     passwords of URLs (``scheme://user:password@host``) masked."""
     if isinstance(value, SecretStr):
         return MASK
     if isinstance(value, str):
-        return _URL_PASSWORD.sub(rf"\g<1>{MASK}\g<3>", value) if "://" in value else value
+        return URL_PASSWORD.sub(rf"\g<1>{MASK}\g<3>", value) if "://" in value else value
     if isinstance(value, dict):
-        return {
-            k: (MASK if isinstance(k, str) and _SECRET_KEY.search(k) and v else redact(v))
-            for k, v in value.items()
-        }
+        return {k: (MASK if is_secret_name(k) and v else redact(v)) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [redact(v) for v in value]
     return value

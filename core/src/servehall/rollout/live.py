@@ -3,7 +3,8 @@
 Triggers: ``POST /admin/config`` (admin scope), SIGHUP (re-reads the server's own
 file), and — with ``[server] config_revisions = true`` — a new row in ``config_revision``
 (written by ``servehall config apply`` / ``config rollback`` or another replica), which
-every replica polls every ``config_poll_s`` seconds.
+every replica polls every ``config_poll_s`` seconds, and at once when it is announced
+over Redis (``[server] config_broadcast_url``, :mod:`servehall.rollout.broadcast`).
 
 What can change live is ``[[models]]``: versions added, versions removed, weights.
 Everything else (bind addresses, TLS, database URL, plugins, sinks, scheduler, plugin
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from servehall.config.check import check_config_data
 from servehall.config.models import ModelConfig
+from servehall.config.redact import redact_text, restore_secrets
 from servehall.config.settings import (
     Settings,
     config_format,
@@ -42,12 +44,14 @@ from servehall.config.settings import (
 from servehall.errors import ConfigError
 from servehall.plugin.host import model_key
 from servehall.rollout import revisions
+from servehall.rollout.broadcast import announce, redis_client, revision_listener
 from servehall.rollout.revisions import text_hash
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from servehall.plugin.host import Host, ServedModel
+    from servehall.pubsub import ChannelListener
     from servehall.serving.probe import Readiness
 
 log = logging.getLogger("servehall.config")
@@ -125,6 +129,11 @@ def version_changes(
 class LiveConfig:
     """The running config of one replica and the live way to change it.
 
+    :attr:`text` (and :attr:`hash`, the revision's hash) is the config's stored form:
+    literal secrets replaced by ``{ redacted = true }`` (:mod:`servehall.config.redact`);
+    :attr:`base` is the running config as parsed, with its real secrets, kept only in
+    memory (redacted secrets of a revision applied later are taken from it).
+
     Args:
         host: the running host.
         readiness: probes a new version before it takes traffic.
@@ -137,34 +146,46 @@ class LiveConfig:
     ) -> None:
         self.host = host
         self.readiness = readiness
-        self.text = text
         self.fmt = fmt
         self.path = path
         self.base = parse_config_text(text, fmt) if text else {}
-        self.hash = text_hash(text)
+        self.text = redact_text(text, fmt, host.settings)
+        self.hash = text_hash(self.text)
         self.revision = 0
         self.last_error: str | None = None
         self.db: AsyncEngine | None = None
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._poll: asyncio.Task[None] | None = None
+        self.listener: ChannelListener | None = None
+        self._nudge: asyncio.Event | None = None
 
     # --- validation ----------------------------------------------------------------------
 
-    def validate(self, data: dict[str, Any], *, follow: bool = False) -> Settings:
-        """The new settings, or ConfigError listing every problem (nothing changes).
+    def validate(
+        self, data: dict[str, Any], *, follow: bool = False
+    ) -> tuple[Settings, dict[str, Any]]:
+        """The new settings and the data they came from (secrets restored), or
+        ConfigError listing every problem (nothing changes).
 
+        ``data`` may hold redacted secrets (a stored revision): they are taken from the
+        running config (ConfigError naming each one it has no value for).
         ``follow``: take only ``[[models]]`` from ``data`` (a revision from the database);
         otherwise any other difference from the running config is an error.
         """
         if follow:
-            others = non_live_changes(self.base, data)
+            stored = parse_config_text(self.text, self.fmt) if self.text else {}
+            others = non_live_changes(stored, data)
             if others:
                 log.warning(
                     "revision differs outside [[models]] (%s): only [[models]] apply live",
                     ", ".join(k for k, _ in others),
                 )
             data = {**self.base, "models": data.get("models", [])}
+        try:
+            data = restore_secrets(data, self.base)
+        except ConfigError as exc:
+            raise _refuse(exc.errors or [("config", exc.message)]) from None
         errs = check_config_data(data)
         if not follow:
             errs.extend(non_live_changes(self.base, data))
@@ -186,7 +207,7 @@ class LiveConfig:
         if errs:
             raise _refuse(errs)
         assert new is not None
-        return new
+        return new, data
 
     # --- applying ------------------------------------------------------------------------
 
@@ -201,8 +222,8 @@ class LiveConfig:
     ) -> ApplyResult:
         """Validate and apply config ``text`` (see the module docstring).
 
-        With revisions on, a direct apply is stored as a new revision (audited); a
-        followed one (``follow_revision``) is already stored.
+        With revisions on, a direct apply is stored as a new revision (audited; literal
+        secrets redacted); a followed one (``follow_revision``) is already stored.
 
         Raises:
             ConfigError: invalid, not live-applicable, or a new version failed to start or
@@ -210,18 +231,20 @@ class LiveConfig:
         """
         async with self._lock:
             data = parse_config_text(text, fmt)
-            new = self.validate(data, follow=follow_revision is not None)
+            new, data = self.validate(data, follow=follow_revision is not None)
+            stored = text if follow_revision is not None else redact_text(text, fmt, new)
             result = await self._apply(new)
             if follow_revision is not None:
                 self.revision = follow_revision
             elif self.db is not None:
                 rev = await revisions.record(
-                    self.db, text, fmt, applied_by, action=action, details=result.as_dict()
+                    self.db, stored, fmt, applied_by, action=action, details=result.as_dict()
                 )
                 self.revision = rev.revision
-            if follow_revision is None:
-                self.base = {**self.base, **{k: v for k, v in data.items() if k == "models"}}
-            self.text, self.fmt, self.hash = text, fmt, text_hash(text)
+                if self.listener is not None:
+                    await announce(self.listener.client, rev.revision)
+            self.base = {**self.base, "models": data.get("models", [])}
+            self.text, self.fmt, self.hash = stored, fmt, text_hash(stored)
             result.revision = self.revision or None
             self.last_error = None
             log.info(
@@ -313,11 +336,13 @@ class LiveConfig:
 
     # --- revisions, polling and SIGHUP --------------------------------------------------
 
-    async def open_revisions(self, db: AsyncEngine) -> None:
+    async def open_revisions(self, db: AsyncEngine, broadcast_url: str | None = None) -> None:
         """Start keeping revisions in ``db``: adopt the newest revision when it is this
         config, else store this config as a new one (every replica starting with the
-        same file adopts the same revision); then poll for newer ones."""
+        same file adopts the same revision); then follow newer ones: poll, and with
+        ``broadcast_url`` (Redis) also listen for announcements."""
         self.db = db
+        self._nudge = asyncio.Event()
         newest = await revisions.latest(db)
         if newest is not None and newest.hash == self.hash:
             self.revision = newest.revision
@@ -331,13 +356,24 @@ class LiveConfig:
                 adopt_same=True,
             )
             self.revision = rev.revision
+        if broadcast_url:
+            self.listener = revision_listener(redis_client(broadcast_url), self._wake)
+            await self.listener.start()
         self._poll = asyncio.get_running_loop().create_task(self._follow())
+
+    def _wake(self, revision: int | None) -> None:
+        """A revision was announced (None: maybe missed ones): look now."""
+        if self._nudge is not None and (revision is None or revision > self.revision):
+            self._nudge.set()
 
     async def _follow(self) -> None:
         interval = self.host.settings.server.config_poll_s
         failed = 0
+        assert self._nudge is not None
         while True:
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._nudge.wait(), interval)
+            self._nudge.clear()
             assert self.db is not None
             try:
                 newest = await revisions.latest_number(self.db)
@@ -386,12 +422,18 @@ class LiveConfig:
                 await self._poll
         for task in list(self._tasks):
             task.cancel()
+        if self.listener is not None:
+            await self.listener.close()
+            with contextlib.suppress(Exception):
+                await self.listener.client.aclose()
         if self.db is not None:
             await self.db.dispose()
 
     def report(self) -> dict[str, Any]:
         """The ``config`` part of ``/health/ready``."""
         out: dict[str, Any] = {"revision": self.revision or None, "hash": self.hash}
+        if self.listener is not None:
+            out["broadcast"] = self.listener.state()
         if self.last_error:
             out["last_error"] = self.last_error[:500]
         return out

@@ -394,7 +394,8 @@ async def _open_revisions(live: Any, settings: Settings) -> None:
             branches=plugins.migrations(),
             known=plugins.other_migrations(),
         )
-        await live.open_revisions(db)
+        url = settings.server.config_broadcast_url
+        await live.open_revisions(db, url.get_secret_value() if url is not None else None)
     except BaseException:
         await db.dispose()
         raise

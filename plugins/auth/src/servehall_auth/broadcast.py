@@ -16,11 +16,10 @@ no message missed during the gap can leave a stale row behind.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import TYPE_CHECKING
 
+from servehall import ChannelListener
 from servehall_auth.metrics import KEY_CACHE_INVALIDATIONS
 
 if TYPE_CHECKING:
@@ -51,8 +50,9 @@ async def publish_key_change(client: Redis, key_id: str) -> bool:
         return False
 
 
-class KeyChangeListener:
-    """Subscribes to :data:`CHANNEL` and invalidates ``store``'s cache (module docstring).
+class KeyChangeListener(ChannelListener):
+    """Subscribes to :data:`CHANNEL` and invalidates ``store``'s cache (module docstring;
+    reconnection by :class:`servehall.ChannelListener`).
 
     Args:
         client: a redis-py asyncio client (``decode_responses=True``).
@@ -61,61 +61,34 @@ class KeyChangeListener:
     """
 
     def __init__(self, client: Redis, store: KeyStore, retry_s: float = 0.5) -> None:
-        self.client = client
+        super().__init__(
+            client,
+            CHANNEL,
+            self._changed,
+            what="auth: key-change broadcast",
+            lost_note="key cache off until Redis answers again",
+            on_subscribed=self._subscribed,
+            on_lost=self._lost,
+            retry_s=retry_s,
+            logger=log,
+        )
         self.store = store
-        self.retry_s = retry_s
-        self.subscribed = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
 
     async def start(self, timeout_s: float = 5.0) -> None:
         """Start listening; waits up to ``timeout_s`` for the first subscription (the
         cache stays off until then, so nothing is lost when it takes longer)."""
         self.store.cache_enabled = False
-        self._task = asyncio.create_task(self._run(), name="servehall-auth-key-listener")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.subscribed.wait(), timeout_s)
+        await super().start(timeout_s)
 
-    async def close(self) -> None:
-        """Stop listening."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+    def _subscribed(self) -> None:
+        # a change published while we were not listening must not survive
+        self.store.forget_all()
+        self.store.cache_enabled = True
 
-    async def _run(self) -> None:
-        lost = False
-        while True:
-            pubsub = self.client.pubsub(ignore_subscribe_messages=True)
-            try:
-                await pubsub.subscribe(CHANNEL)
-                # a change published while we were not listening must not survive
-                self.store.forget_all()
-                self.store.cache_enabled = True
-                self.subscribed.set()
-                if lost:
-                    log.warning("auth: key-change broadcast listening again")
-                    lost = False
-                while True:
-                    msg = await pubsub.get_message(timeout=1.0)
-                    if msg is not None and msg.get("type") == "message":
-                        key_id = str(msg.get("data", ""))
-                        self.store.forget(key_id)
-                        KEY_CACHE_INVALIDATIONS.labels("broadcast").inc()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.store.cache_enabled = False
-                self.store.forget_all()
-                self.subscribed.clear()
-                if not lost:
-                    log.warning(
-                        "auth: key-change broadcast lost (%s); key cache off until Redis "
-                        "answers again",
-                        type(exc).__name__,
-                    )
-                    lost = True
-                await asyncio.sleep(self.retry_s)
-            finally:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()
+    def _lost(self) -> None:
+        self.store.cache_enabled = False
+        self.store.forget_all()
+
+    def _changed(self, key_id: str) -> None:
+        self.store.forget(key_id)
+        KEY_CACHE_INVALIDATIONS.labels("broadcast").inc()

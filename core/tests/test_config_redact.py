@@ -1,0 +1,184 @@
+"""The stored form of a config: literal secrets redacted, references kept, restored from
+the running config (servehall.config.redact)."""
+
+from __future__ import annotations
+
+import tomllib
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from servehall import Secret
+from servehall.config.redact import (
+    REDACTED,
+    key_path,
+    redact_text,
+    restore_secrets,
+    secret_paths,
+)
+from servehall.config.settings import Settings, load_settings, parse_config_text
+from servehall.errors import ConfigError
+from servehall.records.codec import MASK, redact
+
+
+class Vault(BaseModel):
+    """A plugin section with a typed secret and a secret-free field."""
+
+    jwt_secret: Secret | None = None
+    webhook: Secret | None = None
+    region: str = "eu"
+
+
+TOML = """\
+# the deployment
+[database]
+url = "postgresql+asyncpg://svc:db-pass-123@db:5432/servehall"  # literal: redacted
+
+[tracing]
+headers = { authorization = "Bearer trace-tok-456", x-team = { env = "TEAM_TOKEN" } }
+
+[vault]
+jwt_secret = "jwt-secret-789"
+webhook = { env = "VAULT_WEBHOOK" }
+region = "us"
+
+[[models]]
+name = "m"
+version = "a"
+path = "/models/m"
+[models.options]
+api_key = "sk-live-abc"
+hf_token = "hf_tok_def"
+dtype = "bf16"
+nested = { password = "pw-ghi" }
+
+[[models]]
+name = "m"
+version = "b"
+path = "/models/m"
+options = { api_key = { env = "M_KEY" }, endpoint = "https://u:url-pw-jkl@host/v1" }
+
+[[sinks]]
+name = "webhook"
+options = { url = "https://hooks.example/x", token = "sink-tok-mno" }
+"""
+
+LITERALS = [
+    "db-pass-123",
+    "trace-tok-456",
+    "jwt-secret-789",
+    "sk-live-abc",
+    "hf_tok_def",
+    "pw-ghi",
+    "url-pw-jkl",
+    "sink-tok-mno",
+]
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TEAM_TOKEN", "VAULT_WEBHOOK", "M_KEY"):
+        monkeypatch.setenv(name, f"value-of-{name}")
+
+
+def _settings(data: dict[str, Any]) -> Settings:
+    return load_settings(data=data, section_models={"vault": Vault})
+
+
+def test_secret_paths_come_from_the_models_and_option_names(env: None) -> None:
+    raw = parse_config_text(TOML, "toml")
+    paths = {key_path(p) for p in secret_paths(raw, _settings(raw))}
+    assert paths == {
+        "database.url",
+        "tracing.headers.authorization",
+        "vault.jwt_secret",
+        "models[0].options.api_key",
+        "models[0].options.hf_token",
+        "models[0].options.nested.password",
+        "models[1].options.endpoint",
+        "sinks[0].options.token",
+    }
+
+
+def test_toml_keeps_references_comments_and_layout(env: None) -> None:
+    raw = parse_config_text(TOML, "toml")
+    stored = redact_text(TOML, "toml", _settings(raw))
+    for literal in LITERALS:
+        assert literal not in stored
+    assert "# the deployment" in stored and "# literal: redacted" in stored
+    data = tomllib.loads(stored)
+    assert data["database"]["url"] == REDACTED
+    assert data["tracing"]["headers"]["x-team"] == {"env": "TEAM_TOKEN"}
+    assert data["vault"] == {
+        "jwt_secret": REDACTED,
+        "webhook": {"env": "VAULT_WEBHOOK"},
+        "region": "us",
+    }
+    assert data["models"][0]["options"]["dtype"] == "bf16"
+    assert data["models"][1]["options"]["api_key"] == {"env": "M_KEY"}
+    assert data["sinks"][0]["options"]["url"] == "https://hooks.example/x"
+    # only the secrets' lines changed
+    changed = set(stored.splitlines()) - set(TOML.splitlines())
+    assert len(changed) == 8, changed
+    assert len(stored.splitlines()) == len(TOML.splitlines())
+
+
+def test_a_config_without_literal_secrets_is_stored_as_written(env: None) -> None:
+    text = '[database]\nurl = { env = "DB_URL" }\n\n[[models]]\nname = "m"\npath = "/m"\n'
+    raw = parse_config_text(text, "toml")
+    settings = _settings({**raw, "database": {"url": "sqlite+aiosqlite:///x.db"}})
+    assert redact_text(text, "toml", settings) == text
+
+
+def test_yaml_is_redacted_too(env: None) -> None:
+    data = tomllib.loads(TOML)
+    text = yaml.safe_dump(data, sort_keys=False)
+    stored = redact_text(text, "yaml", _settings(data))
+    for literal in LITERALS:
+        assert literal not in stored
+    assert yaml.safe_load(stored)["vault"]["jwt_secret"] == REDACTED
+
+
+def test_restore_takes_secrets_from_the_running_config(env: None) -> None:
+    running = parse_config_text(TOML, "toml")
+    stored = parse_config_text(redact_text(TOML, "toml", _settings(running)), "toml")
+    stored["models"].reverse()  # entries match by name and version, not position
+    back = restore_secrets(stored, running)
+    assert back["models"][1]["options"]["api_key"] == "sk-live-abc"
+    assert back["models"][1]["options"]["nested"]["password"] == "pw-ghi"
+    assert back["models"][0]["options"]["endpoint"] == "https://u:url-pw-jkl@host/v1"
+    assert back["database"]["url"] == running["database"]["url"]
+    assert back["vault"]["webhook"] == {"env": "VAULT_WEBHOOK"}
+    assert _settings(back).models[1].options["api_key"] == "sk-live-abc"
+
+
+def test_restore_refuses_a_secret_the_running_config_lacks_naming_each_field(
+    env: None,
+) -> None:
+    running = parse_config_text(TOML, "toml")
+    stored = parse_config_text(redact_text(TOML, "toml", _settings(running)), "toml")
+    running["models"] = running["models"][1:]  # version a is no longer running
+    del running["vault"]["jwt_secret"]
+    with pytest.raises(ConfigError) as info:
+        restore_secrets(stored, running)
+    fields = [k for k, _ in info.value.errors]
+    assert fields == [
+        "vault.jwt_secret",
+        "models[0].options.api_key",
+        "models[0].options.hf_token",
+        "models[0].options.nested.password",
+    ]
+    assert "env" in info.value.message and "models[0].options.api_key" in info.value.message
+
+
+def test_an_unrestored_marker_in_a_secret_field_is_a_clear_config_error() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(data={"database": {"url": dict(REDACTED)}})
+    assert "redacted from a stored config revision" in info.value.message
+
+
+def test_audit_redaction_shares_the_secret_key_names() -> None:
+    out = redact({"hf_key": "x", "webhook_token": "y", "url": "redis://u:pw@h/0", "n": 1})
+    assert out == {"hf_key": MASK, "webhook_token": MASK, "url": f"redis://u:{MASK}@h/0", "n": 1}
