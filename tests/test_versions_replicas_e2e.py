@@ -168,7 +168,8 @@ def test_no_revision_row_or_admin_answer_holds_a_literal_secret(replicas: Replic
         for stored in (text, diff):
             assert dep.db_url not in stored and password not in stored
             assert TRACE_TOKEN not in stored and "e2e-literal" not in stored
-        assert text.count("{redacted = true}") == 2, text
+        # the database URL, the tracing header and the Redis URL (a Secret field)
+        assert text.count("{redacted = true}") == 3, text
     with httpx.Client(timeout=60) as c:
         for srv in (dep.a, dep.b):
             shown = c.get(srv.base_url + "/admin/config").json()["text"]

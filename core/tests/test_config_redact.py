@@ -3,6 +3,7 @@ the running config (servehall.config.redact)."""
 
 from __future__ import annotations
 
+import json
 import tomllib
 from typing import Any
 
@@ -18,9 +19,10 @@ from servehall.config.redact import (
     restore_secrets,
     secret_paths,
 )
+from servehall.config.secrets import MASK
 from servehall.config.settings import Settings, load_settings, parse_config_text
 from servehall.errors import ConfigError
-from servehall.records.codec import MASK, redact
+from servehall.records.codec import redact
 
 
 class Vault(BaseModel):
@@ -182,3 +184,12 @@ def test_an_unrestored_marker_in_a_secret_field_is_a_clear_config_error() -> Non
 def test_audit_redaction_shares_the_secret_key_names() -> None:
     out = redact({"hf_key": "x", "webhook_token": "y", "url": "redis://u:pw@h/0", "n": 1})
     assert out == {"hf_key": MASK, "webhook_token": MASK, "url": f"redis://u:{MASK}@h/0", "n": 1}
+
+
+def test_config_show_masks_option_secrets_and_url_passwords(env: None) -> None:
+    from servehall.config.settings import masked_dump
+
+    shown = json.dumps(masked_dump(_settings(parse_config_text(TOML, "toml"))))
+    for literal in LITERALS:
+        assert literal not in shown, literal
+    assert '"dtype": "bf16"' in shown and "postgresql+asyncpg://svc:**********@db" in shown

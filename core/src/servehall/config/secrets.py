@@ -12,6 +12,9 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, SecretStr
 
+MASK = "**********"
+"""How a secret is shown (``config show``, audit details)."""
+
 SECRET_NAME = re.compile(
     r"(^|[_\-.])(secret|secrets|password|passwd|api_?key|apikey|key|authorization|bearer"
     r"|credentials?|private_?key|token|access_token|refresh_token|cookie)$",

@@ -33,6 +33,7 @@ from servehall.config.models import (
     SinkConfig,
     TracingSettings,
 )
+from servehall.config.secrets import MASK, URL_PASSWORD, is_secret_name
 from servehall.errors import ConfigError
 
 ENV_PREFIX = "SERVEHALL_"
@@ -253,18 +254,26 @@ def _mask_secret(secret: SecretStr) -> str:
     if parts.scheme.split("+")[0] in _DB_SCHEMES and not parts.query:
         if parts.password is None:
             return value
-        netloc = parts.netloc.replace(f":{parts.password}@", ":**********@", 1)
+        netloc = parts.netloc.replace(f":{parts.password}@", f":{MASK}@", 1)
         return urlunsplit(parts._replace(netloc=netloc))
-    return "**********"
+    return MASK
 
 
 def _mask(value: Any) -> Any:
+    """Secrets masked: ``Secret`` fields, and in free-form tables (``options``) strings
+    under secret-looking keys; the password of any URL (the rule of
+    :mod:`servehall.config.redact`)."""
     if isinstance(value, SecretStr):
         return _mask_secret(value)
     if isinstance(value, BaseModel):
         return {k: _mask(getattr(value, k)) for k in type(value).model_fields}
     if isinstance(value, dict):
-        return {k: _mask(v) for k, v in value.items()}
+        return {
+            k: MASK if is_secret_name(k) and isinstance(v, str) else _mask(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, str) and "://" in value:
+        return URL_PASSWORD.sub(rf"\g<1>{MASK}\g<3>", value)
     if isinstance(value, list | tuple):
         return [_mask(v) for v in value]
     if isinstance(value, Path):

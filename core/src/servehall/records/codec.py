@@ -20,10 +20,8 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from servehall.config.secrets import URL_PASSWORD, is_secret_name
+from servehall.config.secrets import MASK, URL_PASSWORD, is_secret_name
 from servehall.records.types import AuditEvent, Record, RequestRecord
-
-MASK = "**********"
 
 
 def clean_text(value: str) -> str:
