@@ -193,3 +193,35 @@ def test_config_show_masks_option_secrets_and_url_passwords(env: None) -> None:
     for literal in LITERALS:
         assert literal not in shown, literal
     assert '"dtype": "bf16"' in shown and "postgresql+asyncpg://svc:**********@db" in shown
+
+
+def test_live_config_stores_redacted_text_and_restores_it_on_apply(tmp_path: Any) -> None:
+    """LiveConfig (servehall.rollout.live): its text (what /admin/config shows and a
+    revision stores) has no literal secret; a stored text posted back validates with the
+    running secrets; a marker for a version that is not running is refused by name."""
+    from servehall.plugin.host import Host
+    from servehall.plugin.manager import PluginHost
+    from servehall.rollout.live import LiveConfig
+
+    def text(versions: list[str]) -> str:
+        out = '[database]\nurl = "postgresql+asyncpg://u:live-db-pw@h/db"\n'
+        for v in versions:
+            out += (
+                f'\n[[models]]\nname = "m"\nversion = "{v}"\npath = "{tmp_path}"\n'
+                f'backend = "null"\noptions = {{ api_key = "live-key-{v}" }}\n'
+            )
+        return out
+
+    running = text(["a"])
+    host = Host(settings=load_settings(data=tomllib.loads(running)), plugins=PluginHost([]))
+    live = LiveConfig(host, None, running, "toml", None)  # type: ignore[arg-type]
+    assert "live-db-pw" not in live.text and "live-key-a" not in live.text
+    new, data = live.validate(tomllib.loads(live.text))
+    assert data["models"][0]["options"]["api_key"] == "live-key-a"
+    assert new.database.url.get_secret_value().endswith("live-db-pw@h/db")
+    two = parse_config_text(
+        redact_text(text(["a", "b"]), "toml", _settings(tomllib.loads(text(["a", "b"])))), "toml"
+    )
+    with pytest.raises(ConfigError) as info:
+        live.validate(two)
+    assert [k for k, _ in info.value.errors] == ["models[1].options.api_key"]
