@@ -41,15 +41,8 @@ from tests.conftest import (
     hold_stream,
     run_haproxy,
 )
+from tests.test_worker_e2e import STREAM as LONG  # 1,900 tokens, ignore_eos
 
-LONG = {
-    "model": "demo",
-    "prompt": "ABCDEFGH ABCDEFGH ABC",
-    "temperature": 0,
-    "max_tokens": 1900,
-    "stream": True,
-    "ignore_eos": True,  # the length must not depend on the demo weights (they vary by CPU)
-}
 SHORT = {"model": "demo", "prompt": "Hi", "max_tokens": 1, "temperature": 0}
 
 
