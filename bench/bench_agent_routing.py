@@ -64,14 +64,12 @@ def ttft(client: httpx.Client) -> tuple[float, str]:
     t0 = time.perf_counter()
     with client.stream("POST", "/v1/completions", json=SHORT) as r:
         r.raise_for_status()
-        for line in r.iter_lines():
-            if line.startswith("data: "):
+        first = None
+        for line in r.iter_lines():  # read to the end (the request completes)
+            if first is None and line.startswith("data: "):
                 first = time.perf_counter() - t0
-                break
-        else:
-            raise RuntimeError("no SSE event")
-        for _ in r.iter_lines():
-            pass
+    if first is None:
+        raise RuntimeError("no SSE event")
     return first, r.headers.get("x-servehall-backend", "?")
 
 
