@@ -35,6 +35,14 @@ Fixtures
     arguments merge extra sections (e.g. ``scheduler={"max_concurrency": 2}``);
     ``plugins={"enabled": [...]}`` adds to the enabled list (``openvino_cpu`` stays).
 
+``hold_stream(port, body)`` / ``stream_then_drop(port, body)`` (plain helpers)
+    A streamed request over a raw HTTP/1.1 socket, read to its first SSE event: kept
+    open (the caller closes it later, a client disconnect) or closed at once.
+
+``haproxy_binary()`` / ``run_haproxy(binary, a, b, a_agent, b_agent, log_path)``
+    HAProxy running ``deploy/haproxy.cfg`` as is in front of two replicas (a context
+    manager yielding its URL once ``/health/ready`` answers 200 through it).
+
 Typical use, one server per module::
 
     @pytest.fixture(scope="module")
@@ -304,22 +312,88 @@ def demo_config_factory() -> Callable[..., dict[str, Any]]:
     return demo_config
 
 
-def stream_then_drop(port: int, body: dict[str, Any], path: str = "/v1/completions") -> bytes:
-    """POST ``body`` to ``path`` over a raw HTTP/1.1 socket, read until the first SSE
-    event, then close the socket (a client disconnect mid-stream).
-
-    (A raw socket closes at once; an httpx client may keep the socket until later, and
-    the kernel then accepts the server's writes as if the client were still there.)"""
+def hold_stream(
+    port: int, body: dict[str, Any], path: str = "/v1/completions", *, first_event: bool = True
+) -> tuple[socket.socket, bytes]:
+    """POST ``body`` (a streamed request) to ``path`` over a raw HTTP/1.1 socket and read
+    until the first SSE event (not at all with ``first_event=False``: a request that will
+    wait in a queue); return the open socket (the request keeps running until the caller
+    closes it: a client disconnect) and what was read."""
     data = json.dumps(body).encode()
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
         s.sendall(
             b"POST %s HTTP/1.1\r\nHost: x\r\n" % path.encode()
             + b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(data)
             + data
         )
         got = b""
-        while b"data: " not in got:
+        while first_event and b"data: " not in got:
             chunk = s.recv(4096)
             assert chunk, got
             got += chunk
+    except BaseException:
+        s.close()
+        raise
+    return s, got
+
+
+def stream_then_drop(port: int, body: dict[str, Any], path: str = "/v1/completions") -> bytes:
+    """POST ``body`` to ``path`` over a raw HTTP/1.1 socket, read until the first SSE
+    event, then close the socket (a client disconnect mid-stream).
+
+    (A raw socket closes at once; an httpx client may keep the socket until later, and
+    the kernel then accepts the server's writes as if the client were still there.)"""
+    s, got = hold_stream(port, body, path)
+    s.close()
     return got
+
+
+# --- HAProxy ---------------------------------------------------------------------------
+
+DEPLOY_DIR = Path(__file__).resolve().parents[1] / "deploy"
+
+
+def haproxy_binary() -> str | None:
+    """The ``haproxy`` executable (``.ci/services.d/haproxy.sh`` installs it), or None."""
+    import shutil
+
+    found = shutil.which("haproxy")
+    return found or ("/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").is_file() else None)
+
+
+@contextlib.contextmanager
+def run_haproxy(
+    binary: str, a: str, b: str, a_agent: int, b_agent: int, log_path: Path
+) -> Iterator[str]:
+    """Run ``deploy/haproxy.cfg`` as is with replicas ``a``/``b`` (``host:port``) and their
+    agent ports (a port nobody listens on leaves the configured weight: plain round
+    robin); yield its base URL once it answers ``/health/ready`` with 200. Stopped
+    (SIGTERM) on exit; the log (HAProxy's stdout/stderr) goes to ``log_path``."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "HAPROXY_BIND": f"127.0.0.1:{port}",
+        "SERVEHALL_A": a,
+        "SERVEHALL_B": b,
+        "SERVEHALL_A_AGENT_PORT": str(a_agent),
+        "SERVEHALL_B_AGENT_PORT": str(b_agent),
+    }
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [binary, "-db", "-f", str(DEPLOY_DIR / "haproxy.cfg")], env=env, stdout=log, stderr=log
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("haproxy did not come up:\n" + log_path.read_text())
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/health/ready", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -95,3 +95,29 @@ def test_deploy_config_is_valid_with_shared_limits(tmp_path: Path) -> None:
         .database.url.get_secret_value()
         .startswith("postgresql+asyncpg://")
     )
+
+
+def test_inference_pool_example_selects_the_deployment() -> None:
+    """deploy/k8s/inferencepool.yaml selects the pods of docs/deploy.md's Deployment on
+    their HTTP port, and its endpoint picker's default engine is the servehall mapping
+    (the metric names themselves are checked live in tests/test_ops_metrics_e2e.py)."""
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "k8s" / "inferencepool.yaml").read_text())]
+    by_kind = {d["kind"]: d for d in docs}
+    pool = by_kind["InferencePool"]["spec"]
+    deployment = _k8s()["Deployment"]["spec"]
+    labels = deployment["template"]["metadata"]["labels"]
+    assert pool["selector"]["matchLabels"].items() <= labels.items()
+    (container,) = deployment["template"]["spec"]["containers"]
+    assert [p["number"] for p in pool["targetPorts"]] == [
+        p["containerPort"] for p in container["ports"]
+    ]
+    epp = yaml.safe_load(by_kind["ConfigMap"]["data"]["config.yaml"])
+    assert epp["kind"] == "EndpointPickerConfig"
+    (extractor,) = [p for p in epp["plugins"] if p["type"] == "core-metrics-extractor"]
+    params = extractor["parameters"]
+    assert params["defaultEngine"] in {e["name"] for e in params["engineConfigs"]}
+    names = {p.get("name", p["type"]) for p in epp["plugins"]}
+    refs = {r["pluginRef"] for prof in epp["schedulingProfiles"] for r in prof["plugins"]}
+    refs |= {s["pluginRef"] for s in epp["dataLayer"]["sources"]}
+    refs |= {x["pluginRef"] for s in epp["dataLayer"]["sources"] for x in s["extractors"]}
+    assert refs <= names, refs - names

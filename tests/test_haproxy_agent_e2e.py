@@ -11,9 +11,7 @@ core/tests/test_agent.py); HAProxy and its configuration are the real ones.
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -24,8 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import free_port
-from tests.test_scale_out_e2e import DEPLOY, _haproxy_binary
+from tests.conftest import haproxy_binary, run_haproxy
 
 
 def _backend(name: str) -> ThreadingHTTPServer:
@@ -83,36 +80,27 @@ class Agent:
 
 @pytest.fixture(scope="module")
 def lb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Agent, Agent]]:
-    binary = _haproxy_binary()
+    binary = haproxy_binary()
     if binary is None:
         pytest.skip("haproxy not installed (.ci/services.d/haproxy.sh)")
     a, b = _backend("a"), _backend("b")
     agent_a, agent_b = Agent(), Agent()
-    port = free_port()
-    env = {
-        **os.environ,
-        "HAPROXY_BIND": f"127.0.0.1:{port}",
-        "SERVEHALL_A": f"127.0.0.1:{a.server_address[1]}",
-        "SERVEHALL_B": f"127.0.0.1:{b.server_address[1]}",
-        "SERVEHALL_A_AGENT_PORT": str(agent_a.port),
-        "SERVEHALL_B_AGENT_PORT": str(agent_b.port),
-    }
     log_path = Path(tmp_path_factory.mktemp("haproxy")) / "haproxy.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [binary, "-db", "-f", str(DEPLOY / "haproxy.cfg")], env=env, stdout=log, stderr=log
-        )
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while _served_by(url) != {"a", "b"}:  # listening, both up (health checks passed)
-            assert proc.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.3)
-        yield url, agent_a, agent_b
+        with run_haproxy(
+            binary,
+            f"127.0.0.1:{a.server_address[1]}",
+            f"127.0.0.1:{b.server_address[1]}",
+            agent_a.port,
+            agent_b.port,
+            log_path,
+        ) as url:
+            deadline = time.monotonic() + 30
+            while _served_by(url) != {"a", "b"}:  # both up (health checks passed)
+                assert time.monotonic() < deadline, log_path.read_text()
+                time.sleep(0.3)
+            yield url, agent_a, agent_b
     finally:
-        proc.terminate()
-        proc.wait(10)
         agent_a.stop()
         agent_b.stop()
         a.shutdown()

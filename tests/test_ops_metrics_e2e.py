@@ -1,5 +1,6 @@
 """Every metric name used by an alert rule (deploy/prometheus/), a dashboard panel
-(deploy/grafana/) or an autoscaling query (deploy/k8s/) is on a live server's
+(deploy/grafana/), an autoscaling query or an endpoint-picker metric spec (deploy/k8s/)
+is on a live server's
 ``GET /metrics``, so a renamed metric fails the build instead of silently emptying a
 panel or an alert (vLLM's dashboard went blank after its renames). Also checks the
 operations families a real server exports: request errors by code, inter-token latency,
@@ -105,6 +106,27 @@ def _k8s_exprs() -> list[str]:
     return out
 
 
+PICKER_SPECS = ("queuedRequestsSpec", "runningRequestsSpec", "kvUsageSpec", "cacheInfoSpec")
+
+
+def _picker_specs() -> dict[str, str]:
+    """``{spec key: metric spec}`` of every ``engineConfigs`` entry in the endpoint-picker
+    configurations (ConfigMaps holding an ``EndpointPickerConfig``) of deploy/k8s/."""
+    out: dict[str, str] = {}
+    for f in K8S:
+        for doc in yaml.safe_load_all(f.read_text()):
+            for text in ((doc or {}).get("data") or {}).values():
+                cfg = yaml.safe_load(text)
+                if not isinstance(cfg, dict) or cfg.get("kind") != "EndpointPickerConfig":
+                    continue
+                for plugin in cfg.get("plugins", []):
+                    for engine in (plugin.get("parameters") or {}).get("engineConfigs", []):
+                        for key in PICKER_SPECS:
+                            if engine.get(key):
+                                out[f"{f.name}:{engine['name']}.{key}"] = engine[key]
+    return out
+
+
 def exported_names(text: str) -> set[str]:
     """Names ``/metrics`` text declares or samples, with histogram series names."""
     names: set[str] = set()
@@ -152,8 +174,13 @@ def test_every_rule_and_panel_metric_is_exported(server: ServerHandle) -> None:
     rule_exprs, recorded = _rule_exprs()
     panel_exprs = _dashboard_exprs()
     k8s_exprs = _k8s_exprs()
+    picker = _picker_specs()
     assert RULE_FILES and DASHBOARDS and len(panel_exprs) >= 30 and len(k8s_exprs) >= 2
+    assert len(picker) == len(PICKER_SPECS), picker  # the InferencePool example's EPP
+    # a picker spec is "name" or "name{label=value,…}" (llm-d-router's metric spec form)
+    picker_names = {spec.split("{", 1)[0].strip() for spec in picker.values()}
     used = {n for e in rule_exprs + panel_exprs + k8s_exprs for n in metric_names(e)}
+    used |= picker_names
     assert len(used) >= 30, sorted(used)
     exported = exported_names(_metrics(server))
     missing = sorted(used - exported - recorded)
@@ -206,3 +233,21 @@ def test_operations_families_on_a_live_server(server: ServerHandle) -> None:
             outcome=outcome,
         )
         assert value == 0.0
+
+
+def test_endpoint_picker_gauges_on_a_live_server(server: ServerHandle) -> None:
+    """What the picker's specs read: one unlabelled series per replica-wide gauge (a spec
+    without labels takes the first series of a family, so several would be ambiguous),
+    and the KV-cache geometry as integer labels of ``servehall_cache_config_info``."""
+    text = _metrics(server)
+    for name in (
+        "servehall_replica_requests_waiting",
+        "servehall_replica_requests_running",
+        "servehall_replica_kv_cache_usage_ratio",
+    ):
+        series = [line for line in text.splitlines() if line.split(" ")[0].split("{")[0] == name]
+        assert series == [f"{name} 0.0"], series  # idle server
+    (info,) = re.findall(r"^servehall_cache_config_info\{(.*)\} 1\.0$", text, re.M)
+    labels = dict(re.findall(r'(\w+)="([^"]*)"', info))
+    assert labels["model"] == "demo"
+    assert int(labels["block_size"]) >= 1 and int(labels["num_gpu_blocks"]) >= 1, labels

@@ -31,7 +31,6 @@ import asyncio
 import concurrent.futures
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -49,7 +48,14 @@ import pytest
 from servehall.db.migrate import script_heads
 from servehall.db.testing import create_pg_database, drop_pg_database, require_pg, run_sql
 from servehall_auth.testing import RedisServer, redis_server_binary
-from tests.conftest import ServerHandle, dump_toml, free_port, run_cli
+from tests.conftest import (
+    ServerHandle,
+    dump_toml,
+    free_port,
+    haproxy_binary,
+    run_cli,
+    run_haproxy,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -58,9 +64,7 @@ PEPPER = "scale-out-pepper-" + uuid.uuid4().hex
 ENV = {PEPPER_ENV: PEPPER}
 
 
-def _haproxy_binary() -> str | None:
-    found = shutil.which("haproxy")
-    return found or ("/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").is_file() else None)
+_haproxy_binary = haproxy_binary
 
 
 pytestmark = [
@@ -357,37 +361,16 @@ def haproxy(topology: Topology, tmp_path: Path) -> Iterator[str]:
     binary = _haproxy_binary()
     if binary is None:
         pytest.skip("haproxy not installed (.ci/services.d/haproxy.sh)")
-    port = free_port()
-    env = {
-        **os.environ,
-        "HAPROXY_BIND": f"127.0.0.1:{port}",
-        "SERVEHALL_A": f"127.0.0.1:{topology.a.port}",
-        "SERVEHALL_B": f"127.0.0.1:{topology.b.port}",
-        # these replicas run no agent: nobody listens, HAProxy keeps the configured weight
-        "SERVEHALL_A_AGENT_PORT": str(free_port()),
-        "SERVEHALL_B_AGENT_PORT": str(free_port()),
-    }
-    log = (tmp_path / "haproxy.log").open("wb")
-    proc = subprocess.Popen(
-        [binary, "-db", "-f", str(DEPLOY / "haproxy.cfg")], env=env, stdout=log, stderr=log
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, (tmp_path / "haproxy.log").read_text()
-            try:
-                if httpx.get(url + "/health/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, (tmp_path / "haproxy.log").read_text()
-            time.sleep(0.2)
+    # these replicas run no agent: nobody listens, HAProxy keeps the configured weight
+    with run_haproxy(
+        binary,
+        f"127.0.0.1:{topology.a.port}",
+        f"127.0.0.1:{topology.b.port}",
+        free_port(),
+        free_port(),
+        tmp_path / "haproxy.log",
+    ) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        log.close()
 
 
 def test_drain_behind_haproxy_loses_no_request(topology: Topology, haproxy: str) -> None:

@@ -44,6 +44,15 @@ checked against a live server in tests/test_ops_metrics_e2e.py):
   and ``servehall_config_info{sha256}`` (1, the digest of the effective config with secrets
   masked, as in the ``config.loaded`` audit event).
 
+Endpoint picker (the Gateway API Inference Extension's EPP, llm-d-router; the metric
+mapping for its ``engineConfigs`` is in docs/operations.md and deploy/k8s/): one series
+each per replica, whatever models it serves —
+``servehall_replica_requests_waiting`` (engine queues plus admission queues, summed over
+models), ``servehall_replica_requests_running`` (engine running batches, summed),
+``servehall_replica_kv_cache_usage_ratio`` (the largest KV-cache usage of its models,
+0..1) — and ``servehall_cache_config_info{model,version,block_size,num_gpu_blocks}`` (1;
+``block_size`` empty where the engine does not say).
+
 Each :class:`Metrics` owns its own ``CollectorRegistry`` so several apps can live in one
 process (tests) without clashing.
 """
@@ -133,6 +142,7 @@ class _EngineCollector(Collector):
         kv_used = GaugeMetricFamily(
             "servehall_kv_cache_blocks_used", "KV-cache blocks in use", labels=["model", "version"]
         )
+        picker = _PickerFamilies()
         up = GaugeMetricFamily(
             "servehall_engine_up",
             "1 while the model's engine worker process runs and serves, else 0",
@@ -219,9 +229,9 @@ class _EngineCollector(Collector):
                 cache_hits.add_metric([name, ver], g.hits)
             running.add_metric([name, ver], s.running)
             waiting.add_metric([name, ver], s.waiting + served.scheduler.waiting)
-            total = s.kv_cache_blocks_total
-            kv.add_metric([name, ver], (s.kv_cache_blocks_used / total) if total else 0.0)
+            kv.add_metric([name, ver], s.kv_cache_usage)
             kv_used.add_metric([name, ver], s.kv_cache_blocks_used)
+            picker.add([name, ver], engine, s, served.scheduler.waiting)
             ops.add_stats([name, ver], engine, s)
         return [
             running,
@@ -238,6 +248,54 @@ class _EngineCollector(Collector):
             compile_hist,
             cache_hits,
             *ops.families(),
+            *picker.families(),
+        ]
+
+
+class _PickerFamilies:
+    """The replica-wide gauges an endpoint picker reads (module docstring, "Endpoint
+    picker"): one series each, whatever the models, so a picker's metric spec needs no
+    label; plus ``servehall_cache_config_info`` per model."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.waiting = 0
+        self.kv = 0.0
+        self.cache_info = GaugeMetricFamily(
+            "servehall_cache_config_info",
+            "1, with the model's KV-cache geometry as labels (block_size in tokens, "
+            "num_gpu_blocks: KV-cache blocks in all, on whatever device)",
+            labels=["model", "version", "block_size", "num_gpu_blocks"],
+        )
+
+    def add(self, model: list[str], engine: object, s: EngineStats, admission: int) -> None:
+        """Count one model's engine stats and admission-queue length in."""
+        self.running += s.running
+        self.waiting += s.waiting + admission
+        self.kv = max(self.kv, s.kv_cache_usage)
+        block = _extra_of(engine).get("kv_block_size")
+        self.cache_info.add_metric(
+            [*model, str(block) if block else "", str(s.kv_cache_blocks_total)], 1.0
+        )
+
+    def families(self) -> list[Metric]:
+        return [
+            GaugeMetricFamily(
+                "servehall_replica_requests_waiting",
+                "Requests waiting on this replica: engine queues plus admission queues, all models",
+                value=self.waiting,
+            ),
+            GaugeMetricFamily(
+                "servehall_replica_requests_running",
+                "Requests in the engines' running batches on this replica, all models",
+                value=self.running,
+            ),
+            GaugeMetricFamily(
+                "servehall_replica_kv_cache_usage_ratio",
+                "The largest KV-cache usage (blocks used / total, 0..1) of this replica's models",
+                value=self.kv,
+            ),
+            self.cache_info,
         ]
 
 
@@ -326,13 +384,18 @@ class _EngineOpsFamilies:
         ]
 
 
-def _device_of(engine: object) -> str:
-    """The device an engine runs on, from ``model_info.extra["device"]`` ("" unknown)."""
+def _extra_of(engine: object) -> dict[str, object]:
+    """``engine.model_info.extra`` ({} when the engine cannot say)."""
     try:
         extra = engine.model_info.extra  # type: ignore[attr-defined]
-        return str(extra.get("device", "")) if isinstance(extra, dict) else ""
     except Exception:
-        return ""
+        return {}
+    return extra if isinstance(extra, dict) else {}
+
+
+def _device_of(engine: object) -> str:
+    """The device an engine runs on, from ``model_info.extra["device"]`` ("" unknown)."""
+    return str(_extra_of(engine).get("device", ""))
 
 
 class _HostOpsCollector(Collector):

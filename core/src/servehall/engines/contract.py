@@ -135,6 +135,12 @@ class EngineStats:
     prefix_cache_hits: int | None = None
     grammar: GrammarStats | None = None
 
+    @property
+    def kv_cache_usage(self) -> float:
+        """KV-cache blocks used / total, in [0, 1] (0 when the total is unknown)."""
+        total = self.kv_cache_blocks_total
+        return min(1.0, self.kv_cache_blocks_used / total) if total else 0.0
+
 
 @dataclass(frozen=True, slots=True)
 class GrammarStats:

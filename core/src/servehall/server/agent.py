@@ -47,7 +47,7 @@ def replica_load(host: Host) -> float:
             s = served.engine.stats()
         except Exception:  # an engine that cannot say counts as full
             return 1.0
-        kv = s.kv_cache_blocks_used / s.kv_cache_blocks_total if s.kv_cache_blocks_total else 0.0
+        kv = s.kv_cache_usage
         queue = (s.running + s.waiting + served.scheduler.waiting) / slots
         load = max(load, kv, min(1.0, queue))
     return min(1.0, load)

@@ -223,7 +223,12 @@ class VllmEngine:
             max_model_len=self._max_len,
             eos_token_ids=self._eos,
             vocab_size=self._vocab,
-            extra={"engine": "vllm", "vllm": vllm_build().describe(), "dtype": self._dtype},
+            extra={
+                "engine": "vllm",
+                "vllm": vllm_build().describe(),
+                "dtype": self._dtype,
+                **({"kv_block_size": self.options.block_size} if self.options.block_size else {}),
+            },
         )
 
     def engine_args(self) -> Any:
