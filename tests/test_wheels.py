@@ -17,6 +17,8 @@ wheels' declared requirements reach (their transitive closure in this environmen
 markers and extras evaluated), so pip finds them installed and resolves against them
 (``--no-index``: a declared requirement this environment cannot satisfy fails the
 install), and a module a member imports without declaring it is missing at run time.
+The one documented manual step, ``pip install --no-deps optimum-intel`` (the OpenVINO
+exporter, deliberately undeclared), is mirrored by linking it and what it needs.
 No ``servehall*`` distribution is linked, so every servehall module the CLI runs comes
 from the wheels (the test asserts that).
 """
@@ -118,6 +120,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # only the third-party distributions the members' declared requirements reach
     own = {_wheel_project(w): _wheel_requires(w) for w in wheels}
     needed = _closure([(n, EXTRAS.get(n, set())) for n in own], own)
+    # and what plugins/openvino_cpu/README.md tells users to add by hand, since
+    # optimum-intel is deliberately not declared (`pip install --no-deps optimum-intel`):
+    # `serve --demo` converts the demo model with it
+    needed |= _closure([("optimum-intel", set())], {})
     deps = root / "deps"
     deps.mkdir()
     for name in sorted(needed):
