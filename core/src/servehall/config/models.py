@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from servehall.config.secrets import Secret
+from servehall.config.secrets import Secret, SecretReference
 from servehall.config.worker import WorkerSettings
 
 
@@ -219,6 +219,22 @@ class DatabaseSettings(_Section):
     #: a transaction (a replica stopped while it holds the audit chain head) is ended
     #: by the server after this many seconds, releasing its locks; 0 = no limit
     idle_in_transaction_timeout_s: float = Field(default=30.0, ge=0)
+
+
+class AuditSettings(_Section):
+    """``[audit]``: signed checkpoints of the audit chain (docs/operations.md, "Audit").
+
+    ``signing_key`` is an Ed25519 private key in PEM (PKCS#8), given only as a reference
+    (``{ file = "/etc/servehall/audit.key" }`` or ``{ env = "NAME" }``, never literally):
+    each replica's ``sql`` sink then signs the chain head every ``checkpoint_interval_s``
+    seconds while events arrive, and on shutdown, into ``audit_checkpoint``.
+    ``public_key`` is the PEM public key file ``servehall audit verify`` checks the
+    checkpoints with (``servehall audit keygen`` writes both).
+    """
+
+    signing_key: SecretReference | None = None
+    public_key: Path | None = None
+    checkpoint_interval_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
 
 
 class TracingSettings(_Section):

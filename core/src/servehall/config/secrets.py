@@ -63,3 +63,23 @@ def resolve_secret(value: Any) -> Any:
 
 Secret = Annotated[SecretStr, BeforeValidator(resolve_secret)]
 """A config field type for secrets."""
+
+
+def resolve_secret_reference(value: Any) -> Any:
+    """Like :func:`resolve_secret`, but refuse a literal value.
+
+    For keys that must never be written into the config text (which is kept in
+    ``config_revision``): only ``{ env = "NAME" }`` or ``{ file = "/path" }``.
+
+    Raises:
+        ValueError: a literal string, or what :func:`resolve_secret` raises.
+    """
+    if value is not None and not isinstance(value, dict):
+        raise ValueError(
+            'give a reference, { env = "NAME" } or { file = "/path" }, never the key itself'
+        )
+    return resolve_secret(value)
+
+
+SecretReference = Annotated[SecretStr, BeforeValidator(resolve_secret_reference)]
+"""A config field type for secrets that must be references (env variable or file)."""

@@ -25,6 +25,7 @@ from pydantic_settings import (
 )
 
 from servehall.config.models import (
+    AuditSettings,
     DatabaseSettings,
     ModelConfig,
     PluginsSettings,
@@ -37,7 +38,16 @@ from servehall.config.secrets import MASK, URL_PASSWORD, is_secret_name
 from servehall.errors import ConfigError
 
 ENV_PREFIX = "SERVEHALL_"
-CORE_SECTIONS = ("plugins", "server", "models", "scheduler", "database", "sinks", "tracing")
+CORE_SECTIONS = (
+    "plugins",
+    "server",
+    "models",
+    "scheduler",
+    "database",
+    "sinks",
+    "tracing",
+    "audit",
+)
 
 
 class Settings(BaseSettings):
@@ -58,6 +68,7 @@ class Settings(BaseSettings):
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     sinks: list[SinkConfig] = Field(default_factory=lambda: [SinkConfig(name="sql")])
     tracing: TracingSettings = Field(default_factory=TracingSettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
 
     @classmethod
     def settings_customise_sources(

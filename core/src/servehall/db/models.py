@@ -116,6 +116,27 @@ class AuditChainHead(DbBase):
     events: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
+class AuditCheckpoint(DbBase):
+    """``audit_checkpoint``: Ed25519 signatures over the audit chain head.
+
+    Each row signs (``last_id``, ``events``, ``last_hash``, ``at``) — the head as it
+    was — with the ``[audit] signing_key``, which is not in the database; ``key_id`` is
+    the SHA-256 hex of the raw public key. See :mod:`servehall.records.checkpoint`.
+    """
+
+    __tablename__ = "audit_checkpoint"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_id: Mapped[int] = mapped_column(BigInteger)
+    events: Mapped[int] = mapped_column(BigInteger)
+    last_hash: Mapped[str] = mapped_column(String(64))
+    key_id: Mapped[str] = mapped_column(String(64))
+    signature: Mapped[str] = mapped_column(String(128))
+
+    __table_args__ = (Index(None, "last_id"),)
+
+
 GENESIS_HASH = "0" * 64
 """``prev_hash`` of the first audit event."""
 

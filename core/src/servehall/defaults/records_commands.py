@@ -26,12 +26,14 @@ audit_app = typer.Typer(help="Audit trail and request-log queries.", no_args_is_
 
 def _with_engine(
     config: Path | None,
-    fn: Callable[[Any, Any], Awaitable[T]],
+    fn: Callable[..., Awaitable[T]],
     *,
     create: bool = False,
     migrated: bool = True,
+    with_settings: bool = False,
 ) -> T:
-    """Load the deployment, open its database, run ``fn(engine, plugins)``.
+    """Load the deployment, open its database, run ``fn(engine, plugins)`` (with
+    ``with_settings``: ``fn(engine, plugins, settings)``).
 
     On success prints ``database: URL (where the config came from)`` on stderr (stdout
     stays the command's output, e.g. CSV). Without ``create`` a SQLite file that does not
@@ -67,7 +69,7 @@ def _with_engine(
                         f"database {where} is not migrated (missing: "
                         f"{', '.join(sorted(missing))}); run `{UPGRADE_HINT}{hint}`"
                     )
-            result = await fn(engine, plugins)
+            result = await (fn(engine, plugins, settings) if with_settings else fn(engine, plugins))
         finally:
             await engine.dispose()
         typer.echo(f"database: {where} ({config_source(config)})", err=True)
@@ -157,19 +159,86 @@ def db_status(config: ConfigOpt = None) -> None:
 
 
 @audit_app.command("verify")
-def audit_verify(config: ConfigOpt = None) -> None:
-    """Walk the audit_event hash chain; exit 1 naming the first bad row."""
+def audit_verify(
+    config: ConfigOpt = None,
+    public_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--public-key",
+            help="Ed25519 public key (PEM) to check the signed checkpoints with; "
+            "default [audit] public_key.",
+        ),
+    ] = None,
+) -> None:
+    """Walk the audit_event hash chain, then check the signed checkpoints against it;
+    exit 1 naming the first bad row or checkpoint."""
     from servehall.records.chain import verify_chain
+    from servehall.records.checkpoint import load_public_key, verify_checkpoints
 
-    async def go(engine: Any, plugins: Any) -> Any:
-        return await verify_chain(engine)
+    async def go(engine: Any, plugins: Any, settings: Any) -> Any:
+        chain = await verify_chain(engine)
+        key_path = public_key or settings.audit.public_key
+        if not chain.ok or key_path is None:
+            return chain, None
+        return chain, await verify_checkpoints(engine, load_public_key(key_path))
 
-    result = _with_engine(config, go)
-    if not result.ok:
-        where = f"audit_event id {result.bad_id}" if result.bad_id is not None else "audit_event"
-        typer.echo(f"FAILED: {where}: {result.reason} ({result.checked} row(s) verified)")
+    chain, cps = _with_engine(config, go, with_settings=True)
+    if not chain.ok:
+        where = f"audit_event id {chain.bad_id}" if chain.bad_id is not None else "audit_event"
+        typer.echo(f"FAILED: {where}: {chain.reason} ({chain.checked} row(s) verified)")
         raise typer.Exit(1)
-    typer.echo(f"OK: {result.checked} audit event(s), chain intact")
+    if cps is None:
+        typer.echo(
+            f"OK: {chain.checked} audit event(s), chain intact "
+            "(signed checkpoints not checked: no --public-key or [audit] public_key)"
+        )
+        return
+    if not cps.ok:
+        where = (
+            f"audit_checkpoint id {cps.bad_checkpoint}"
+            if cps.bad_checkpoint is not None
+            else "audit_checkpoint"
+        )
+        typer.echo(
+            f"FAILED: {where}: {cps.reason} ({chain.checked} row(s) chained, "
+            f"{cps.checked} checkpoint(s) verified)"
+        )
+        raise typer.Exit(1)
+    typer.echo(
+        f"OK: {chain.checked} audit event(s), chain intact, {cps.checked} signed "
+        f"checkpoint(s) verified; {cps.unsigned} event(s) after the last checkpoint unsigned"
+    )
+
+
+@audit_app.command("keygen")
+def audit_keygen(
+    private_key: Annotated[
+        Path, typer.Argument(help="Where to write the Ed25519 private key (PEM, mode 0600).")
+    ],
+    public_key: Annotated[
+        Path | None,
+        typer.Option("--public-key", help="Where to write the public key; default PRIVATE.pub."),
+    ] = None,
+) -> None:
+    """Write a new Ed25519 key pair for [audit] signing_key / public_key (refuses to
+    overwrite an existing file)."""
+    import os
+
+    from servehall.records.checkpoint import generate_keypair
+
+    pub_path = public_key or private_key.with_name(private_key.name + ".pub")
+    for path in (private_key, pub_path):
+        if path.exists():
+            typer.echo(f"error: {path} exists; not overwritten", err=True)
+            raise typer.Exit(2)
+    private, public = generate_keypair()
+    fd = os.open(private_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(private)
+    pub_path.write_bytes(public)
+    typer.echo(f"private key: {private_key} (keep it out of the database and the config)")
+    typer.echo(f"public key:  {pub_path}")
+    typer.echo(public.decode().strip())
 
 
 FLOAT_DECIMALS = 6

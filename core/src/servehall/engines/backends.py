@@ -45,6 +45,14 @@ class BackendSpec:
         auto_priority: order for ``backend = "auto"``: larger wins; accelerators use
             >= 100, CPU backends < 100. ``None`` excludes the backend from ``auto``.
         description: one line for ``servehall plugins``.
+        prepare: ``(model: ModelConfig) -> None`` or None: builds what the engine needs
+            on disk (a converted model) *before* its worker process starts — in the API
+            process, on a thread, outside the worker's ``start_timeout_s`` — so a
+            conversion of minutes is not cut short by the start window, and the worker
+            only loads. Must be idempotent and safe across processes (use
+            :func:`~servehall.build_atomically`), must not load the model, and raises
+            ConfigError / EngineError like ``start()``. Only used with
+            ``isolation = "process"`` (a thread engine builds in its own ``start()``).
     """
 
     name: str
@@ -52,6 +60,7 @@ class BackendSpec:
     factory: Callable[[ModelConfig], Engine]
     auto_priority: int | None = 10
     description: str = ""
+    prepare: Callable[[ModelConfig], None] | None = None
 
 
 class BackendRegistry:

@@ -5,7 +5,9 @@
 one target serialise on ``<parent>/.<name>.lock`` (``fcntl.flock``; a no-op where
 ``fcntl`` is missing); the content is written into a temporary sibling
 ``<parent>/.<name>.build-XXXX`` and moved into place with ``os.rename``, so a reader never
-sees a half-written directory, and a failed build leaves nothing behind.
+sees a half-written directory, and a failed build leaves nothing behind (a disk that
+fills up during the build is one :class:`DiskFullError`; temporary directories left by
+a builder that was killed are removed by the next build of the target).
 :func:`servehall_cache_dir` is the default location of such directories, and
 :func:`installed_versions` records what a build depended on (for cache keys, manifests).
 """
@@ -13,6 +15,7 @@ sees a half-written directory, and a failed build leaves nothing behind.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import tempfile
@@ -20,6 +23,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
+
+from servehall.errors import EngineError
+
+
+class DiskFullError(EngineError):
+    """A build ran out of disk space (ENOSPC); nothing half-written was kept."""
 
 
 def servehall_cache_dir(name: str) -> Path:
@@ -81,8 +90,10 @@ def build_atomically(
     Returns ``target`` (as given). An existing ``target`` is replaced: it is renamed aside,
     the new build renamed into place, then the old one removed.
 
-    Raises whatever ``build`` raises (after removing the temporary directory), and
-    OSError when the parent cannot be created or the rename fails.
+    Raises whatever ``build`` raises (after removing the temporary directory),
+    :class:`DiskFullError` when a write ran out of space (ENOSPC, EDQUOT) — one line
+    naming the target and the free space left — and OSError when the parent cannot be
+    created or the rename fails.
     """
     if not force and is_ready(target):
         return target
@@ -90,13 +101,34 @@ def build_atomically(
     with file_lock(target.parent / f".{target.name}.lock"):
         if not force and is_ready(target):
             return target  # another process built it while we waited
+        # under the lock no other builder of this target runs: these are a killed one's
+        for stale in target.parent.glob(f".{target.name}.build-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.build-", dir=target.parent))
         try:
             build(tmp)
             _swap_into_place(tmp, target)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise DiskFullError(
+                f"building {target} failed: the disk is full ({exc.strerror}; "
+                f"{_free_mib(target.parent)} MiB free on {target.parent}); free space or "
+                "point the cache directory elsewhere — nothing half-written was kept"
+            ) from None
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _free_mib(path: Path) -> int:
+    """MiB available to this user on ``path``'s file system (-1 when unknown)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return -1
+    return st.f_bavail * st.f_frsize // (1 << 20)
 
 
 def _swap_into_place(tmp: Path, target: Path) -> None:

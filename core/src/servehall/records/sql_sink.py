@@ -11,6 +11,10 @@ On PostgreSQL the sink's sessions run with the ``[database]`` timeouts
 (:class:`~servehall.db.engine.DbTimeouts`: statement, lock, idle-in-transaction), so a
 write can neither wait forever on a server that stopped answering nor on the audit chain
 head held by a stalled replica.
+With ``[audit] signing_key`` set, the sink also signs the audit chain head into
+``audit_checkpoint`` (:mod:`servehall.records.checkpoint`): after a batch, or on the
+runner's idle probe, once ``checkpoint_interval_s`` passed since the last one, and on
+``close()`` (shutdown).
 ``start()`` refuses an un-migrated database (``servehall db upgrade``) unless
 ``[database] auto_migrate`` is on.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -31,6 +36,7 @@ from servehall.db.migrate import ensure_schema
 from servehall.db.models import RequestLog
 from servehall.db.types import to_utc
 from servehall.records.chain import append_events
+from servehall.records.checkpoint import CheckpointSigner, load_private_key
 from servehall.records.codec import request_row
 from servehall.records.types import AuditEvent, Record, RequestRecord, check_sink_options
 
@@ -65,8 +71,10 @@ class SqlSink:
         auto_migrate: bool = False,
         name: str = "sql",
         timeouts: DbTimeouts | None = None,
+        signer: CheckpointSigner | None = None,
     ) -> None:
         self.name = name
+        self.signer = signer
         self.timeouts = timeouts or DbTimeouts()
         self.required = False
         self.url = url
@@ -122,6 +130,8 @@ class SqlSink:
         try:
             async with self.engine.begin() as conn:
                 await self._write(conn, records)
+                if self.signer is not None and self.signer.due(time.monotonic()):
+                    await self.signer.sign(conn, time.monotonic())
         except Exception as exc:
             if not _bad_data(exc) or len(records) == 0:
                 raise
@@ -147,9 +157,26 @@ class SqlSink:
         assert self.engine is not None, "start() first"
         async with self.engine.connect() as conn:
             await conn.exec_driver_sql("SELECT 1")
+        if self.signer is not None and self.signer.due(time.monotonic()):
+            await self.checkpoint()
+
+    async def checkpoint(self) -> bool:
+        """Sign the chain head now (when a signer is set and the head moved since this
+        sink's last checkpoint); True when a checkpoint row was written."""
+        assert self.engine is not None, "start() first"
+        if self.signer is None:
+            return False
+        async with self.engine.begin() as conn:
+            return await self.signer.sign(conn, time.monotonic())
 
     async def close(self) -> None:
-        """Dispose of the engine's connections. Idempotent."""
+        """Write a last checkpoint (with a signer; a failure is logged), then dispose of
+        the engine's connections. Idempotent."""
+        if self.engine is not None and self.signer is not None:
+            try:
+                await self.checkpoint()
+            except Exception as exc:  # the database may be the reason we are closing
+                log.error("sql sink: last audit checkpoint not written: %s", exc)
         if self.engine is not None:
             await self.engine.dispose()
             self.engine = None
@@ -163,6 +190,17 @@ def sql_sink_factory(options: dict[str, Any], settings: Settings) -> SqlSink:
     """
     check_sink_options("sql", options, ("url",))
     url = str(options.get("url") or database_url(settings))
+    audit = settings.audit
+    signer = (
+        CheckpointSigner(
+            load_private_key(audit.signing_key.get_secret_value()), audit.checkpoint_interval_s
+        )
+        if audit.signing_key is not None
+        else None
+    )
     return SqlSink(
-        url, auto_migrate=settings.database.auto_migrate, timeouts=DbTimeouts.of(settings)
+        url,
+        auto_migrate=settings.database.auto_migrate,
+        timeouts=DbTimeouts.of(settings),
+        signer=signer,
     )

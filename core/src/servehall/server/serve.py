@@ -148,7 +148,7 @@ async def start_version(host: Host, mc: ModelConfig, state: str = "serving") -> 
     log.info(
         "model %s: backend %s (%s isolation), loading %s", key, spec.name, mc.isolation, mc.path
     )
-    engine = make_engine(host, mc, spec.name, spec.factory, tokenizer)
+    engine = make_engine(host, mc, spec.name, spec.factory, tokenizer, prepare=spec.prepare)
     t0 = time.monotonic()
     await engine.start()
     load_s = time.monotonic() - t0
@@ -186,6 +186,8 @@ def make_engine(
     backend: str,
     factory: Callable[[ModelConfig], Engine],
     tokenizer: Any,
+    *,
+    prepare: Callable[[ModelConfig], None] | None = None,
 ) -> Engine:
     """The unstarted engine of ``mc``: ``factory(mc)`` for ``isolation = "thread"``, else
     a :class:`~servehall.worker.ProcessEngine` whose worker runs the backend ``backend``
@@ -217,6 +219,7 @@ def make_engine(
         log_level=host.settings.server.log_level,
         probe_prompt=probe,
         on_event=on_event,
+        prepare=prepare,
     )
 
 

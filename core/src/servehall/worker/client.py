@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from servehall.config.models import ModelConfig
@@ -42,6 +43,8 @@ from servehall.worker.messages import (
 )
 from servehall.worker.supervisor import EventFn, StartError, WorkerSupervisor
 
+log = logging.getLogger("servehall.worker")
+
 RESEND_DELAY_S = 0.01
 """Retry delay of commands a live but not yet connected worker could not take."""
 
@@ -60,6 +63,9 @@ class ProcessEngine(WorkerSupervisor):
         probe_prompt: token ids of the one-token probe run after a restart (default
             ``[1]``).
         on_event: ``(action, details)`` for ``restart`` and ``crash_loop``.
+        prepare: the backend's :attr:`~servehall.BackendSpec.prepare` (a model
+            conversion), run on a thread before the worker is spawned, outside its
+            ``start_timeout_s``; the health reason says so meanwhile.
     """
 
     def __init__(
@@ -72,7 +78,9 @@ class ProcessEngine(WorkerSupervisor):
         log_level: str = "info",
         probe_prompt: Sequence[int] | None = None,
         on_event: EventFn | None = None,
+        prepare: Callable[[ModelConfig], None] | None = None,
     ) -> None:
+        self._prepare = prepare
         super().__init__(
             model, backend, plugins, settings=settings, log_level=log_level, on_event=on_event
         )
@@ -120,6 +128,8 @@ class ProcessEngine(WorkerSupervisor):
                 shutil.rmtree(self._tmp, ignore_errors=True)
                 self._tmp = None
                 raise
+        if self._prepare is not None:
+            await self._run_prepare(self._prepare)
         self._ctx = zmq.Context()
         self._actx = zmq.asyncio.Context()
         try:
@@ -136,6 +146,24 @@ class ProcessEngine(WorkerSupervisor):
             ) from None
         self._set_up()
         self._watch = asyncio.ensure_future(self._watch_loop())
+
+    async def _run_prepare(self, prepare: Callable[[ModelConfig], None]) -> None:
+        """Run the backend's build step on a thread (see ``prepare`` in the class doc)."""
+        self._reason = "building the model before its worker starts (conversion; see the log)"
+        log.info("model %s: preparing the model before its worker starts", self.name)
+        started = time.monotonic()
+        try:
+            await asyncio.to_thread(prepare, self.model)
+        except (ConfigError, EngineError) as exc:
+            self._state = "stopped"
+            self._reason = str(exc)
+            shutil.rmtree(self._tmp or "", ignore_errors=True)
+            self._tmp = None
+            if isinstance(exc, ConfigError):
+                raise
+            raise EngineError(f"model {self.name}: {exc}") from None
+        log.info("model %s: prepared in %.1f s", self.name, time.monotonic() - started)
+        self._reason = "engine not started"
 
     async def shutdown(self) -> None:
         """Abort every request, ask the worker to stop (SIGKILL after ``stop_timeout_s``).

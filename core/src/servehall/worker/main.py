@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
 import signal
@@ -60,6 +59,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from servehall.config.models import ModelConfig
+from servehall.engines.child import die_with_parent
 from servehall.engines.contract import Engine, TokenDelta
 from servehall.engines.kit import StepSinkEngine, merge_deltas
 from servehall.worker.messages import DeltaTuple, delta_tuple
@@ -67,7 +67,6 @@ from servehall.worker.messages import DeltaTuple, delta_tuple
 log = logging.getLogger("servehall.worker")
 
 FAULT_ENV = "SERVEHALL_TEST_WORKER_FAULT"
-PR_SET_PDEATHSIG = 1
 EXIT_START_FAILED = 3
 EXIT_FAULT = 7
 EXIT_ENGINE_DEAD = 4
@@ -123,16 +122,6 @@ def parse_fault(value: str | None, generation: int) -> str | None:
     first = int(gen.rstrip("+"))
     applies = generation >= first if later else generation == first
     return kind if applies else None
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Ask Linux to SIGKILL this process when its parent dies; exit now if it already did."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent_pid:
-        os._exit(1)
 
 
 GUARD_INTERVAL_S = 0.5

@@ -27,10 +27,26 @@ def factory(model: ModelConfig) -> OpenVINOEngine:
     return OpenVINOEngine(model)
 
 
+def prepare(model: ModelConfig) -> None:
+    """Convert a Hugging Face model directory to OpenVINO IR (cached) before the worker
+    starts, so the worker's start window only covers loading (raises ConfigError /
+    EngineError)."""
+    from pathlib import Path
+
+    from servehall_openvino_cpu.convert import resolve_ir_dir
+    from servehall_openvino_cpu.options import parse_options
+
+    opts = parse_options(model.options, model=model.name)
+    resolve_ir_dir(
+        Path(model.path).expanduser(), cache_dir=opts.cache_dir, weight_format=opts.weight_format
+    )
+
+
 SPEC = BackendSpec(
     name="openvino_cpu",
     probe=probe,
     factory=factory,
+    prepare=prepare,
     auto_priority=50,
     description="x86 CPUs through OpenVINO GenAI continuous batching (paged KV cache)",
 )
