@@ -1,7 +1,8 @@
-"""Messages between the API process and an engine worker (msgspec/MessagePack over ZeroMQ).
+"""Messages between the API process and an engine worker (msgspec/MessagePack in
+length-prefixed frames, :mod:`servehall.worker.wire`).
 
-Two PUSH/PULL sockets per worker (vLLM's engine-core split): the API process binds both;
-the worker connects.
+Two Unix stream connections per worker, one each way (vLLM's engine-core split): the API
+process listens; the worker connects.
 
 * to the worker, one message = a list of commands (:class:`AddRequest`,
   :class:`AbortRequest`, :class:`StopWorker`) gathered during one event-loop turn;
