@@ -64,7 +64,7 @@ from typing import Any
 
 from servehall.config.models import ModelConfig
 from servehall.engines.contract import Engine, TokenDelta
-from servehall.engines.kit import StepSinkEngine, merge_deltas
+from servehall.engines.kit import StepSinkEngine
 from servehall.worker.messages import DeltaTuple, delta_tuple
 from servehall.worker.wire import FrameSender, read_frame
 
@@ -190,7 +190,9 @@ class _Worker:
         self.beat_at = 0.0  # when it was taken (time.monotonic())
         self.beating = threading.Event()  # set = the heartbeat thread must stop
         # step-thread state of on_step (the stream interval)
-        self.held: dict[str, TokenDelta] = {}  # rid -> its deltas since the last message, merged
+        # rid -> [token ids since the last message, finish_reason, error, code]: one list
+        # extended per step (no merged delta object per request and step)
+        self.held: dict[str, list[Any]] = {}
         self.streaming: set[str] = set()  # requests whose first tokens went out
         self.sent_at = 0.0  # clock() of the last step message from on_step
         self.clock = time.monotonic
@@ -343,24 +345,28 @@ class _Worker:
         if self.hung:
             return
         held = self.held
+        streaming = self.streaming
         urgent = False
         running: set[str] = set()
         for rid, d in batch:
-            before = held.get(rid)
-            if before is not None:
-                d = merge_deltas((before, d))
-            held[rid] = d
+            entry = held.get(rid)
+            if entry is None:
+                held[rid] = [list(d.token_ids), d.finish_reason, d.error, d.code]
+            else:
+                entry[0] += d.token_ids
+                entry[1], entry[2], entry[3] = d.finish_reason, d.error, d.code
             if d.finish_reason is not None:
                 urgent = True
             else:
                 running.add(rid)
-                urgent = urgent or rid not in self.streaming
+                if rid not in streaming:
+                    urgent = True
         self.streaming = running  # rids absent from a step (aborted, preempted) drop out
         now = self.clock()
         if not urgent and now - self.sent_at < self.spec.stream_interval_s:
             return
         self.held, self.sent_at = {}, now
-        self._ship([delta_tuple(rid, d) for rid, d in held.items()])
+        self._ship([(rid, tuple(t), f, e, c) for rid, (t, f, e, c) in held.items()])
 
     def _flush(self) -> None:
         """Loop thread: the deltas collected by :meth:`on_delta` as one StepOutput."""
