@@ -139,7 +139,9 @@ def test_bench_compare_null_engine_vs_launched_server(demo_model_dir: Path, tmp_
             row["cpu_us_per_token"] - rows[0]["cpu_us_per_token"]
         )
         # the server's CPU split by process: the API process and its engine worker
-        assert row["api_cpu_us_per_token"] > 0 and row["worker_cpu_us_per_token"] > 0
+        # (the null engine's worker may spend less than /proc's 10 ms tick in a run this
+        # short: its share can read 0, never less, and the two add up to the total)
+        assert row["api_cpu_us_per_token"] > 0 and row["worker_cpu_us_per_token"] >= 0
         assert row["api_cpu_us_per_token"] + row["worker_cpu_us_per_token"] == pytest.approx(
             row["cpu_us_per_token"]
         )
