@@ -94,9 +94,8 @@ def server(servehall_server: Callable[..., Any], demo_model_dir: Path) -> Any:
                 "start_timeout_s": RESTART_TIMEOUT_S,
                 "restart_backoff_s": 0.2,
                 "step_timeout_s": 120.0,
-                # vLLM's frontend can keep the GIL from the heartbeat thread for over 1 s
-                # on a loaded 2-core machine
-                "heartbeat_timeout_s": 10.0,
+                # heartbeat_timeout_s: the vLLM engine's own default (10 s; the product's
+                # 1 s is too tight for vLLM's in-worker frontend on a loaded machine)
             },
         },
         {

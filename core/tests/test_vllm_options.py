@@ -4,6 +4,7 @@ environment, where vLLM is not installed; the engine itself is tested in
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,34 @@ def test_cpu_backend_offers_vllm_and_says_where_it_is_missing(tmp_path: Path) ->
     model = ModelConfig(name="m", path=tmp_path, backend="cpu", options={"engine": "vllm"})
     with pytest.raises(ConfigError, match=r"models\.m\.options\.engine: vLLM is not installed"):
         spec.factory(model)
+
+
+def test_vllm_engine_says_its_worker_defaults_under_the_configs_keys(tmp_path: Path) -> None:
+    from servehall.config.worker import WorkerSettings
+
+    spec = PluginHost([]).backends().get("cpu")
+
+    def model(options: dict[str, Any], worker: dict[str, Any]) -> ModelConfig:
+        return ModelConfig.model_validate(
+            {"name": "m", "path": tmp_path, "backend": "cpu", "options": options, "worker": worker}
+        )
+
+    product = WorkerSettings().heartbeat_timeout_s
+    # the vLLM engine's own default where the config leaves the key unset
+    vllm = spec.worker_settings(model({"engine": "vllm"}, {"loop_timeout_s": 20.0}))
+    assert (vllm.heartbeat_timeout_s, vllm.loop_timeout_s) == (10.0, 20.0)
+    assert product < 10.0
+    # a key the config sets wins, even when it equals the product default
+    assert (
+        spec.worker_settings(model({"engine": "vllm"}, {"heartbeat_timeout_s": product}))
+    ).heartbeat_timeout_s == product
+    # other engines keep the product defaults
+    assert spec.worker_settings(model({"engine": "torch"}, {})).heartbeat_timeout_s == product
+    assert spec.worker_settings(model({}, {})).heartbeat_timeout_s == product
+    # a backend may say them itself; merged settings are validated
+    own = replace(spec, worker_defaults=lambda mc: {"heartbeat_timeout_s": 0.05})
+    with pytest.raises(ConfigError, match=r"models\.m\.worker: with the cpu engine's"):
+        own.worker_settings(model({"engine": "vllm"}, {}))
 
 
 def test_vllm_server_command_carries_the_options(tmp_path: Path) -> None:

@@ -20,7 +20,10 @@ token, the engine figure coming from the first ``engine`` target of the same run
 engine target's CPU is this process's CPU during its run, all threads). For a server
 target, **client CPU per token** is this process's CPU during the run (the load generator:
 httpx, h2, SSE parsing) per output token: on a machine with few cores it competes with the
-server and the engine for the same CPUs, which the engine target's run does not. Each target gets
+server and the engine for the same CPUs, which the engine target's run does not. The server's
+CPU is also split by process: **API CPU per token** (the server process itself) and
+**worker CPU per token** (its descendants: the engine worker processes), the latter also
+as a ratio to the engine target's CPU per token (``worker_vs_engine``). Each target gets
 one short unmeasured warm-up request first (the
 preflight request of a server target).
 """
@@ -182,6 +185,14 @@ def _response_format_option(text: str, rest: str) -> tuple[str, str | None]:
 def process_cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` and its live descendants (engine worker
     processes included). Raises TargetError when the process does not exist."""
+    own, descendants = process_tree_cpu_s(pid)
+    return own + descendants
+
+
+def process_tree_cpu_s(pid: int) -> tuple[float, float]:
+    """``(own, descendants)``: user + system CPU seconds of process ``pid`` itself and of
+    its live descendants (a server's engine worker processes), from ``/proc`` through
+    psutil. Raises TargetError when the process does not exist."""
     try:
         import psutil
     except ImportError:
@@ -191,12 +202,15 @@ def process_cpu_s(pid: int) -> float:
         procs = [root, *root.children(recursive=True)]
     except psutil.Error as exc:
         raise TargetError(f"cannot read the CPU time of process {pid}: {exc}") from None
-    total = 0.0
+    own = descendants = 0.0
     for p in procs:
         with contextlib.suppress(psutil.Error):
             t = p.cpu_times()
-            total += t.user + t.system
-    return total
+            if p is root:
+                own = t.user + t.system
+            else:
+                descendants += t.user + t.system
+    return own, descendants
 
 
 def free_port() -> int:
@@ -285,6 +299,8 @@ class TargetRun:
     cpu_s: float | None
     info: dict[str, Any] = field(default_factory=dict)
     client_cpu_s: float | None = None
+    api_cpu_s: float | None = None
+    worker_cpu_s: float | None = None
 
 
 def comparison_rows(runs: Sequence[TargetRun]) -> list[dict[str, Any]]:
@@ -314,10 +330,9 @@ def comparison_rows(runs: Sequence[TargetRun]) -> list[dict[str, Any]]:
             if cpu_us is not None and engine_us is not None and r.target.kind != "engine"
             else None
         )
-        client_us = (
-            r.client_cpu_s / s.total_output_tokens * 1e6
-            if r.client_cpu_s is not None and s.total_output_tokens
-            else None
+        client_us, api_us, worker_us = (
+            v / s.total_output_tokens * 1e6 if v is not None and s.total_output_tokens else None
+            for v in (r.client_cpu_s, r.api_cpu_s, r.worker_cpu_s)
         )
         rows.append(
             {
@@ -337,6 +352,9 @@ def comparison_rows(runs: Sequence[TargetRun]) -> list[dict[str, Any]]:
                 "cpu_us_per_token": cpu_us,
                 "frontend_cpu_us_per_token": frontend,
                 "client_cpu_us_per_token": client_us,
+                "api_cpu_us_per_token": api_us,
+                "worker_cpu_us_per_token": worker_us,
+                "worker_vs_engine": ratio(worker_us, engine_us),
                 **r.info,
             }
         )
@@ -412,22 +430,28 @@ async def run_target(
         response_format=response_format_body(rf),
     )
     grammar0 = await grammar_counters(opts) if rf != "none" else None
-    cpu0: list[float] = []
+    cpu0: list[tuple[float, float]] = []
     client0: list[float] = []
 
     def mark() -> None:
         client0.append(time.process_time())
         if pid is not None:
-            cpu0.append(process_cpu_s(pid))
+            cpu0.append(process_tree_cpu_s(pid))
 
     result = await run_serve(
         opts, spec, requests, quiet=quiet, label=target.label, after_preflight=mark
     )
     client_cpu_s = time.process_time() - client0[0] if client0 else None
-    serve_cpu_s = process_cpu_s(pid) - cpu0[0] if pid is not None and cpu0 else None
+    api_cpu_s = worker_cpu_s = serve_cpu_s = None
+    if pid is not None and cpu0:
+        own, descendants = process_tree_cpu_s(pid)
+        api_cpu_s, worker_cpu_s = own - cpu0[0][0], descendants - cpu0[0][1]
+        serve_cpu_s = api_cpu_s + worker_cpu_s
     serve_info: dict[str, Any] = {"protocol": "h2" if target.http2 else "http/1.1"}
     if grammar0 is not None:
         serve_info["response_format"] = rf
         serve_info["grammar"] = grammar_delta(grammar0, await grammar_counters(opts))
     summary = summarize(result.outputs, result.duration_s, spec.slo, serve_cpu_s)
-    return TargetRun(target, summary, result, serve_cpu_s, serve_info, client_cpu_s)
+    return TargetRun(
+        target, summary, result, serve_cpu_s, serve_info, client_cpu_s, api_cpu_s, worker_cpu_s
+    )

@@ -98,6 +98,9 @@ def comparison_table(rows: Sequence[dict[str, Any]], baseline: str) -> Table:
         "CPU µs/tok",
         "frontend µs/tok",
         "client µs/tok",
+        "API µs/tok",
+        "worker µs/tok",
+        "× engine CPU",
     ):
         t.add_column(col, justify="right" if col != "target" else "left", overflow="fold")
 
@@ -119,5 +122,8 @@ def comparison_table(rows: Sequence[dict[str, Any]], baseline: str) -> Table:
             f(r["cpu_us_per_token"], ".1f"),
             f(r["frontend_cpu_us_per_token"], ".1f"),
             f(r["client_cpu_us_per_token"], ".1f"),
+            f(r.get("api_cpu_us_per_token"), ".1f"),
+            f(r.get("worker_cpu_us_per_token"), ".1f"),
+            f(r.get("worker_vs_engine"), ".2f"),
         )
     return t

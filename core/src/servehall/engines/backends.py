@@ -9,7 +9,7 @@ libraries at module import time; it reports availability with a human reason
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +17,7 @@ from servehall.errors import ConfigError
 
 if TYPE_CHECKING:
     from servehall.config.models import ModelConfig
+    from servehall.config.worker import WorkerSettings
     from servehall.engines.contract import Engine
 
 
@@ -53,6 +54,11 @@ class BackendSpec:
             :func:`~servehall.build_atomically`), must not load the model, and raises
             ConfigError / EngineError like ``start()``. Only used with
             ``isolation = "process"`` (a thread engine builds in its own ``start()``).
+        worker_defaults: ``(model) -> {key: value}``: the engine's own defaults for
+            ``[[models]] worker`` keys the config leaves unset (e.g. the vLLM engine's
+            ``heartbeat_timeout_s = 10``); cheap, called in the API process. None: the
+            factory's ``worker_defaults`` method if it has one (the factories of
+            :func:`~servehall.engines.select.engine_factory` do), else none.
     """
 
     name: str
@@ -61,6 +67,31 @@ class BackendSpec:
     auto_priority: int | None = 10
     description: str = ""
     prepare: Callable[[ModelConfig], None] | None = None
+    worker_defaults: Callable[[ModelConfig], Mapping[str, Any]] | None = None
+
+    def worker_settings(self, model: ModelConfig) -> WorkerSettings:
+        """``model.worker`` with the engine's :attr:`worker_defaults` for the keys the
+        config did not set (a key the config sets always wins).
+
+        Raises:
+            ConfigError: the merged settings are invalid (names ``models.<name>.worker``).
+        """
+        from pydantic import ValidationError
+
+        defaults_of = self.worker_defaults or getattr(self.factory, "worker_defaults", None)
+        defaults = dict(defaults_of(model)) if defaults_of is not None else {}
+        settings = model.worker
+        unset = {k: v for k, v in defaults.items() if k not in settings.model_fields_set}
+        if not unset:
+            return settings
+        try:
+            return type(settings).model_validate(
+                {**unset, **settings.model_dump(exclude_unset=True)}
+            )
+        except ValidationError as exc:
+            key = f"models.{model.name}.worker"
+            msg = f"with the {self.name} engine's defaults {unset}: {exc.errors()[0]['msg']}"
+            raise ConfigError(f"{key}: {msg}", [(key, msg)]) from None
 
 
 class BackendRegistry:

@@ -12,7 +12,7 @@ engine, which validates them (unknown keys are errors naming ``models.<name>.opt
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from servehall.errors import ConfigError
 
@@ -34,7 +34,7 @@ def engine_factory(
     vllm: bool = False,
     vllm_dtype: Callable[[], str | None] | None = None,
     default_engine: Callable[[], str] | None = None,
-) -> Callable[[ModelConfig], Engine]:
+) -> EngineChoice:
     """A ``BackendSpec.factory`` offering the torch engine on ``torch_device()``, the
     ONNX Runtime engine on execution provider ``ort_provider`` and/or (``vllm``) the vLLM
     engine.
@@ -52,38 +52,79 @@ def engine_factory(
     The factory raises ConfigError (``models.<name>.options.engine``) for an engine this
     backend does not offer, and whatever the chosen engine's constructor raises.
     """
-    offered = [
-        n
-        for n, ok in (("vllm", vllm), ("torch", torch_device), ("onnxruntime", ort_provider))
-        if ok
-    ]
+    return EngineChoice(backend, torch_device, ort_provider, vllm, vllm_dtype, default_engine)
 
-    def factory(model: ModelConfig) -> Engine:
-        default = default_engine() if default_engine is not None else DEFAULT_ENGINE
-        name = model.options.get("engine", default)
-        if name == "vllm" and vllm:
+
+class EngineChoice:
+    """The ``BackendSpec.factory`` that :func:`engine_factory` returns (arguments: see
+    there): calling it builds the engine ``options.engine`` names; :meth:`worker_defaults`
+    says that engine's own defaults for the worker's supervision settings."""
+
+    def __init__(
+        self,
+        backend: str,
+        torch_device: Callable[[], TorchDevice] | None,
+        ort_provider: OrtProvider | None,
+        vllm: bool,
+        vllm_dtype: Callable[[], str | None] | None,
+        default_engine: Callable[[], str] | None,
+    ) -> None:
+        self.backend = backend
+        self.torch_device = torch_device
+        self.ort_provider = ort_provider
+        self.vllm = vllm
+        self.vllm_dtype = vllm_dtype
+        self.default_engine = default_engine
+        self.__doc__ = f"Build the engine chosen by options.engine for backend {backend!r}."
+
+    def engine_name(self, model: ModelConfig) -> str:
+        """``options.engine``, else this backend's default engine."""
+        default = self.default_engine() if self.default_engine is not None else DEFAULT_ENGINE
+        return str(model.options.get("engine", default))
+
+    def worker_defaults(self, model: ModelConfig) -> dict[str, Any]:
+        """The chosen engine's defaults for ``[[models]] worker`` keys the config leaves
+        unset (cheap: no engine is built; called in the API process). The vLLM engine's:
+        :data:`~servehall.engines.vllm.options.VLLM_WORKER_DEFAULTS`."""
+        if self.vllm and self.engine_name(model) == "vllm":
+            from servehall.engines.vllm.options import VLLM_WORKER_DEFAULTS
+
+            return dict(VLLM_WORKER_DEFAULTS)
+        return {}
+
+    def __call__(self, model: ModelConfig) -> Engine:
+        """The unstarted engine of ``model`` (ConfigError: see :func:`engine_factory`)."""
+        name = self.engine_name(model)
+        backend = self.backend
+        if name == "vllm" and self.vllm:
             from servehall.engines.vllm.engine import VllmEngine
 
             options = {"engine": "vllm", **model.options}
             return VllmEngine(
                 model.model_copy(update={"options": options}),
                 backend,
-                default_dtype=vllm_dtype() if vllm_dtype is not None else None,
+                default_dtype=self.vllm_dtype() if self.vllm_dtype is not None else None,
             )
-        if name == "onnxruntime" and ort_provider is not None:
+        if name == "onnxruntime" and self.ort_provider is not None:
             from servehall.engines.onnxruntime.engine import OnnxRuntimeEngine
 
-            return OnnxRuntimeEngine(model, backend, ort_provider)
-        if name == "torch" and torch_device is not None:
+            return OnnxRuntimeEngine(model, backend, self.ort_provider)
+        if name == "torch" and self.torch_device is not None:
             from servehall.engines.torch.engine import TorchEngine
 
             options = {k: v for k, v in model.options.items() if k != "engine"}
             return TorchEngine(
-                model.model_copy(update={"options": options}), torch_device(), backend
+                model.model_copy(update={"options": options}), self.torch_device(), backend
             )
+        offered = [
+            n
+            for n, ok in (
+                ("vllm", self.vllm),
+                ("torch", self.torch_device),
+                ("onnxruntime", self.ort_provider),
+            )
+            if ok
+        ]
         key = f"models.{model.name}.options.engine"
         msg = f"backend {backend!r} has no engine {name!r} (choose from {', '.join(offered)})"
         raise ConfigError(f"{key}: {msg}", [(key, msg)])
-
-    factory.__doc__ = f"Build the engine chosen by options.engine for backend {backend!r}."
-    return factory

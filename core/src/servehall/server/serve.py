@@ -35,12 +35,13 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from servehall.config.models import ModelConfig
 from servehall.config.settings import Settings
+from servehall.engines.backends import BackendSpec
 from servehall.engines.contract import Engine
 from servehall.engines.model_dir import check_model_dir
 from servehall.errors import ConfigError, EngineError
@@ -148,7 +149,7 @@ async def start_version(host: Host, mc: ModelConfig, state: str = "serving") -> 
     log.info(
         "model %s: backend %s (%s isolation), loading %s", key, spec.name, mc.isolation, mc.path
     )
-    engine = make_engine(host, mc, spec.name, spec.factory, tokenizer, prepare=spec.prepare)
+    engine = make_engine(host, mc, spec, tokenizer)
     t0 = time.monotonic()
     await engine.start()
     load_s = time.monotonic() - t0
@@ -183,18 +184,18 @@ async def start_version(host: Host, mc: ModelConfig, state: str = "serving") -> 
 def make_engine(
     host: Host,
     mc: ModelConfig,
-    backend: str,
-    factory: Callable[[ModelConfig], Engine],
+    spec: BackendSpec,
     tokenizer: Any,
-    *,
-    prepare: Callable[[ModelConfig], None] | None = None,
 ) -> Engine:
-    """The unstarted engine of ``mc``: ``factory(mc)`` for ``isolation = "thread"``, else
-    a :class:`~servehall.worker.ProcessEngine` whose worker runs the backend ``backend``
-    (restarts and crash loops become audit events ``engine.restart`` /
-    ``engine.crash_loop``)."""
+    """The unstarted engine of ``mc``: ``spec.factory(mc)`` for ``isolation = "thread"``,
+    else a :class:`~servehall.worker.ProcessEngine` whose worker runs the backend
+    ``spec.name``, supervised with :meth:`BackendSpec.worker_settings` (the engine's
+    defaults under the config's keys; restarts and crash loops become audit events
+    ``engine.restart`` / ``engine.crash_loop``); the backend's ``spec.prepare`` (a
+    model build) runs before the worker starts."""
     if mc.isolation == "thread":
-        return factory(mc)
+        return spec.factory(mc)
+    settings = spec.worker_settings(mc)
 
     def on_event(action: str, details: dict[str, Any]) -> None:
         from servehall.records.types import AuditEvent
@@ -214,12 +215,13 @@ def make_engine(
         probe = None
     return ProcessEngine(
         mc,
-        backend,
+        spec.name,
         host.settings.plugins.enabled,
+        settings=settings,
         log_level=host.settings.server.log_level,
         probe_prompt=probe,
         on_event=on_event,
-        prepare=prepare,
+        prepare=spec.prepare,
     )
 
 

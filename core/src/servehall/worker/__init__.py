@@ -4,7 +4,8 @@
 * :mod:`servehall.worker.client` — :class:`ProcessEngine`, the engine client over IPC;
 * :mod:`servehall.worker.supervisor` — spawning, watching and restarting the worker;
 * :mod:`servehall.worker.main` — the child's side (engine built by the backend factory);
-* :mod:`servehall.worker.messages` — the msgspec messages over ZeroMQ;
+* :mod:`servehall.worker.messages` — the msgspec messages (in :mod:`servehall.worker.wire`'s
+  length-prefixed frames on Unix sockets);
 * :mod:`servehall.worker.exits` — exit reasons (signal names, OOM kills, stderr tails);
 * :mod:`servehall.worker.gate` — requests wait for a restarting engine in the queue.
 """

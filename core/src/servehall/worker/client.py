@@ -4,9 +4,10 @@ whose device work runs in a supervised child process (the supervision:
 
 The request path does not change shape: ``add_request`` returns a
 :class:`~servehall.engines.kit.DeltaStream`; the commands of one event-loop turn leave
-as one ZeroMQ message; each :class:`~servehall.worker.messages.StepOutput` from the
-worker (one engine step, every request's new tokens) is delivered to its streams in one
-go. ``health()`` and ``stats()`` answer from the last heartbeat, without a round trip.
+as one frame (:mod:`servehall.worker.wire`); each
+:class:`~servehall.worker.messages.StepOutput` from the worker (one engine step, every
+request's new tokens) is delivered to its streams in one go. ``health()`` and
+``stats()`` answer from the last heartbeat, without a round trip.
 While the worker is down every request ends at once with ``code="engine_unavailable"``.
 """
 
@@ -42,11 +43,9 @@ from servehall.worker.messages import (
     command_encoder,
 )
 from servehall.worker.supervisor import EventFn, StartError, WorkerSupervisor
+from servehall.worker.wire import frame
 
 log = logging.getLogger("servehall.worker")
-
-RESEND_DELAY_S = 0.01
-"""Retry delay of commands a live but not yet connected worker could not take."""
 
 
 class ProcessEngine(WorkerSupervisor):
@@ -112,9 +111,6 @@ class ProcessEngine(WorkerSupervisor):
         """
         if self._state != "new":
             return
-        import zmq
-        import zmq.asyncio
-
         self._loop = asyncio.get_running_loop()
         self._tmp = tempfile.mkdtemp(prefix="servehall-worker-")
         if self.settings.python is not None:
@@ -130,8 +126,6 @@ class ProcessEngine(WorkerSupervisor):
                 raise
         if self._prepare is not None:
             await self._run_prepare(self._prepare)
-        self._ctx = zmq.Context()
-        self._actx = zmq.asyncio.Context()
         try:
             await self._start_generation()
         except StartError as exc:
@@ -244,26 +238,14 @@ class ProcessEngine(WorkerSupervisor):
             self._send(cmds)
 
     def _send(self, cmds: list[Any]) -> None:
+        # The stream buffers what the socket cannot take at once: the event loop never
+        # blocks. Commands are sent only once the worker connected (it is ready); a dead
+        # worker's commands are moot: its exit handler ends its streams.
         gen = self._gen
-        if gen is None or gen.commands is None:
+        writer = None if gen is None else gen.commands
+        if writer is None or writer.is_closing():
             return
-        import zmq
-
-        # Never block the event loop: a PUSH socket with no connected peer blocks a plain
-        # send forever — when the worker just died and its exit is not handled yet, and
-        # for a moment while a new worker's connection is being set up.
-        try:
-            gen.commands.send(command_encoder.encode(cmds), zmq.NOBLOCK)  # small: copied
-        except zmq.Again:
-            if gen.proc is not None and gen.proc.exitcode is None and self._loop is not None:
-                # alive, not connected yet: send them first, a moment later
-                self._commands[:0] = cmds
-                if not self._flush_scheduled:
-                    self._flush_scheduled = True
-                    self._loop.call_later(RESEND_DELAY_S, self._flush_commands)
-            # a dead worker's commands are moot: its exit handler ends its streams
-        except zmq.ZMQError:
-            pass
+        writer.write(frame(command_encoder.encode(cmds)))
 
     def _unavailable(self) -> TokenDelta:
         return TokenDelta(

@@ -6,7 +6,8 @@ that optimum-intel forbids), so its worker runs under that environment's interpr
 the API process stays as it is. Such a worker is started with :mod:`subprocess`
 (``python -m servehall.worker.foreign SPEC.json``), not :mod:`multiprocessing`: a
 ``spawn``-ed child would inherit the API process's ``sys.path`` and import the wrong
-libraries. Everything else — ZeroMQ sockets, messages, supervision — is the same.
+libraries. Everything else — the transport (:mod:`servehall.worker.wire`: it connects to the same
+Unix socket path), messages, supervision — is the same.
 
 * :func:`check_interpreter` — run at :meth:`ProcessEngine.start`: the interpreter exists,
   has servehall, and its servehall version and wire protocol

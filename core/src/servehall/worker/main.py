@@ -1,4 +1,5 @@
-"""The engine worker process: one model's engine, driven over ZeroMQ (child side).
+"""The engine worker process: one model's engine, driven over two Unix sockets (child
+side; the transport: :mod:`servehall.worker.wire`).
 
 :func:`worker_main` is the target of the ``spawn``-started process. It:
 
@@ -20,7 +21,8 @@
    tokens can leave; for other engines every delta pushed during one event-loop turn
    goes out as one StepOutput from the loop; a heartbeat with ``stats()`` and
    ``health()`` goes out every ``heartbeat_interval_s``. The event loop takes that
-   snapshot; a thread of its own, on its own ZeroMQ socket, sends it. A loop starved of
+   snapshot; a thread of its own sends it (frames from every thread share one socket
+   under a lock). A loop starved of
    CPU by the engine's own compute threads (seen: 0.3 s turns with OpenVINO on 2 cores,
    over 1 s under a loaded CI machine) then does not look like a dead worker: the
    heartbeat says the process is alive. A wedged engine is caught by the host's
@@ -51,6 +53,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -61,8 +64,9 @@ from typing import Any
 from servehall.config.models import ModelConfig
 from servehall.engines.child import die_with_parent
 from servehall.engines.contract import Engine, TokenDelta
-from servehall.engines.kit import StepSinkEngine, merge_deltas
+from servehall.engines.kit import StepSinkEngine
 from servehall.worker.messages import DeltaTuple, delta_tuple
+from servehall.worker.wire import FrameSender, read_frame
 
 log = logging.getLogger("servehall.worker")
 
@@ -81,7 +85,8 @@ class WorkerSpec:
         model: the ``[[models]]`` entry.
         backend: the resolved backend name (never ``"auto"``).
         plugins: entry-point names to enable (``[plugins] enabled``).
-        commands_addr, reports_addr: ZeroMQ endpoints bound by the API process.
+        socket_path: the Unix socket the API process listens on (the worker connects
+            twice: commands, then reports).
         parent_pid: the API process's pid (the worker exits when it changes).
         generation: 1 for a model's first worker, +1 per restart.
         heartbeat_interval_s: seconds between heartbeats.
@@ -100,8 +105,7 @@ class WorkerSpec:
     model: ModelConfig
     backend: str
     plugins: tuple[str, ...]
-    commands_addr: str
-    reports_addr: str
+    socket_path: str
     parent_pid: int
     generation: int
     heartbeat_interval_s: float
@@ -201,19 +205,12 @@ def worker_main(spec: WorkerSpec, output: Connection | None) -> None:
 
 class _Worker:
     def __init__(self, spec: WorkerSpec) -> None:
-        import zmq
-        import zmq.asyncio
-
         self.spec = spec
-        self.ctx = zmq.asyncio.Context()
-        self.commands = self.ctx.socket(zmq.PULL)
-        self.commands.setsockopt(zmq.LINGER, 0)
-        self.commands.connect(spec.commands_addr)
-        self.sync_ctx = zmq.Context()
-        self.reports = self.sync_ctx.socket(zmq.PUSH)
-        self.reports.setsockopt(zmq.SNDHWM, 0)
-        self.reports.setsockopt(zmq.LINGER, 2000)
-        self.reports.connect(spec.reports_addr)
+        self.commands = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.commands.connect(spec.socket_path)
+        reports = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        reports.connect(spec.socket_path)
+        self.reports = FrameSender(reports)
         self.engine: Engine | None = None
         self.vocab_size = 0
         self.pending: list[DeltaTuple] = []
@@ -226,19 +223,21 @@ class _Worker:
         self.beat: Any = None  # the latest Heartbeat snapshot (set on the loop)
         self.beat_at = 0.0  # when it was taken (time.monotonic())
         self.beating = threading.Event()  # set = the heartbeat thread must stop
-        self.send_lock = threading.Lock()  # the loop and the engine's step thread send
         # step-thread state of on_step (the stream interval)
-        self.held: dict[str, TokenDelta] = {}  # rid -> its deltas since the last message, merged
+        # rid -> [token ids since the last message, finish_reason, error, code]: one list
+        # extended per step (no merged delta object per request and step)
+        self.held: dict[str, list[Any]] = {}
         self.streaming: set[str] = set()  # requests whose first tokens went out
         self.sent_at = 0.0  # clock() of the last step message from on_step
         self.clock = time.monotonic
 
     def send(self, message: Any) -> None:
-        """Encode and send one report (any thread: the socket is used under a lock)."""
-        from servehall.worker.messages import report_encoder
-
-        with self.send_lock:
-            self.reports.send(report_encoder.encode(message))  # small: copying beats zero-copy
+        """Encode and send one report (any thread: the socket is used under a lock).
+        The API process closed its end: it is gone or stopping this worker, so exit."""
+        try:
+            self.reports.send(message)
+        except OSError:
+            os._exit(1)
 
     async def run(self) -> int:
         from servehall.worker.messages import StartFailed, WorkerReady
@@ -305,10 +304,8 @@ class _Worker:
         return engine
 
     def _close(self) -> None:
-        self.commands.close(linger=0)
+        self.commands.close()
         self.reports.close()
-        self.ctx.term()
-        self.sync_ctx.term()
 
     async def _serve(self) -> None:
         from servehall.worker.messages import (
@@ -320,9 +317,13 @@ class _Worker:
 
         assert self.engine is not None
         engine = self.engine
+        reader, _writer = await asyncio.open_unix_connection(sock=self.commands)
         while True:
-            data = await self.commands.recv(copy=False)
-            for cmd in commands_decoder.decode(data.buffer):
+            try:
+                data = await read_frame(reader)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return  # the API process closed its end
+            for cmd in commands_decoder.decode(data):
                 if isinstance(cmd, AddRequest):
                     self._add(cmd)
                 elif isinstance(cmd, AbortRequest):
@@ -385,24 +386,28 @@ class _Worker:
         if self.hung:
             return
         held = self.held
+        streaming = self.streaming
         urgent = False
         running: set[str] = set()
         for rid, d in batch:
-            before = held.get(rid)
-            if before is not None:
-                d = merge_deltas((before, d))
-            held[rid] = d
+            entry = held.get(rid)
+            if entry is None:
+                held[rid] = [list(d.token_ids), d.finish_reason, d.error, d.code]
+            else:
+                entry[0] += d.token_ids
+                entry[1], entry[2], entry[3] = d.finish_reason, d.error, d.code
             if d.finish_reason is not None:
                 urgent = True
             else:
                 running.add(rid)
-                urgent = urgent or rid not in self.streaming
+                if rid not in streaming:
+                    urgent = True
         self.streaming = running  # rids absent from a step (aborted, preempted) drop out
         now = self.clock()
         if not urgent and now - self.sent_at < self.spec.stream_interval_s:
             return
         self.held, self.sent_at = {}, now
-        self._ship([delta_tuple(rid, d) for rid, d in held.items()])
+        self._ship([(rid, tuple(t), f, e, c) for rid, (t, f, e, c) in held.items()])
 
     def _flush(self) -> None:
         """Loop thread: the deltas collected by :meth:`on_delta` as one StepOutput."""
@@ -489,30 +494,18 @@ class _Worker:
     def _beat(self) -> None:
         """The heartbeat thread: every ``heartbeat_interval_s`` it checks that the API
         process is still its parent (else exits the process) and sends the latest
-        snapshot on a PUSH socket of its own (ZeroMQ sockets are not shared between
-        threads; the host's PULL socket takes both) — unless the snapshot is older than
+        snapshot (:meth:`send`) — unless the snapshot is older than
         ``loop_timeout_s``: a wedged event loop must fall silent, not be vouched for.
         Stops when :attr:`beating` is set."""
-        import msgspec
-        import zmq
-
-        sock = self.sync_ctx.socket(zmq.PUSH)
-        sock.setsockopt(zmq.SNDHWM, 0)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(self.spec.reports_addr)
-        encoder = msgspec.msgpack.Encoder()  # not shared with the loop thread
-        try:
-            while True:
-                if os.getppid() != self.spec.parent_pid:
-                    log.error("the API process is gone; exiting")
-                    os._exit(1)
-                beat, age = self.beat, time.monotonic() - self.beat_at
-                if beat is not None and age <= self.spec.loop_timeout_s:
-                    sock.send(encoder.encode(beat))
-                if self.beating.wait(self.spec.heartbeat_interval_s):
-                    return
-        finally:
-            sock.close(linger=0)
+        while True:
+            if os.getppid() != self.spec.parent_pid:
+                log.error("the API process is gone; exiting")
+                os._exit(1)
+            beat, age = self.beat, time.monotonic() - self.beat_at
+            if beat is not None and age <= self.spec.loop_timeout_s:
+                self.send(beat)
+            if self.beating.wait(self.spec.heartbeat_interval_s):
+                return
 
 
 def _plain(extra: dict[str, Any]) -> dict[str, Any]:

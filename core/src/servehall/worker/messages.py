@@ -1,7 +1,8 @@
-"""Messages between the API process and an engine worker (msgspec/MessagePack over ZeroMQ).
+"""Messages between the API process and an engine worker (msgspec/MessagePack in
+length-prefixed frames, :mod:`servehall.worker.wire`).
 
-Two PUSH/PULL sockets per worker (vLLM's engine-core split): the API process binds both;
-the worker connects.
+Two Unix stream connections per worker, one each way (vLLM's engine-core split): the API
+process listens; the worker connects.
 
 * to the worker, one message = a list of commands (:class:`AddRequest`,
   :class:`AbortRequest`, :class:`StopWorker`) gathered during one event-loop turn;
@@ -20,10 +21,12 @@ import msgspec
 
 from servehall.engines.contract import SamplingParams, TokenDelta
 
-WIRE_VERSION = 1
-"""Version of these messages. A worker under another interpreter (``[[models]] worker.python``)
-must speak the same one: the API process checks it at start. Bump it with any change to
-the messages below (or to :class:`~servehall.engines.contract.SamplingParams`, which they carry)."""
+WIRE_VERSION = 2
+"""Version of these messages and their transport (2: length-prefixed frames on Unix
+sockets, :mod:`servehall.worker.wire`; 1 was ZeroMQ). A worker under another interpreter
+(``[[models]] worker.python``) must speak the same one: the API process checks it at start.
+Bump it with any change to the messages below (or to
+:class:`~servehall.engines.contract.SamplingParams`, which they carry) or to the wire."""
 
 
 class AddRequest(msgspec.Struct, tag="add", array_like=True):

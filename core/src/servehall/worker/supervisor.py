@@ -36,8 +36,10 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import select
 import shutil
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -55,6 +57,7 @@ from servehall.worker.messages import (
     WorkerReady,
     report_decoder,
 )
+from servehall.worker.wire import read_frame
 
 log = logging.getLogger("servehall.worker")
 
@@ -75,13 +78,14 @@ EventFn = Callable[[str, dict[str, Any]], None]
 
 
 class _Generation:
-    """One worker process and its sockets."""
+    """One worker process and its two connections (:mod:`servehall.worker.wire`)."""
 
     def __init__(self, number: int) -> None:
         self.number = number
         self.proc: Any = None
-        self.commands: Any = None
-        self.reports: Any = None
+        self.commands: asyncio.StreamWriter | None = None  # API -> worker
+        self.reports: asyncio.StreamWriter | None = None  # worker -> API (its transport)
+        self.reports_fd = -1
         self.reader: asyncio.Task[None] | None = None
         self.output_fd: int | None = None
         self.ready: asyncio.Future[None] | None = None
@@ -129,8 +133,6 @@ class WorkerSupervisor:
         self._gen: _Generation | None = None
         self._generations = 0
         self._tmp: str | None = None
-        self._ctx: Any = None
-        self._actx: Any = None
         self._mp = multiprocessing.get_context("spawn")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._up = asyncio.Event()
@@ -190,11 +192,7 @@ class WorkerSupervisor:
     # --- lifecycle ---------------------------------------------------------------------
 
     def _close_contexts(self) -> None:
-        for ctx in (self._ctx, self._actx):
-            if ctx is not None:
-                with contextlib.suppress(Exception):
-                    ctx.term()
-        self._ctx = self._actx = None
+        """Remove the folder of the workers' socket paths."""
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
@@ -203,31 +201,23 @@ class WorkerSupervisor:
 
     async def _start_generation(self) -> None:
         """Spawn a worker and wait for its first heartbeat after ready (StartError)."""
-        import zmq
-
         assert self._loop is not None and self._tmp is not None
         self._generations += 1
         gen = _Generation(self._generations)
         self._gen = gen
         self._state = "starting"
         self._hb = None
-        cmd_addr = f"ipc://{self._tmp}/cmd-{gen.number}"
-        rep_addr = f"ipc://{self._tmp}/rep-{gen.number}"
-        gen.commands = self._ctx.socket(zmq.PUSH)
-        gen.commands.setsockopt(zmq.SNDHWM, 0)
-        gen.commands.setsockopt(zmq.LINGER, 0)
-        gen.commands.bind(cmd_addr)
-        gen.reports = self._actx.socket(zmq.PULL)
-        gen.reports.setsockopt(zmq.RCVHWM, 0)
-        gen.reports.setsockopt(zmq.LINGER, 0)
-        gen.reports.bind(rep_addr)
+        path = os.path.join(self._tmp, f"w-{gen.number}.sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(path)
+        listener.listen(2)
+        listener.setblocking(False)
         gen.ready = self._loop.create_future()
         spec = WorkerSpec(
             model=self.model,
             backend=self.backend,
             plugins=self.plugins,
-            commands_addr=cmd_addr,
-            reports_addr=rep_addr,
+            socket_path=path,
             parent_pid=os.getpid(),
             generation=gen.number,
             heartbeat_interval_s=self.settings.heartbeat_interval_s,
@@ -261,7 +251,7 @@ class WorkerSupervisor:
         os.set_blocking(gen.output_fd, False)
         self._loop.add_reader(gen.output_fd, self._read_output, gen)
         self._loop.add_reader(gen.proc.sentinel, self._on_exit, gen)
-        gen.reader = asyncio.ensure_future(self._read_reports(gen))
+        gen.reader = asyncio.ensure_future(self._read_reports(gen, listener))
         log.info(
             "model %s: worker %d started (pid %d, backend %s)",
             self.name,
@@ -279,23 +269,24 @@ class WorkerSupervisor:
         assert gen.info is not None
         self._on_ready(gen.info)
 
-    async def _read_reports(self, gen: _Generation) -> None:
-        import zmq
-
-        sock = gen.reports
+    async def _read_reports(self, gen: _Generation, listener: socket.socket) -> None:
+        """Accept the worker's two connections (commands first, then reports), then
+        deliver its reports until the stream ends or the task is cancelled. Frames that
+        already arrived are read without a loop turn each (``read_frame``)."""
+        assert self._loop is not None
         decode = report_decoder.decode
         try:
+            try:
+                commands, _ = await self._loop.sock_accept(listener)
+                reports, _ = await self._loop.sock_accept(listener)
+            finally:
+                listener.close()
+            _, gen.commands = await asyncio.open_unix_connection(sock=commands)
+            gen.reports_fd = reports.fileno()
+            reader, gen.reports = await asyncio.open_unix_connection(sock=reports)
             while True:
-                frame = await sock.recv(copy=False)
-                self._on_report(gen, decode(frame.buffer))
-                while True:  # drain what already arrived without another loop turn
-                    fut = sock.recv(zmq.NOBLOCK, copy=False)
-                    if not fut.done() or fut.exception() is not None:
-                        if not fut.done():
-                            fut.cancel()
-                        break
-                    self._on_report(gen, decode(fut.result().buffer))
-        except (asyncio.CancelledError, zmq.ZMQError):
+                self._on_report(gen, decode(await read_frame(reader)))
+        except (asyncio.CancelledError, asyncio.IncompleteReadError, ConnectionError):
             return
         except Exception:  # a malformed report: the silence that follows restarts it
             log.exception("model %s: reading the worker's reports failed", self.name)
@@ -407,11 +398,12 @@ class WorkerSupervisor:
             gen.reader.cancel()
             with contextlib.suppress(BaseException):
                 await gen.reader
-        for sock in (gen.commands, gen.reports):
-            if sock is not None:
+        for stream in (gen.commands, gen.reports):
+            if stream is not None:
                 with contextlib.suppress(Exception):
-                    sock.close(linger=0)
+                    stream.close()
         gen.commands = gen.reports = None
+        gen.reports_fd = -1
 
     # --- supervision -------------------------------------------------------------------
 
@@ -465,21 +457,18 @@ class WorkerSupervisor:
 
     @staticmethod
     def _reports_pending(gen: _Generation | None) -> bool:
-        """Whether reports wait unread on the socket (ZeroMQ's ``EVENTS`` & ``POLLIN``).
+        """Whether reports wait unread in the reports socket (readable now).
 
         Then the silence is this process's own: its event loop was busy or starved
-        (ZeroMQ's I/O thread kept receiving), and the worker is not judged until the
-        reader has caught up. A silent worker leaves nothing pending. False when the
-        reader task has ended (reports would wait forever).
+        (the kernel kept receiving), and the worker is not judged until the reader has
+        caught up. A silent worker leaves nothing pending. False when the reader task
+        has ended (reports would wait forever).
         """
-        import zmq
-
-        sock = None if gen is None else gen.reports
-        if sock is None or gen is None or gen.reader is None or gen.reader.done():
+        if gen is None or gen.reports_fd < 0 or gen.reader is None or gen.reader.done():
             return False
         try:
-            return bool(sock.get(zmq.EVENTS) & zmq.POLLIN)
-        except zmq.ZMQError:
+            return bool(select.select([gen.reports_fd], [], [], 0)[0])
+        except (OSError, ValueError):
             return False
 
     def _lost(self, kind: str, reason: str) -> None:

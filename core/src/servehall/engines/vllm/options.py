@@ -25,6 +25,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from servehall.config.options import canonical_dtype, parse_model_options
 
+VLLM_WORKER_DEFAULTS: dict[str, Any] = {"heartbeat_timeout_s": 10.0}
+"""The vLLM engine's defaults for ``[[models]] worker`` keys a config leaves unset
+(:meth:`~servehall.engines.backends.BackendSpec.worker_settings`). vLLM's frontend
+(input processing, structured-output grammar validation) runs in the worker process and,
+on a loaded 2-core machine, was seen keeping the GIL from the worker's heartbeat thread
+for over the product default of 1 s: the supervisor then took a live worker for dead."""
+
 VllmDType = Literal["auto", "float32", "bfloat16", "float16"]
 """Weight/activation dtype (vLLM's ``--dtype``); ``auto`` lets the backend decide (the
 model's dtype on a GPU that supports it; float32 is chosen by the ``cpu`` backend)."""
