@@ -77,6 +77,12 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "properties": {"a": {"$ref": "#/$defs/point"}, "b": {"$ref": "#/$defs/point"}},
         "required": ["a", "b"],
     },
+    # no bounds stated: the default bounds (15 digits, 6 fraction digits) still close it
+    "unbounded": {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}, "x": {"type": "number"}},
+        "required": ["n", "x"],
+    },
 }
 SEEDS = (0, 1, 2)
 
