@@ -382,7 +382,15 @@ class InferenceEndpoint:
             echo = run.prompt_text if isinstance(req, CompletionRequest) and req.echo else ""
             try:
                 if req.stream:
-                    await send_stream(run, self.kind, req, send, headers, echo)
+                    await send_stream(
+                        run,
+                        self.kind,
+                        req,
+                        send,
+                        headers,
+                        echo,
+                        first_before_headers=any(p.structured is not None for p in params),
+                    )
                 else:
                     await send_completion(run, self.kind, req.model, send, headers, echo)
             except InvalidRequestError:
