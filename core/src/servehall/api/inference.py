@@ -259,11 +259,16 @@ class InferenceEndpoint:
         constraint = None
         if plan is not None and plan.active:
             constraint = plan.constraint(served.tool_parser)
+            if constraint is not None and structured is not None and plan.forced:
+                # OpenAI: a forced call's arguments follow the tool's schema, and
+                # response_format shapes the content, which a forced call does not have
+                structured = run.structured = None
             if constraint is not None and structured is not None:
                 ctx.structured_outcome = "refused"
                 raise InvalidRequestError(
-                    "A forced or strict tool call constrains the output already; it cannot "
-                    f"be combined with '{structured.param.split('.', 1)[0]}'.",
+                    "Strict tools or parallel_tool_calls: false under tool_choice 'auto' "
+                    "constrain the output already; they cannot be combined with "
+                    f"'{structured.param.split('.', 1)[0]}'.",
                     param=structured.param.split(".", 1)[0],
                 )
             if constraint is not None and "structured_output" not in (

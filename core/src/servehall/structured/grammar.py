@@ -139,29 +139,37 @@ def _triggered_tags_grammar(xgr: Any, text: str) -> Any:
     "stop_after_first"}}``) built with xgrammar 0.1.31's ``from_structural_tag(tags,
     triggers)``, the line OpenVINO GenAI bundles.
 
+    ``stop_after_first`` (at most one call: ``parallel_tool_calls: false``), which
+    0.1.31's ``from_structural_tag`` has no argument for, is expressed in its own grammar:
+    the printed ``TagDispatch`` rule gets ``loop_after_dispatch=false``, so the output ends
+    once the first call's end tag is written (free text before the trigger stays free).
+
     Raises:
-        GrammarError: another structural tag type, or ``stop_after_first`` (at most one
-            call: ``parallel_tool_calls: false``), which 0.1.31's structural tags cannot
-            express; refused rather than silently weakened (vLLM's own xgrammar takes the
-            tag as it is).
+        GrammarError: another structural tag type, or ``at_least_one``.
     """
     spec = json.loads(text)
     fmt = spec.get("format", spec) if isinstance(spec, dict) else None
     if not isinstance(fmt, dict) or fmt.get("type") != "triggered_tags":
         raise GrammarError("only triggered_tags structural tags are supported by this engine")
-    if fmt.get("stop_after_first") or fmt.get("at_least_one"):
-        raise GrammarError(
-            "at most one tool call (parallel_tool_calls: false) with tool_choice 'auto' "
-            "cannot be enforced by this engine's grammar backend (xgrammar 0.1.31); use "
-            "tool_choice 'required' or a named function, or allow parallel calls"
-        )
+    if fmt.get("at_least_one"):
+        raise GrammarError("at_least_one structural tags are not supported by this engine")
     items = [
         xgr.StructuralTagItem(
             begin=t["begin"], schema=json.dumps(t["content"]["json_schema"]), end=t["end"]
         )
         for t in fmt["tags"]
     ]
-    return xgr.Grammar.from_structural_tag(items, list(fmt["triggers"]))
+    grammar = xgr.Grammar.from_structural_tag(items, list(fmt["triggers"]))
+    if not fmt.get("stop_after_first"):
+        return grammar
+    text = str(grammar)
+    if text.count(_LOOP_AFTER_DISPATCH) != 1:  # an xgrammar that prints it differently
+        raise GrammarError("at most one tool call cannot be expressed by this grammar backend")
+    return xgr.Grammar.from_ebnf(text.replace(_LOOP_AFTER_DISPATCH, "loop_after_dispatch=false"))
+
+
+_LOOP_AFTER_DISPATCH = "loop_after_dispatch=true"
+"""How xgrammar 0.1.31 prints a ``TagDispatch`` that dispatches again after a tag."""
 
 
 @dataclass
