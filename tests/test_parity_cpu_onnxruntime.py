@@ -40,7 +40,9 @@ def servers(
     servehall_server: Callable[..., Any], demo_model_dir: Path, tmp_path_factory: Any
 ) -> Iterator[dict[str, str]]:
     cache = tmp_path_factory.mktemp("ort-cache")
-    cpu = servehall_server(_config(demo_model_dir, "torch", cache), name="parity-torch")
+    cpu = servehall_server(
+        _config(demo_model_dir, "torch", cache), name="parity-torch", ready_timeout=600
+    )
     # the ONNX model is built at start (~2 minutes on a loaded 2-core machine)
     ort = servehall_server(
         _config(demo_model_dir, "onnxruntime", cache), name="parity-ort", ready_timeout=600

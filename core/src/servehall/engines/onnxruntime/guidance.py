@@ -2,7 +2,9 @@
 the ``(type, data)`` pair of ``TurnOptions.set_guidance`` (llguidance inside ONNX Runtime
 GenAI 0.18; types ``json_schema``, ``regex``, ``lark_grammar``).
 
-* ``json_schema`` → ``json_schema``, with llguidance's own options in the schema's
+* ``json_schema`` → ``json_schema``, objects allowing only their listed ``properties``
+  unless ``additionalProperties`` says otherwise (the strict mode the xgrammar engines
+  compile with; llguidance would allow any extra key), with llguidance's own options in the schema's
   ``x-guidance`` key: ``whitespace_flexible: false`` and the separators ``", "`` and
   ``": "`` (the bounded whitespace the other engines' xgrammar grammars have;
   ``any_whitespace`` lifts it);
@@ -37,6 +39,32 @@ def escape_regex(text: str) -> str:
     return "".join("\\" + ch if ch in _REGEX_SPECIAL else ch for ch in text)
 
 
+_SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
+_SCHEMA_ONE = ("items", "additionalProperties", "unevaluatedProperties", "propertyNames")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+
+
+def _strict_objects(node: Any) -> None:
+    """Set ``additionalProperties: false`` (in place) on every object schema with
+    ``properties`` that says nothing about extra keys."""
+    if not isinstance(node, dict):
+        return
+    if "properties" in node and not {"additionalProperties", "unevaluatedProperties"} & set(node):
+        node["additionalProperties"] = False
+    for key in _SCHEMA_ONE:
+        _strict_objects(node.get(key))
+    for key in _SCHEMA_MAPS:
+        sub = node.get(key)
+        if isinstance(sub, dict):
+            for child in sub.values():
+                _strict_objects(child)
+    for key in _SCHEMA_LISTS:
+        sub = node.get(key)
+        if isinstance(sub, list):
+            for child in sub:
+                _strict_objects(child)
+
+
 def guidance_of(c: StructuredConstraint) -> tuple[str, str]:
     """The ``set_guidance(type, data)`` arguments for ``c`` (see the module docstring).
 
@@ -47,6 +75,7 @@ def guidance_of(c: StructuredConstraint) -> tuple[str, str]:
         schema: Any = json.loads(c.json_schema)
         if schema is True:
             schema = {}
+        _strict_objects(schema)
         if not c.any_whitespace:
             schema = {
                 **schema,
