@@ -77,6 +77,12 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "properties": {"a": {"$ref": "#/$defs/point"}, "b": {"$ref": "#/$defs/point"}},
         "required": ["a", "b"],
     },
+    # no bounds stated: the default bounds (15 digits, 6 fraction digits) still close it
+    "unbounded": {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}, "x": {"type": "number"}},
+        "required": ["n", "x"],
+    },
 }
 SEEDS = (0, 1, 2)
 
@@ -315,3 +321,25 @@ def test_metrics_count_outcomes_and_compiles(client: httpx.Client) -> None:
         assert value(f"servehall_grammar_cache_hits_total{labels}") >= len(SCHEMAS)
     assert value(f'{family}{{kind="json_schema",model="demo",outcome="refused",version=""}}') >= 4
     assert value(f'{family}{{kind="grammar",model="demo-torch",outcome="length",version=""}}') == 0
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_engine_refusal_streamed_is_400_before_the_stream(client: httpx.Client, model: str) -> None:
+    """A constraint only the engine can judge (a regex its compiler refuses) is a 400 for
+    a streamed request too: the stream waits for the compile before its 200."""
+    for extra in ({"guided_regex": "(unclosed"}, {"guided_grammar": "root ::= nothing_defined"}):
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": "x"}],
+            "max_tokens": 8,
+            "stream": True,
+            **extra,
+        }
+        with client.stream("POST", "/v1/chat/completions", json=body) as r:
+            r.read()
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert err["type"] == "invalid_request_error"
+        assert err["param"] == next(iter(extra)), err
+    text, finish = _streamed(client, _body(SCHEMAS["enum"], 0, model=model))
+    assert finish == "stop" and json.loads(text)["color"] in ("red", "green", "blue")

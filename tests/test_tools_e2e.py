@@ -42,7 +42,9 @@ def server(
     demo_model_dir: Path,
     demo_config_factory: Callable[..., dict[str, Any]],
 ) -> Iterator[Any]:
-    with servehall_server(demo_config_factory(demo_model_dir), name="tools") as srv:
+    with servehall_server(
+        demo_config_factory(demo_model_dir), name="tools", ready_timeout=600
+    ) as srv:
         yield srv
 
 
@@ -169,3 +171,56 @@ def test_bad_tool_requests_are_400s(client: Any) -> None:
         assert info.value.status_code == 400
         assert info.value.body["param"] == param, info.value.body
         assert info.value.body["type"] == "invalid_request_error"
+
+
+def test_forced_call_with_response_format_and_one_call_under_auto(client: Any) -> None:
+    """OpenAI's semantics: a forced call (named or ``required``) is the whole output and
+    its arguments follow the tool's schema; ``response_format`` shapes content, which a
+    forced call has none of, so the two together are the forced call (not a 400).
+    ``parallel_tool_calls: false`` under ``auto`` is enforced by the grammar (at most one
+    call), not refused; strict ``auto`` tools with ``response_format`` stay a 400 (two
+    constraints on one output)."""
+    import openai
+
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    for choice in (named, "required"):
+        done = client.chat.completions.create(
+            model="demo",
+            messages=QUESTION,
+            tools=[WEATHER],
+            tool_choice=choice,
+            parallel_tool_calls=False,  # one call: the random model closes the array
+            response_format={"type": "json_object"},
+            max_tokens=128,  # the random model may fill the 12-character city
+            seed=1,
+        )
+        out = done.choices[0]
+        assert out.finish_reason == "tool_calls", out
+        assert [c.function.name for c in out.message.tool_calls] == ["get_weather"]
+        assert isinstance(json.loads(out.message.tool_calls[0].function.arguments)["city"], str)
+    for stream in (False, True):
+        got = client.chat.completions.create(
+            model="demo",
+            messages=QUESTION,
+            tools=[WEATHER],
+            tool_choice="auto",
+            parallel_tool_calls=False,
+            max_tokens=32,
+            seed=2,
+            stream=stream,
+        )
+        if stream:
+            indexes = {p.index for ch in got for p in (ch.choices[0].delta.tool_calls or [])}
+            assert len(indexes) <= 1
+        else:
+            assert len(got.choices[0].message.tool_calls or []) <= 1
+    strict = {**WEATHER, "function": {**WEATHER["function"], "strict": True}}
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(
+            model="demo",
+            messages=QUESTION,
+            tools=[strict],
+            response_format={"type": "json_object"},
+            max_tokens=8,
+        )
+    assert info.value.body["param"] == "response_format", info.value.body

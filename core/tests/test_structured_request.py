@@ -109,7 +109,7 @@ def test_normalisation_keeps_meaning() -> None:
     assert out == {"type": "integer", "minimum": 3, "maximum": 7}
     assert check_json_schema(True, "p") is True
     nested = {"$defs": {"n": {"type": "integer", "exclusiveMaximum": 3}}, "$ref": "#/$defs/n"}
-    assert check_json_schema(nested, "p")["$defs"]["n"] == {"type": "integer", "maximum": 2}  # type: ignore[index]
+    assert check_json_schema(nested, "p")["$defs"]["n"]["maximum"] == 2  # type: ignore[index]
 
 
 def test_outcome_and_kind() -> None:
@@ -123,3 +123,52 @@ def test_outcome_and_kind() -> None:
     assert requested_kind({"guided_json": {}}) == "json_schema"
     assert requested_kind({"structured_outputs": {"choice": ["a"]}}) == "choice"
     assert requested_kind({"response_format": {"type": "text"}}) is None
+
+
+def test_numbers_without_bounds_get_the_default_bounds() -> None:
+    from servehall.structured.schema import NUMBER_BOUND
+
+    out = check_json_schema(
+        {
+            "type": "object",
+            "properties": {
+                "i": {"type": "integer"},
+                "x": {"type": ["number", "null"], "minimum": 0},
+                "big": {"type": "integer", "minimum": 10**18},
+                "s": {"type": "string"},
+            },
+        },
+        "p",
+    )
+    props = out["properties"]  # type: ignore[index]
+    assert props["i"] == {"type": "integer", "minimum": -NUMBER_BOUND, "maximum": NUMBER_BOUND}
+    assert props["x"]["minimum"] == 0 and props["x"]["maximum"] == NUMBER_BOUND
+    assert props["big"]["maximum"] == 10**18 + NUMBER_BOUND  # the range stays non-empty
+    assert props["s"] == {"type": "string"}
+
+
+def test_any_json_numbers_are_digit_capped_in_the_grammar() -> None:
+    """The rules xgrammar 0.1.31 prints for "any JSON" numbers are the ones replaced (this
+    fails if a new xgrammar prints them differently), and the capped grammar refuses a
+    16-digit integer while it accepts 15 digits."""
+    pytest.importorskip("xgrammar")
+    import xgrammar as xgr
+
+    from servehall.structured.grammar import _UNBOUNDED_ANY_NUMBER_RULES, constraint_ebnf
+
+    plain = str(xgr.Grammar.from_json_schema('{"type": "object"}', any_whitespace=False))
+    for name, body in _UNBOUNDED_ANY_NUMBER_RULES.items():
+        assert f"{name} ::= {body}" in plain
+    sr = structured_request({"response_format": {"type": "json_object"}})
+    assert sr is not None
+    grammar = xgr.Grammar.from_ebnf(constraint_ebnf(sr.constraint))
+    tokens = [chr(c) for c in range(32, 127)]
+    compiled = xgr.GrammarCompiler(xgr.TokenizerInfo(tokens)).compile_grammar(grammar)
+
+    def accepts(text: str) -> bool:
+        matcher = xgr.GrammarMatcher(compiled, terminate_without_stop_token=True)
+        return all(matcher.accept_token(tokens.index(ch)) for ch in text)
+
+    assert accepts('{"a": ' + "9" * 15 + ".123456e-123}")
+    assert not accepts('{"a": ' + "9" * 16)
+    assert not accepts('{"a": 1.' + "1" * 7)

@@ -25,11 +25,24 @@ def test_strict_auto_tools_compile_to_a_triggered_grammar() -> None:
     assert "city" in ebnf  # and so is its arguments' schema
 
 
-def test_at_most_one_call_under_auto_is_refused_not_weakened() -> None:
-    constraint = ToolPlan((WEATHER,), "auto", None, False).constraint(HERMES)
-    assert constraint is not None
-    with pytest.raises(GrammarError, match="parallel_tool_calls"):
-        constraint_ebnf(constraint)
+def test_at_most_one_call_under_auto_ends_the_output_after_the_first_call() -> None:
+    """``parallel_tool_calls: false`` under ``auto``: free text, one call, then only the
+    stop token (xgrammar 0.1.31's TagDispatch with ``loop_after_dispatch=false``);
+    with parallel calls allowed, text (and a second call) may follow."""
+    xgr = pytest.importorskip("xgrammar")
+    tokens = [chr(i) for i in range(32, 127)] + ["\n", "</s>"]
+    eos = len(tokens) - 1
+    info = xgr.TokenizerInfo(tokens, stop_token_ids=[eos])
+    call = 'hi <tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    for parallel in (False, True):
+        constraint = ToolPlan((WEATHER,), "auto", None, parallel).constraint(HERMES)
+        assert constraint is not None
+        compiled = xgr.GrammarCompiler(info).compile_grammar(constraint_ebnf(constraint))
+        matcher = xgr.GrammarMatcher(compiled)
+        assert all(matcher.accept_token(tokens.index(ch)) for ch in call)
+        assert matcher.accept_token(tokens.index("<")) is parallel  # a second call's start
+        if not parallel:
+            assert matcher.accept_token(eos)
 
 
 def test_other_structural_tags_are_refused() -> None:

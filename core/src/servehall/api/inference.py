@@ -259,11 +259,16 @@ class InferenceEndpoint:
         constraint = None
         if plan is not None and plan.active:
             constraint = plan.constraint(served.tool_parser)
+            if constraint is not None and structured is not None and plan.forced:
+                # OpenAI: a forced call's arguments follow the tool's schema, and
+                # response_format shapes the content, which a forced call does not have
+                structured = run.structured = None
             if constraint is not None and structured is not None:
                 ctx.structured_outcome = "refused"
                 raise InvalidRequestError(
-                    "A forced or strict tool call constrains the output already; it cannot "
-                    f"be combined with '{structured.param.split('.', 1)[0]}'.",
+                    "Strict tools or parallel_tool_calls: false under tool_choice 'auto' "
+                    "constrain the output already; they cannot be combined with "
+                    f"'{structured.param.split('.', 1)[0]}'.",
                     param=structured.param.split(".", 1)[0],
                 )
             if constraint is not None and "structured_output" not in (
@@ -382,7 +387,15 @@ class InferenceEndpoint:
             echo = run.prompt_text if isinstance(req, CompletionRequest) and req.echo else ""
             try:
                 if req.stream:
-                    await send_stream(run, self.kind, req, send, headers, echo)
+                    await send_stream(
+                        run,
+                        self.kind,
+                        req,
+                        send,
+                        headers,
+                        echo,
+                        first_before_headers=any(p.structured is not None for p in params),
+                    )
                 else:
                     await send_completion(run, self.kind, req.model, send, headers, echo)
             except InvalidRequestError:

@@ -64,6 +64,16 @@ async def merged_events(choices: list[ChoiceStream]) -> AsyncGenerator[ChoiceEve
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+async def _first_then_rest(
+    first: ChoiceEvent | None, events: AsyncGenerator[ChoiceEvent, None]
+) -> AsyncGenerator[ChoiceEvent, None]:
+    """``first`` (when not None), then the rest of ``events``."""
+    if first is not None:
+        yield first
+    async for ev in events:
+        yield ev
+
+
 async def send_stream(
     run: InferenceRun,
     kind: Literal["chat", "completion"],
@@ -71,13 +81,31 @@ async def send_stream(
     send: Send,
     headers: dict[str, str],
     echo: str,
+    *,
+    first_before_headers: bool = False,
 ) -> None:
     """Send status 200 and the SSE stream of ``run``'s choices (see module docstring).
 
     ``req`` is the validated request (``model``, ``include_usage``); ``echo`` is sent
     first for completions with ``echo``. A :class:`ServehallError` during generation
     becomes an error event and the record's ``error_code``.
+
+    ``first_before_headers``: wait for the first event before the 200 goes out, so that
+    an error the engine reports before generating (a constraint it refuses to compile)
+    is raised to the caller, which answers it like a non-streamed request (a 400), not
+    as an error event after a 200. The constrained requests ask for it; the price is
+    that their headers leave with the first token.
     """
+    first: ChoiceEvent | None = None
+    events = merged_events(run.choices)
+    if first_before_headers:
+        try:
+            first = await anext(events)
+        except StopAsyncIteration:
+            first = None
+        except BaseException:
+            await events.aclose()
+            raise
     chat = kind == "chat"
     obj = "chat.completion.chunk" if chat else "text_completion"
     head = (
@@ -119,9 +147,8 @@ async def send_stream(
             await emit({"index": c.index, "text": echo, "logprobs": None, "finish_reason": None})
     unfinished = len(run.choices)
     try:
-        events = merged_events(run.choices)
         try:
-            async for ev in events:
+            async for ev in _first_then_rest(first, events):
                 last = False
                 if ev.finish_reason is not None:
                     unfinished -= 1

@@ -11,7 +11,11 @@ re-parsed by the same version is not. So:
   queued for a step shared with other requests. JSON Schemas are converted with
   ``any_whitespace=False`` (one space after ``:`` and ``,``, none elsewhere: a weak model
   cannot spend its budget on whitespace) and ``strict_mode=True`` (no properties beyond
-  the listed ones unless ``additionalProperties`` says so);
+  the listed ones unless ``additionalProperties`` says so). Numbers of a schema node
+  are bounded by the API layer (:data:`servehall.structured.schema.NUMBER_BOUND`); the
+  numbers of "any JSON" values (``{}``, ``json_object``, ``additionalProperties: true``),
+  xgrammar's built-in ``basic_integer``/``basic_number`` rules, get the same digit cap
+  here (:func:`bound_any_numbers`);
 * :class:`GrammarCache` keeps the results per model in a bounded LRU (by constraint),
   counting hits, misses and compile seconds (``servehall bench`` and the metrics read
   them).
@@ -78,13 +82,54 @@ def constraint_ebnf(c: StructuredConstraint) -> str:
         else:
             raise GrammarError("the constraint is empty")
         text = str(grammar)
-        xgr.Grammar.from_ebnf(text)  # what the engine's own parser will read
+        if c.json_schema is not None or c.structural_tag is not None:
+            text = bound_any_numbers(text)
+        text = str(xgr.Grammar.from_ebnf(text))  # what the engine's own parser will read
     except GrammarError:
         raise
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise GrammarError(first) from None
     return text
+
+
+INTEGER_DIGITS = 15
+"""Most digits of an "any JSON" number's integer part (as ``NUMBER_BOUND``'s 15)."""
+FRACTION_DIGITS = 6
+"""Most fraction digits of an "any JSON" number (xgrammar's own cap for ranged numbers)."""
+EXPONENT_DIGITS = 3
+"""Most exponent digits of an "any JSON" number."""
+
+#: xgrammar 0.1.31's printed rules for the digits of "any JSON" numbers → bounded ones.
+_ANY_NUMBER_RULES: dict[str, str] = {
+    "basic_integer": f'(("0") | (basic_integer_1 [1-9] [0-9]{{0,{INTEGER_DIGITS - 1}}}))',
+    "basic_number_7": f'(("0") | ([1-9] [0-9]{{0,{INTEGER_DIGITS - 1}}}))',
+    "basic_number_2": f"([0-9]{{1,{FRACTION_DIGITS}}})",
+    "basic_number_5": f"([0-9]{{1,{EXPONENT_DIGITS}}})",
+}
+_UNBOUNDED_ANY_NUMBER_RULES: dict[str, str] = {
+    "basic_integer": '(("0") | (basic_integer_1 [1-9] [0-9]*))',
+    "basic_number_7": '(("0") | ([1-9] [0-9]*))',
+    "basic_number_2": "(([0-9] basic_number_2) | ([0-9]))",
+    "basic_number_5": "(([0-9] basic_number_5) | ([0-9]))",
+}
+
+
+def bound_any_numbers(ebnf: str) -> str:
+    """``ebnf`` (printed by xgrammar 0.1.31 from a JSON Schema) with the digits of its
+    built-in "any JSON" number rules capped: integer part :data:`INTEGER_DIGITS`,
+    fraction :data:`FRACTION_DIGITS`, exponent :data:`EXPONENT_DIGITS`. Without a cap a
+    weak model writes digits until ``max_tokens``. Only a rule printed exactly as
+    xgrammar 0.1.31 prints it is replaced (a user's regex or grammar is never touched);
+    ``core/tests/test_structured_request.py`` fails if a new xgrammar prints them
+    differently.
+    """
+    lines = ebnf.splitlines()
+    for i, line in enumerate(lines):
+        name, sep, body = line.partition(" ::= ")
+        if sep and _UNBOUNDED_ANY_NUMBER_RULES.get(name) == body:
+            lines[i] = f"{name} ::= {_ANY_NUMBER_RULES[name]}"
+    return "\n".join(lines) + "\n"
 
 
 def _triggered_tags_grammar(xgr: Any, text: str) -> Any:
@@ -94,29 +139,37 @@ def _triggered_tags_grammar(xgr: Any, text: str) -> Any:
     "stop_after_first"}}``) built with xgrammar 0.1.31's ``from_structural_tag(tags,
     triggers)``, the line OpenVINO GenAI bundles.
 
+    ``stop_after_first`` (at most one call: ``parallel_tool_calls: false``), which
+    0.1.31's ``from_structural_tag`` has no argument for, is expressed in its own grammar:
+    the printed ``TagDispatch`` rule gets ``loop_after_dispatch=false``, so the output ends
+    once the first call's end tag is written (free text before the trigger stays free).
+
     Raises:
-        GrammarError: another structural tag type, or ``stop_after_first`` (at most one
-            call: ``parallel_tool_calls: false``), which 0.1.31's structural tags cannot
-            express; refused rather than silently weakened (vLLM's own xgrammar takes the
-            tag as it is).
+        GrammarError: another structural tag type, or ``at_least_one``.
     """
     spec = json.loads(text)
     fmt = spec.get("format", spec) if isinstance(spec, dict) else None
     if not isinstance(fmt, dict) or fmt.get("type") != "triggered_tags":
         raise GrammarError("only triggered_tags structural tags are supported by this engine")
-    if fmt.get("stop_after_first") or fmt.get("at_least_one"):
-        raise GrammarError(
-            "at most one tool call (parallel_tool_calls: false) with tool_choice 'auto' "
-            "cannot be enforced by this engine's grammar backend (xgrammar 0.1.31); use "
-            "tool_choice 'required' or a named function, or allow parallel calls"
-        )
+    if fmt.get("at_least_one"):
+        raise GrammarError("at_least_one structural tags are not supported by this engine")
     items = [
         xgr.StructuralTagItem(
             begin=t["begin"], schema=json.dumps(t["content"]["json_schema"]), end=t["end"]
         )
         for t in fmt["tags"]
     ]
-    return xgr.Grammar.from_structural_tag(items, list(fmt["triggers"]))
+    grammar = xgr.Grammar.from_structural_tag(items, list(fmt["triggers"]))
+    if not fmt.get("stop_after_first"):
+        return grammar
+    text = str(grammar)
+    if text.count(_LOOP_AFTER_DISPATCH) != 1:  # an xgrammar that prints it differently
+        raise GrammarError("at most one tool call cannot be expressed by this grammar backend")
+    return xgr.Grammar.from_ebnf(text.replace(_LOOP_AFTER_DISPATCH, "loop_after_dispatch=false"))
+
+
+_LOOP_AFTER_DISPATCH = "loop_after_dispatch=true"
+"""How xgrammar 0.1.31 prints a ``TagDispatch`` that dispatches again after a tag."""
 
 
 @dataclass

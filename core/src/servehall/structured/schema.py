@@ -18,7 +18,17 @@ A schema is refused with 400 ``invalid_request_error`` (``param`` = the request 
 
 Normalisation (meaning kept): ``exclusiveMinimum: n`` on an ``integer`` becomes
 ``minimum: floor(n) + 1`` (xgrammar 0.1.31 ignores the exclusive bounds; the inclusive
-ones it enforces), and likewise ``exclusiveMaximum``. The boolean schema ``true`` and
+ones it enforces), and likewise ``exclusiveMaximum``.
+
+Default bounds (meaning narrowed, on purpose): an ``integer`` or ``number`` without a
+``minimum``/``maximum`` gets ``-NUMBER_BOUND``/``NUMBER_BOUND`` (:data:`NUMBER_BOUND`,
+15 digits). Without bounds the grammar allows any count of digits and a weak model writes
+digits until ``max_tokens`` (seen on the demo model: ``finish_reason: length`` on a
+one-integer schema); with both bounds xgrammar 0.1.31 turns the range into a finite
+grammar (integer part at most 15 digits, at most 6 fraction digits, no exponent), and
+vLLM's xgrammar and llguidance enforce ``minimum``/``maximum`` as well, so one schema
+change bounds numbers on every engine. The normalised schema is what the output is
+validated against. The boolean schema ``true`` and
 ``{}`` mean any JSON value (whitespace stays bounded, see
 :class:`servehall.StructuredConstraint`); ``false`` is refused (nothing can match).
 """
@@ -35,6 +45,9 @@ MAX_DEPTH = 64
 """Deepest nesting of subschemas accepted."""
 MAX_SCHEMA_CHARS = 256 * 1024
 """Longest schema (as compact JSON text) accepted."""
+NUMBER_BOUND = 10**15 - 1
+"""Default ``maximum`` (and negated, ``minimum``) of an ``integer``/``number`` schema that
+states none: 15 digits, below JSON's exact-integer limit 2**53 - 1."""
 
 SUPPORTED_FORMATS = frozenset(
     {
@@ -146,6 +159,7 @@ def _walk(node: Any, root: dict[str, Any], where: str, depth: int, param: str) -
     if isinstance(fmt, str) and fmt not in SUPPORTED_FORMATS:
         raise _refuse(param, f"{where}/format", f"string format '{fmt}' is not supported")
     _exclusive_bounds(node, where, param)
+    _default_bounds(node)
     ref = node.get("$ref")
     if ref is not None:
         _check_ref(ref, root, f"{where}/$ref", param)
@@ -186,6 +200,22 @@ def _exclusive_bounds(node: dict[str, Any], where: str, param: str) -> None:
         if inclusive in node:
             edge = max(edge, node[inclusive]) if step > 0 else min(edge, node[inclusive])
         node[inclusive] = int(edge)
+
+
+def _default_bounds(node: dict[str, Any]) -> None:
+    """Give an ``integer``/``number`` schema without bounds the default ones (see the
+    module docstring); a single stated bound beyond the default keeps the range non-empty."""
+    types = node.get("type")
+    type_set = {types} if isinstance(types, str) else set(types or ())
+    if not type_set & {"integer", "number"}:
+        return
+    low, high = node.get("minimum"), node.get("maximum")
+    if low is None:
+        node["minimum"] = (
+            -NUMBER_BOUND if high is None or high >= -NUMBER_BOUND else high - NUMBER_BOUND
+        )
+    if high is None:
+        node["maximum"] = NUMBER_BOUND if low is None or low <= NUMBER_BOUND else low + NUMBER_BOUND
 
 
 def _check_ref(ref: Any, root: dict[str, Any], where: str, param: str) -> None:

@@ -82,6 +82,12 @@ class ToolPlan:
         """False for ``tool_choice: "none"`` (or no tools): the output is plain text."""
         return self.choice != "none" and bool(self.tools)
 
+    @property
+    def forced(self) -> bool:
+        """A call is forced (``required`` or a named function): the whole output is the
+        call, shaped by the tools' schemas."""
+        return self.choice in ("named", "required") and bool(self.tools)
+
     def stream(self, parser: ToolParser, new_id: IdFactory = new_call_id) -> ToolCallStream:
         """The per-choice stream reading the output for this choice kind."""
         if self.choice == "named":

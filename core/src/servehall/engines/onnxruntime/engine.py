@@ -66,6 +66,11 @@ from servehall.engines.kit import (
     token_id_tuple,
 )
 from servehall.engines.onnxruntime.build import GENAI_CONFIG, resolve_onnx_dir
+from servehall.engines.onnxruntime.guidance import (
+    GuidanceUnsupported,
+    guidance_of,
+    guidance_works,
+)
 from servehall.engines.onnxruntime.options import OrtOptions, OrtProvider, parse_ort_options
 from servehall.engines.onnxruntime.probe import cuda_provider_status
 from servehall.errors import ConfigError, EngineError
@@ -86,6 +91,19 @@ _FINISH = {
     "MAX_GENERATED_TOKENS": "length",
     "MAX_SESSION_TOKENS": "length",
 }
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of an error (llguidance appends a backtrace and its state)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _refused_constraint(reason: str) -> TokenDelta:
+    """The error delta of a constraint the engine cannot apply (the host answers 400)."""
+    return TokenDelta(
+        (), "error", error=f"The constraint is not supported: {reason}", code="invalid_request"
+    )
 
 
 @dataclass(slots=True)
@@ -240,6 +258,8 @@ class OnnxRuntimeEngine:
         config.overlay(json.dumps({"search": {"num_beams": 1, "top_k": 0}}))
         self._model = og.Model(config)
         self._engine = og.Engine(self._model)
+        if guidance_works(og, self._engine):  # llguidance in this build: structured output
+            self.supported_params = self.supported_params | {"structured_output"}
 
     async def health(self) -> EngineHealth:
         """OK while started, not shut down, and the step thread is alive."""
@@ -335,6 +355,8 @@ class OnnxRuntimeEngine:
             opts.set_top_p(p.top_p)
             if p.seed is not None and "seed" in self.supported_params:
                 opts.set_seed(p.seed % 2**63)
+        if p.structured is not None:
+            opts.set_guidance(*guidance_of(p.structured))  # may raise GuidanceUnsupported
         return opts
 
     def _run(self, ready: concurrent.futures.Future[None]) -> None:
@@ -399,9 +421,16 @@ class OnnxRuntimeEngine:
                     turn = request.begin_turn(
                         np.asarray(prompt, dtype=np.int32), self._turn_options(request, params)
                     )
+                except GuidanceUnsupported as exc:
+                    request.close()
+                    refused.append((stream, _refused_constraint(str(exc))))
+                    continue
                 except RuntimeError as exc:  # e.g. the prompt does not fit the context
                     request.close()
-                    refused.append((stream, TokenDelta((), "error", error=str(exc))))
+                    if params.structured is not None:  # llguidance refused the constraint
+                        refused.append((stream, _refused_constraint(_first_line(exc))))
+                    else:
+                        refused.append((stream, TokenDelta((), "error", error=str(exc))))
                     continue
                 stop_ids = frozenset(params.stop_token_ids)
                 live[id(request)] = _Live(stream, request, turn, stop_ids)
