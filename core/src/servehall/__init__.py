@@ -46,6 +46,7 @@ from servehall.engines.kit import (
     StepSinkEngine,
     stop_token_set,
 )
+from servehall.engines.step_thread import StepThreadEngine
 from servehall.errors import (
     AuthenticationError,
     ConfigError,
@@ -177,6 +178,7 @@ __all__ = [
     "SinkSpec",
     "Slot",
     "StepSinkEngine",
+    "StepThreadEngine",
     "StreamFilterResult",
     "StructuredConstraint",
     "Ticket",

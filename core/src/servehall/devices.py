@@ -52,8 +52,9 @@ engine checks against a device plugin (see docs/backends.md).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from servehall.engines.lazy import lazy_names
 from servehall.engines.onnxruntime import (
     OrtOptions,
     OrtProvider,
@@ -117,10 +118,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """``TorchEngine`` on first use (it imports torch)."""
-    if name == "TorchEngine":
-        from servehall.engines.torch.engine import TorchEngine
-
-        return TorchEngine
-    raise AttributeError(f"module 'servehall.devices' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, {"TorchEngine": "servehall.engines.torch.engine"})

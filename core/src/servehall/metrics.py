@@ -61,7 +61,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     REGISTRY,
@@ -117,6 +118,270 @@ MODEL_STATES: tuple[str, ...] = ("serving", "loading", "unloaded", "draining")
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
+_MV = ("model", "version")
+
+
+@dataclass(frozen=True, slots=True)
+class _Family:
+    """One metric family as a table row: ``kind`` is a ``prometheus_client`` metric class
+    (``Counter``, ``Gauge``, ``Histogram``) or a ``*MetricFamily`` read at scrape time;
+    ``name`` is the family's name without ``_total``; ``labels`` its label names."""
+
+    kind: Any
+    name: str
+    doc: str
+    labels: tuple[str, ...] = _MV
+    buckets: tuple[float, ...] | None = None
+
+    def scraped(self) -> Any:
+        """A new, empty ``*MetricFamily`` of this row (one per scrape)."""
+        return self.kind(self.name, self.doc, labels=list(self.labels))
+
+    def registered(self, registry: CollectorRegistry) -> Any:
+        """This row's ``Counter``/``Gauge``/``Histogram``, registered on ``registry``."""
+        extra = {"buckets": self.buckets} if self.buckets is not None else {}
+        return self.kind(self.name, self.doc, list(self.labels), registry=registry, **extra)
+
+
+def _scraped(table: dict[str, _Family]) -> dict[str, Any]:
+    """One empty ``*MetricFamily`` per row of ``table``, by the row's key (in its order)."""
+    return {key: family.scraped() for key, family in table.items()}
+
+
+_G, _C, _H = GaugeMetricFamily, CounterMetricFamily, HistogramMetricFamily
+
+_ENGINE_FAMILIES: dict[str, _Family] = {
+    "running": _Family(_G, "servehall_requests_running", "Engine requests in the running batch"),
+    "waiting": _Family(
+        _G, "servehall_requests_waiting", "Requests waiting: engine queue plus admission queue"
+    ),
+    "kv": _Family(_G, "servehall_kv_cache_usage_ratio", "KV-cache blocks used / total (0..1)"),
+    "kv_used": _Family(_G, "servehall_kv_cache_blocks_used", "KV-cache blocks in use"),
+    "up": _Family(
+        _G,
+        "servehall_engine_up",
+        "1 while the model's engine worker process runs and serves, else 0",
+    ),
+    "restarts": _Family(
+        _C,
+        "servehall_engine_restarts",
+        "Engine worker restarts, by the reason the worker was lost",
+        (*_MV, "reason"),
+    ),
+    "queue": _Family(
+        _G,
+        "servehall_scheduler_queue",
+        "Requests waiting in the admission queue, per tenant",
+        (*_MV, "tenant"),
+    ),
+    "service": _Family(
+        _C,
+        "servehall_scheduler_service_tokens",
+        "Tokens served per tenant: prompt tokens at admission plus generated tokens",
+        (*_MV, "tenant"),
+    ),
+    "loads": _Family(
+        _C,
+        "servehall_model_loads",
+        "Engine starts of a model version (startup, live config, loads on demand)",
+    ),
+    "load_s": _Family(
+        _G, "servehall_model_load_seconds", "Wall time of the version's last engine start"
+    ),
+    "state": _Family(
+        _G,
+        "servehall_model_state",
+        "1 for the version's current state (serving, loading, unloaded, draining)",
+        (*_MV, "state"),
+    ),
+    "compile": _Family(
+        _H,
+        "servehall_grammar_compile_seconds",
+        "Structured-output grammar compile time in the engine (cache misses)",
+    ),
+    "cache_hits": _Family(
+        _C,
+        "servehall_grammar_cache_hits",
+        "Structured-output constraints found compiled in the engine's LRU cache",
+    ),
+}
+"""The per-model families read from the engines at scrape time (in exposition order)."""
+
+_ENGINE_OPS_FAMILIES: dict[str, _Family] = {
+    "start": _Family(
+        _G, "servehall_engine_start_time_seconds", "Unix time the model's current engine came up"
+    ),
+    "last_exit": _Family(
+        _G,
+        "servehall_engine_last_exit",
+        "1 for the reason the model's engine worker was last lost (none: never)",
+        (*_MV, "reason"),
+    ),
+    "oom": _Family(
+        _C,
+        "servehall_engine_oom_kills",
+        "Engine worker processes killed by the kernel's OOM killer",
+    ),
+    "crash_loop": _Family(
+        _G,
+        "servehall_engine_crash_loop",
+        "1 once the supervisor stopped restarting the model's worker (crash loop)",
+    ),
+    "mem_used": _Family(
+        _G,
+        "servehall_device_memory_used_bytes",
+        "Device memory in use, as the model's engine reports it",
+        (*_MV, "device"),
+    ),
+    "mem_total": _Family(
+        _G,
+        "servehall_device_memory_total_bytes",
+        "Device memory in all, as the model's engine reports it",
+        (*_MV, "device"),
+    ),
+    "prefix_queries": _Family(
+        _C,
+        "servehall_prefix_cache_queries",
+        "Prompt tokens looked up in the prefix cache (engines that can tell)",
+    ),
+    "prefix_hits": _Family(
+        _C,
+        "servehall_prefix_cache_hits",
+        "Prompt tokens found in the prefix cache (engines that can tell)",
+    ),
+}
+"""The operations families of each model's engine (module docstring)."""
+
+_SINK_FAMILIES: dict[str, _Family] = {
+    "up": _Family(
+        _G,
+        "servehall_sink_up",
+        "1 while the record sink writes (or its check passes), else 0",
+        ("sink", "required"),
+    ),
+    "refusing": _Family(
+        _G,
+        "servehall_sink_refusing",
+        "1 while a required sink makes this replica refuse new requests (503)",
+        ("sink",),
+    ),
+    "queued": _Family(
+        _G,
+        "servehall_sink_queued_records",
+        "Records waiting to be written (memory and spill file)",
+        ("sink",),
+    ),
+    "failures": _Family(
+        _C, "servehall_sink_write_failures", "Failed sink write attempts", ("sink",)
+    ),
+    "dropped": _Family(
+        _C,
+        "servehall_sink_dropped_records",
+        "Records a sink dropped (buffer and spill file full, not required)",
+        ("sink",),
+    ),
+    "audit": _Family(
+        _C,
+        "servehall_audit_write_failures",
+        "Failed writes of batches holding audit events (the chain was not extended)",
+        ("sink",),
+    ),
+    "info": _Family(
+        _G,
+        "servehall_config_info",
+        "1, labelled with the sha256 of the effective config (secrets masked)",
+        ("sha256",),
+    ),
+}
+"""Record sinks and the config digest (module docstring)."""
+
+_REQUEST_FAMILIES: dict[str, _Family] = {
+    "requests": _Family(
+        Counter,
+        "servehall_requests",
+        "Finished HTTP inference requests",
+        (*_MV, "endpoint", "status"),
+    ),
+    "ttft": _Family(
+        Histogram,
+        "servehall_time_to_first_token_seconds",
+        "Time from arrival to first token",
+        buckets=_LATENCY_BUCKETS,
+    ),
+    "tpot": _Family(
+        Histogram,
+        "servehall_time_per_output_token_seconds",
+        "Mean decode time per output token after the first, per request",
+        buckets=_TPOT_BUCKETS,
+    ),
+    "itl": _Family(
+        Histogram,
+        "servehall_inter_token_latency_seconds",
+        "Gaps between output tokens after the first (a delta of n tokens: n gaps of 1/n)",
+        buckets=_TPOT_BUCKETS,
+    ),
+    "tenant_refusals": _Family(
+        Counter,
+        "servehall_tenant_refusals",
+        "Requests of a known tenant refused with 403, 429 or 503",
+        ("tenant", "status"),
+    ),
+    "e2e": _Family(
+        Histogram,
+        "servehall_e2e_request_latency_seconds",
+        "Arrival to last byte",
+        buckets=_LATENCY_BUCKETS,
+    ),
+    "queue": _Family(
+        Histogram,
+        "servehall_queue_time_seconds",
+        "Time waiting for an admission slot",
+        buckets=_LATENCY_BUCKETS,
+    ),
+    "prompt_tokens": _Family(
+        Counter, "servehall_prompt_tokens", "Prompt tokens of admitted requests"
+    ),
+    "generation_tokens": _Family(Counter, "servehall_generation_tokens", "Generated tokens"),
+    "aborts": _Family(
+        Counter,
+        "servehall_request_aborts",
+        "Requests aborted before finishing",
+        (*_MV, "reason"),
+    ),
+    "canary_rollbacks": _Family(
+        Counter,
+        "servehall_canary_rollbacks",
+        "Canary versions set to weight 0 by their rollback_if guard",
+        (*_MV, "reason"),
+    ),
+    "config_revision": _Family(
+        Gauge,
+        "servehall_config_revision",
+        "The config revision this replica runs (0: no revision recorded)",
+        (),
+    ),
+    "request_errors": _Family(
+        Counter,
+        "servehall_request_errors",
+        "Answered requests with status >= 400, by error code",
+        (*_MV, "endpoint", "status", "code"),
+    ),
+    "structured": _Family(
+        Counter,
+        "servehall_structured_output_requests",
+        "Structured-output requests by response format kind and outcome (valid: the "
+        "output parses and matches; invalid: it does not; length: cut at max_tokens; "
+        "refused: a 400 for the constraint)",
+        (*_MV, "kind", "outcome"),
+    ),
+    "tool_calls": _Family(
+        Counter,
+        "servehall_tool_calls",
+        "Tool calls read from model output, by outcome (parsed, failed)",
+        (*_MV, "outcome"),
+    ),
+}
+"""The request path's families (:class:`Metrics`' attributes of the same keys)."""
 
 
 class _EngineCollector(Collector):
@@ -124,90 +389,28 @@ class _EngineCollector(Collector):
         self._host_ref = host_ref
 
     def collect(self) -> Iterable[Metric]:
-        running = GaugeMetricFamily(
-            "servehall_requests_running",
-            "Engine requests in the running batch",
-            labels=["model", "version"],
-        )
-        waiting = GaugeMetricFamily(
-            "servehall_requests_waiting",
-            "Requests waiting: engine queue plus admission queue",
-            labels=["model", "version"],
-        )
-        kv = GaugeMetricFamily(
-            "servehall_kv_cache_usage_ratio",
-            "KV-cache blocks used / total (0..1)",
-            labels=["model", "version"],
-        )
-        kv_used = GaugeMetricFamily(
-            "servehall_kv_cache_blocks_used", "KV-cache blocks in use", labels=["model", "version"]
-        )
+        f = _scraped(_ENGINE_FAMILIES)
         picker = _PickerFamilies()
-        up = GaugeMetricFamily(
-            "servehall_engine_up",
-            "1 while the model's engine worker process runs and serves, else 0",
-            labels=["model", "version"],
-        )
-        restarts = CounterMetricFamily(
-            "servehall_engine_restarts",
-            "Engine worker restarts, by the reason the worker was lost",
-            labels=["model", "version", "reason"],
-        )
-        queue = GaugeMetricFamily(
-            "servehall_scheduler_queue",
-            "Requests waiting in the admission queue, per tenant",
-            labels=["model", "version", "tenant"],
-        )
-        service = CounterMetricFamily(
-            "servehall_scheduler_service_tokens",
-            "Tokens served per tenant: prompt tokens at admission plus generated tokens",
-            labels=["model", "version", "tenant"],
-        )
-        loads = CounterMetricFamily(
-            "servehall_model_loads",
-            "Engine starts of a model version (startup, live config, loads on demand)",
-            labels=["model", "version"],
-        )
-        load_s = GaugeMetricFamily(
-            "servehall_model_load_seconds",
-            "Wall time of the version's last engine start",
-            labels=["model", "version"],
-        )
-        state = GaugeMetricFamily(
-            "servehall_model_state",
-            "1 for the version's current state (serving, loading, unloaded, draining)",
-            labels=["model", "version", "state"],
-        )
         ops = _EngineOpsFamilies()
-        compile_hist = HistogramMetricFamily(
-            "servehall_grammar_compile_seconds",
-            "Structured-output grammar compile time in the engine (cache misses)",
-            labels=["model", "version"],
-        )
-        cache_hits = CounterMetricFamily(
-            "servehall_grammar_cache_hits",
-            "Structured-output constraints found compiled in the engine's LRU cache",
-            labels=["model", "version"],
-        )
         host = self._host_ref()
         for served in list(host.models.values()) if host else []:
             name, ver = served.name, served.version
             engine = served.engine
-            loads.add_metric([name, ver], served.loads)
-            load_s.add_metric([name, ver], served.last_load_s)
+            f["loads"].add_metric([name, ver], served.loads)
+            f["load_s"].add_metric([name, ver], served.last_load_s)
             for st in MODEL_STATES:
-                state.add_metric([name, ver, st], 1.0 if served.state == st else 0.0)
+                f["state"].add_metric([name, ver, st], 1.0 if served.state == st else 0.0)
             counts = getattr(engine, "restart_counts", None)
             if counts is not None:  # an engine in a supervised worker process
-                up.add_metric([name, ver], 1.0 if engine.worker_up else 0.0)  # type: ignore[attr-defined]
+                f["up"].add_metric([name, ver], 1.0 if engine.worker_up else 0.0)  # type: ignore[attr-defined]
                 for reason, n in sorted(counts.items()):
-                    restarts.add_metric([name, ver, reason], n)
+                    f["restarts"].add_metric([name, ver, reason], n)
             ops.add_supervision([name, ver], engine)
             tenant_states = getattr(served.scheduler, "tenant_states", None)
             if tenant_states is not None:
                 for tenant, st in tenant_states().items():
-                    queue.add_metric([name, ver, tenant], st.waiting)
-                    service.add_metric([name, ver, tenant], st.service_tokens)
+                    f["queue"].add_metric([name, ver, tenant], st.waiting)
+                    f["service"].add_metric([name, ver, tenant], st.service_tokens)
             try:
                 s = served.engine.stats()
             except Exception:  # a scrape must never fail because of one engine
@@ -215,7 +418,7 @@ class _EngineCollector(Collector):
             if "structured_output" in served.engine.supported_params:
                 g = s.grammar or GrammarStats()
                 buckets = g.compile_buckets or (0,) * len(GRAMMAR_COMPILE_BUCKETS)
-                compile_hist.add_metric(
+                f["compile"].add_metric(
                     [name, ver],
                     [
                         *(
@@ -226,30 +429,14 @@ class _EngineCollector(Collector):
                     ],
                     g.compile_seconds_sum,
                 )
-                cache_hits.add_metric([name, ver], g.hits)
-            running.add_metric([name, ver], s.running)
-            waiting.add_metric([name, ver], s.waiting + served.scheduler.waiting)
-            kv.add_metric([name, ver], s.kv_cache_usage)
-            kv_used.add_metric([name, ver], s.kv_cache_blocks_used)
+                f["cache_hits"].add_metric([name, ver], g.hits)
+            f["running"].add_metric([name, ver], s.running)
+            f["waiting"].add_metric([name, ver], s.waiting + served.scheduler.waiting)
+            f["kv"].add_metric([name, ver], s.kv_cache_usage)
+            f["kv_used"].add_metric([name, ver], s.kv_cache_blocks_used)
             picker.add([name, ver], engine, s, served.scheduler.waiting)
             ops.add_stats([name, ver], engine, s)
-        return [
-            running,
-            waiting,
-            kv,
-            kv_used,
-            up,
-            restarts,
-            queue,
-            service,
-            loads,
-            load_s,
-            state,
-            compile_hist,
-            cache_hits,
-            *ops.families(),
-            *picker.families(),
-        ]
+        return [*f.values(), *ops.families(), *picker.families()]
 
 
 class _PickerFamilies:
@@ -303,46 +490,7 @@ class _EngineOpsFamilies:
     """Per-model operations families read at scrape time (module docstring)."""
 
     def __init__(self) -> None:
-        self.start = GaugeMetricFamily(
-            "servehall_engine_start_time_seconds",
-            "Unix time the model's current engine came up",
-            labels=["model", "version"],
-        )
-        self.last_exit = GaugeMetricFamily(
-            "servehall_engine_last_exit",
-            "1 for the reason the model's engine worker was last lost (none: never)",
-            labels=["model", "version", "reason"],
-        )
-        self.oom = CounterMetricFamily(
-            "servehall_engine_oom_kills",
-            "Engine worker processes killed by the kernel's OOM killer",
-            labels=["model", "version"],
-        )
-        self.crash_loop = GaugeMetricFamily(
-            "servehall_engine_crash_loop",
-            "1 once the supervisor stopped restarting the model's worker (crash loop)",
-            labels=["model", "version"],
-        )
-        self.mem_used = GaugeMetricFamily(
-            "servehall_device_memory_used_bytes",
-            "Device memory in use, as the model's engine reports it",
-            labels=["model", "version", "device"],
-        )
-        self.mem_total = GaugeMetricFamily(
-            "servehall_device_memory_total_bytes",
-            "Device memory in all, as the model's engine reports it",
-            labels=["model", "version", "device"],
-        )
-        self.prefix_queries = CounterMetricFamily(
-            "servehall_prefix_cache_queries",
-            "Prompt tokens looked up in the prefix cache (engines that can tell)",
-            labels=["model", "version"],
-        )
-        self.prefix_hits = CounterMetricFamily(
-            "servehall_prefix_cache_hits",
-            "Prompt tokens found in the prefix cache (engines that can tell)",
-            labels=["model", "version"],
-        )
+        self.f = _scraped(_ENGINE_OPS_FAMILIES)
 
     def add_supervision(self, model: list[str], engine: object) -> None:
         """Start time, last exit, OOM kills and crash loop of ``engine`` (attributes an
@@ -350,38 +498,30 @@ class _EngineOpsFamilies:
         ``crash_looping``; :class:`~servehall.worker.client.ProcessEngine` offers all)."""
         started = getattr(engine, "started_at", None)
         if started:
-            self.start.add_metric(model, float(started))
+            self.f["start"].add_metric(model, float(started))
         reason = getattr(engine, "last_exit_reason", None)
         if reason is not None:
-            self.last_exit.add_metric([*model, reason or "none"], 1.0)
+            self.f["last_exit"].add_metric([*model, reason or "none"], 1.0)
         oom = getattr(engine, "oom_kills", None)
         if oom is not None:
-            self.oom.add_metric(model, float(oom))
+            self.f["oom"].add_metric(model, float(oom))
         loop = getattr(engine, "crash_looping", None)
         if loop is not None:
-            self.crash_loop.add_metric(model, 1.0 if loop else 0.0)
+            self.f["crash_loop"].add_metric(model, 1.0 if loop else 0.0)
 
     def add_stats(self, model: list[str], engine: object, s: EngineStats) -> None:
         """Device memory and prefix-cache counters from one ``EngineStats``."""
         if s.device_memory_total_bytes:
             device = _device_of(engine)
-            self.mem_total.add_metric([*model, device], float(s.device_memory_total_bytes))
-            self.mem_used.add_metric([*model, device], float(s.device_memory_used_bytes or 0))
+            self.f["mem_total"].add_metric([*model, device], float(s.device_memory_total_bytes))
+            self.f["mem_used"].add_metric([*model, device], float(s.device_memory_used_bytes or 0))
         if s.prefix_cache_queries is not None:
-            self.prefix_queries.add_metric(model, float(s.prefix_cache_queries))
-            self.prefix_hits.add_metric(model, float(s.prefix_cache_hits or 0))
+            self.f["prefix_queries"].add_metric(model, float(s.prefix_cache_queries))
+            self.f["prefix_hits"].add_metric(model, float(s.prefix_cache_hits or 0))
 
     def families(self) -> list[Metric]:
-        return [
-            self.start,
-            self.last_exit,
-            self.oom,
-            self.crash_loop,
-            self.mem_used,
-            self.mem_total,
-            self.prefix_queries,
-            self.prefix_hits,
-        ]
+        """The families in exposition order."""
+        return list(self.f.values())
 
 
 def _extra_of(engine: object) -> dict[str, object]:
@@ -405,39 +545,7 @@ class _HostOpsCollector(Collector):
         self._host_ref = host_ref
 
     def collect(self) -> Iterable[Metric]:
-        sink_up = GaugeMetricFamily(
-            "servehall_sink_up",
-            "1 while the record sink writes (or its check passes), else 0",
-            labels=["sink", "required"],
-        )
-        refusing = GaugeMetricFamily(
-            "servehall_sink_refusing",
-            "1 while a required sink makes this replica refuse new requests (503)",
-            labels=["sink"],
-        )
-        queued = GaugeMetricFamily(
-            "servehall_sink_queued_records",
-            "Records waiting to be written (memory and spill file)",
-            labels=["sink"],
-        )
-        failures = CounterMetricFamily(
-            "servehall_sink_write_failures", "Failed sink write attempts", labels=["sink"]
-        )
-        dropped = CounterMetricFamily(
-            "servehall_sink_dropped_records",
-            "Records a sink dropped (buffer and spill file full, not required)",
-            labels=["sink"],
-        )
-        audit = CounterMetricFamily(
-            "servehall_audit_write_failures",
-            "Failed writes of batches holding audit events (the chain was not extended)",
-            labels=["sink"],
-        )
-        info = GaugeMetricFamily(
-            "servehall_config_info",
-            "1, labelled with the sha256 of the effective config (secrets masked)",
-            labels=["sha256"],
-        )
+        f = _scraped(_SINK_FAMILIES)
         host = self._host_ref()
         runners = getattr(host.records, "runners", ()) if host is not None else ()
         for r in runners:
@@ -446,15 +554,15 @@ class _HostOpsCollector(Collector):
             except Exception:  # a scrape must never fail because of one sink
                 continue
             name = str(st["sink"])
-            sink_up.add_metric([name, "true" if st["required"] else "false"], float(st["healthy"]))
-            refusing.add_metric([name], float(st["refusing"]))
-            queued.add_metric([name], float(st["queued"]))
-            failures.add_metric([name], float(st["failures"]))
-            dropped.add_metric([name], float(st["dropped"]))
-            audit.add_metric([name], float(st.get("audit_failures", 0)))
+            f["up"].add_metric([name, "true" if st["required"] else "false"], float(st["healthy"]))
+            f["refusing"].add_metric([name], float(st["refusing"]))
+            f["queued"].add_metric([name], float(st["queued"]))
+            f["failures"].add_metric([name], float(st["failures"]))
+            f["dropped"].add_metric([name], float(st["dropped"]))
+            f["audit"].add_metric([name], float(st.get("audit_failures", 0)))
         if host is not None:
-            info.add_metric([config_digest(host)], 1.0)
-        return [sink_up, refusing, queued, failures, dropped, audit, info]
+            f["info"].add_metric([config_digest(host)], 1.0)
+        return list(f.values())
 
 
 def config_digest(host: Host) -> str:
@@ -472,103 +580,29 @@ def config_digest(host: Host) -> str:
 
 
 class Metrics:
-    """The host's metric families (see the module docstring)."""
+    """The host's metric families (see the module docstring; the request path's are
+    :data:`_REQUEST_FAMILIES`, one attribute per key)."""
+
+    requests: Counter
+    ttft: Histogram
+    tpot: Histogram
+    itl: Histogram
+    tenant_refusals: Counter
+    e2e: Histogram
+    queue: Histogram
+    prompt_tokens: Counter
+    generation_tokens: Counter
+    aborts: Counter
+    canary_rollbacks: Counter
+    config_revision: Gauge
+    request_errors: Counter
+    structured: Counter
+    tool_calls: Counter
 
     def __init__(self, host_ref: Callable[[], Host | None] = lambda: None) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Counter(
-            "servehall_requests",
-            "Finished HTTP inference requests",
-            ["model", "version", "endpoint", "status"],
-            registry=r,
-        )
-        self.ttft = Histogram(
-            "servehall_time_to_first_token_seconds",
-            "Time from arrival to first token",
-            ["model", "version"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.tpot = Histogram(
-            "servehall_time_per_output_token_seconds",
-            "Mean decode time per output token after the first, per request",
-            ["model", "version"],
-            buckets=_TPOT_BUCKETS,
-            registry=r,
-        )
-        self.itl = Histogram(
-            "servehall_inter_token_latency_seconds",
-            "Gaps between output tokens after the first (a delta of n tokens: n gaps of 1/n)",
-            ["model", "version"],
-            buckets=_TPOT_BUCKETS,
-            registry=r,
-        )
-        self.tenant_refusals = Counter(
-            "servehall_tenant_refusals",
-            "Requests of a known tenant refused with 403, 429 or 503",
-            ["tenant", "status"],
-            registry=r,
-        )
-        self.e2e = Histogram(
-            "servehall_e2e_request_latency_seconds",
-            "Arrival to last byte",
-            ["model", "version"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.queue = Histogram(
-            "servehall_queue_time_seconds",
-            "Time waiting for an admission slot",
-            ["model", "version"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.prompt_tokens = Counter(
-            "servehall_prompt_tokens",
-            "Prompt tokens of admitted requests",
-            ["model", "version"],
-            registry=r,
-        )
-        self.generation_tokens = Counter(
-            "servehall_generation_tokens", "Generated tokens", ["model", "version"], registry=r
-        )
-        self.aborts = Counter(
-            "servehall_request_aborts",
-            "Requests aborted before finishing",
-            ["model", "version", "reason"],
-            registry=r,
-        )
-        self.canary_rollbacks = Counter(
-            "servehall_canary_rollbacks",
-            "Canary versions set to weight 0 by their rollback_if guard",
-            ["model", "version", "reason"],
-            registry=r,
-        )
-        self.config_revision = Gauge(
-            "servehall_config_revision",
-            "The config revision this replica runs (0: no revision recorded)",
-            registry=r,
-        )
-        self.request_errors = Counter(
-            "servehall_request_errors",
-            "Answered requests with status >= 400, by error code",
-            ["model", "version", "endpoint", "status", "code"],
-            registry=r,
-        )
-        self.structured = Counter(
-            "servehall_structured_output_requests",
-            "Structured-output requests by response format kind and outcome (valid: the "
-            "output parses and matches; invalid: it does not; length: cut at max_tokens; "
-            "refused: a 400 for the constraint)",
-            ["model", "version", "kind", "outcome"],
-            registry=r,
-        )
-        self.tool_calls = Counter(
-            "servehall_tool_calls",
-            "Tool calls read from model output, by outcome (parsed, failed)",
-            ["model", "version", "outcome"],
-            registry=r,
-        )
+        for attr, family in _REQUEST_FAMILIES.items():
+            setattr(self, attr, family.registered(r))
         r.register(_EngineCollector(host_ref))
         r.register(_HostOpsCollector(host_ref))
 

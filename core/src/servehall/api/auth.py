@@ -29,7 +29,7 @@ from servehall.api.errors import error_response
 from servehall.api.state import ApiState
 from servehall.api.tracing import maybe_span, request_span
 from servehall.errors import AuthenticationError, ServehallError
-from servehall.serving.context import RequestContext
+from servehall.serving.request import RequestState
 
 log = logging.getLogger("servehall.auth")
 
@@ -75,7 +75,7 @@ class AuthMiddleware:
         api: ApiState, scope: Scope, receive: Receive, send: Send, exc: ServehallError
     ) -> None:
         client = scope.get("client")
-        ctx = RequestContext(
+        ctx = RequestState(
             api.host,
             api.metrics,
             "req-" + uuid.uuid4().hex,

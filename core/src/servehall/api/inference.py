@@ -13,8 +13,9 @@ unsupported parameters → 4 input filters → 5 tokenize + context check → 3 
 filters, detokenize, stop strings, SSE → 10 one request record. Authentication (2) runs
 in :mod:`servehall.api.auth` before this endpoint is reached.
 
-The parts live beside it: :mod:`servehall.api.run` (the per-request state and what the
-record takes from it), :mod:`servehall.api.prompt` (prompt texts and chat turns),
+The per-request state is :class:`servehall.serving.request.RequestState` (one object
+from the first byte to the record). The parts live beside it: :mod:`servehall.api.prompt`
+(prompt texts and chat turns),
 :mod:`servehall.api.response` (the JSON response) and :mod:`servehall.api.sse` (the
 SSE stream).
 """
@@ -44,7 +45,6 @@ from servehall.api.errors import error_response, from_validation_error
 from servehall.api.offload import run_heavy
 from servehall.api.prompt import chat_turns, prompt_texts
 from servehall.api.response import send_completion
-from servehall.api.run import InferenceRun, completion_text, count_tool_calls, fill_record
 from servehall.api.sampling import check_unsupported, resolve_max_tokens, sampling_params
 from servehall.api.sse import send_stream
 from servehall.api.state import ApiState
@@ -63,8 +63,8 @@ from servehall.rollout.choose import choose_version
 from servehall.rollout.idle import load_on_demand
 from servehall.rollout.router import VERSION_HEADER
 from servehall.serving.choice import ChoiceStream
-from servehall.serving.context import RequestContext
 from servehall.serving.priority import request_priority
+from servehall.serving.request import RequestState
 from servehall.structured.outcome import outcome, requested_kind
 from servehall.structured.request import structured_request
 from servehall.text.budget import check_prompt_chars
@@ -90,13 +90,12 @@ class InferenceEndpoint:
         principal = scope.get("state", {}).get("principal") or ANONYMOUS
         client = scope.get("client")
         rid = self.prefix + uuid.uuid4().hex
-        ctx = RequestContext(
+        state = RequestState(
             api.host, api.metrics, rid, self.endpoint, client[0] if client else None
         )
-        ctx.set_principal(principal)
-        ctx.trace(api.tracing, request_span(scope))
-        run = InferenceRun(api, ctx, principal, rid, int(time.time()))
-        run.pinned_version = request.headers.get(VERSION_HEADER)
+        state.set_principal(principal)
+        state.trace(api.tracing, request_span(scope))
+        state.pinned_version = request.headers.get(VERSION_HEADER)
         try:
             body_read = False
             try:
@@ -104,14 +103,14 @@ class InferenceEndpoint:
                 raw = await read_body(request, api.host.settings.server.max_body_bytes)
                 body_read = True
             except ClientDisconnect:
-                ctx.finish(STATUS_CLIENT_CLOSED, finish_reason="client_disconnect")
+                state.finish(STATUS_CLIENT_CLOSED, finish_reason="client_disconnect")
                 return
             body = parse_json_object(raw)
             raw = b""  # the parsed body is all that is needed from here
             # the client may leave at any point from here: see servehall.api.disconnect
             watch = DisconnectWatch(receive, send)
             watcher = watch.start()
-            work = asyncio.ensure_future(self._handle(run, body, watch.send))
+            work = asyncio.ensure_future(self._handle(api, state, body, watch.send))
             try:
                 await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
                 if not work.done() and not watch.gone:
@@ -125,47 +124,43 @@ class InferenceEndpoint:
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await work
                 if gone:
-                    fill_record(run)
-                    ctx.finish(
+                    state.finish(
                         STATUS_CLIENT_CLOSED,
                         finish_reason="client_disconnect",
-                        prompt_text=run.prompt_text,
-                        completion_text=completion_text(run),
+                        prompt_text=state.prompt_text,
+                        completion_text=state.completion_text(),
                     )
                 await watch.stop()
             if gone:
                 return
             work.result()
         except ServehallError as exc:
-            fill_record(run)
-            if not run.response_started:
+            if not state.response_started:
                 close = isinstance(exc, PayloadTooLargeError) and scope.get("http_version") in (
                     "1.0",
                     "1.1",
                 )
                 resp = error_response(exc, close=close)
                 resp.headers["x-request-id"] = rid
-                if run.served is not None and run.served.version:
-                    resp.headers[VERSION_HEADER] = run.served.version
+                if state.served is not None and state.served.version:
+                    resp.headers[VERSION_HEADER] = state.served.version
                 await resp(scope, receive, send)
                 if not body_read:
                     await drain_body(receive)
-            ctx.finish(exc.status, error_code=exc.code, prompt_text=run.prompt_text or None)
+            state.finish(exc.status, error_code=exc.code, prompt_text=state.prompt_text or None)
         except Exception:
             log.exception("request %s failed", rid)
-            fill_record(run)
-            if not run.response_started:
+            if not state.response_started:
                 await error_response(
                     ServehallError("The server had an error processing the request.")
                 )(scope, receive, send)
-            ctx.finish(500, error_code="server_error", finish_reason="error")
+            state.finish(500, error_code="server_error", finish_reason="error")
         finally:
-            if run.served is not None:
-                run.served.inflight -= 1
-                run.served.last_used = time.monotonic()
+            if state.served is not None:
+                state.served.inflight -= 1
+                state.served.last_used = time.monotonic()
             # cancellation from outside (server shutdown) still leaves one record
-            fill_record(run)
-            ctx.finish(
+            state.finish(
                 STATUS_CLIENT_CLOSED, finish_reason="client_disconnect", error_code="cancelled"
             )
 
@@ -180,12 +175,12 @@ class InferenceEndpoint:
 
     @staticmethod
     def _input_filters(
-        run: InferenceRun, filters: list[InputFilter], parts: PromptParts, param: str
+        state: RequestState, filters: list[InputFilter], parts: PromptParts, param: str
     ) -> None:
         """Step 4: run every input filter; the first enforced block is a 400."""
         for f in filters:
             verdicts = f.check(parts)
-            run.input_verdicts.extend(verdicts)
+            state.input_verdicts.extend(verdicts)
             for v in verdicts:
                 if v.action == "block" and not v.monitor:
                     raise ContentFilterError(
@@ -195,21 +190,21 @@ class InferenceEndpoint:
 
     @staticmethod
     async def _admit(
-        run: InferenceRun, served: ServedModel, admission: AdmissionRequest, priority: int
+        state: RequestState, served: ServedModel, admission: AdmissionRequest, priority: int
     ) -> tuple[Slot, list[Reservation]]:
         """Steps 3 and 6: authorize (quota reservations), the record bus's admission
         check, then wait for a scheduler slot; reservations are released on failure."""
-        host = run.api.host
+        host = state.host
         reservations: list[Reservation] = await host.plugins.authorize(host, admission)
         try:
             if host.records is not None:
                 host.records.check_admission()
             slot = await served.scheduler.acquire(
                 Ticket(
-                    request_id=run.request_id,
+                    request_id=state.request_id,
                     model=served.name,
-                    tenant=run.principal.tenant,
-                    principal_id=run.principal.id,
+                    tenant=state.principal.tenant,
+                    principal_id=state.principal.id,
                     priority=priority,
                     cost_tokens=admission.token_estimate,
                     prompt_tokens=admission.prompt_tokens,
@@ -224,36 +219,37 @@ class InferenceEndpoint:
 
     # --- the request path ----------------------------------------------------------------
 
-    async def _handle(self, run: InferenceRun, body: dict[str, Any], send: Send) -> None:
-        host = run.api.host
-        ctx = run.ctx
+    async def _handle(
+        self, api: ApiState, state: RequestState, body: dict[str, Any], send: Send
+    ) -> None:
+        host = api.host
         settings = host.settings
         req = self._validate(body)
-        ctx.record.stream = req.stream
+        state.record.stream = req.stream
         name = req.model
-        check_model_access(run.principal, name, served=bool(run.api.router.versions(name)))
-        served = choose_version(run.api, name, run.principal, req.user, run.pinned_version)
+        check_model_access(state.principal, name, served=bool(api.router.versions(name)))
+        served = choose_version(api, name, state.principal, req.user, state.pinned_version)
         assert served is not None
         served.inflight += 1  # a draining version stops only once this is back to 0
         served.last_used = time.monotonic()
-        run.served = served
+        state.served = served
         if served.state == "unloaded":  # idle-unloaded: load it, waiting like a queue
             await load_on_demand(host, served)
-        ctx.record.model = served.name
-        ctx.record.version = served.version
-        ctx.record.backend = served.backend
+        state.record.model = served.name
+        state.record.version = served.version
+        state.record.backend = served.backend
         n = req.n or 1
         if n > settings.server.max_n:
             raise InvalidRequestError(
                 f"n must be at most {settings.server.max_n} on this server.", param="n"
             )
-        ctx.record.response_format = requested_kind(body)
+        state.record.response_format = requested_kind(body)
         try:
             structured = structured_request(body)
-            run.structured = structured
+            state.structured = structured
             check_unsupported(body, req, served.engine.supported_params, structured, served.backend)
         except InvalidRequestError:
-            ctx.structured_outcome = "refused"
+            state.structured_outcome = "refused"
             raise
         plan = tool_plan(req) if isinstance(req, ChatCompletionRequest) else None
         constraint = None
@@ -262,9 +258,9 @@ class InferenceEndpoint:
             if constraint is not None and structured is not None and plan.forced:
                 # OpenAI: a forced call's arguments follow the tool's schema, and
                 # response_format shapes the content, which a forced call does not have
-                structured = run.structured = None
+                structured = state.structured = None
             if constraint is not None and structured is not None:
-                ctx.structured_outcome = "refused"
+                state.structured_outcome = "refused"
                 raise InvalidRequestError(
                     "Strict tools or parallel_tool_calls: false under tool_choice 'auto' "
                     "constrain the output already; they cannot be combined with "
@@ -284,12 +280,12 @@ class InferenceEndpoint:
         prompt_param = "messages" if self.kind == "chat" else "prompt"
         texts, owners = prompt_texts(req)
         if host.input_filters:
-            parts = PromptParts(list(texts), self.endpoint, name, run.principal)
-            with maybe_span(run.api.tracing, "filters", servehall__filter_stage="input"):
-                self._input_filters(run, host.input_filters, parts, prompt_param)
+            parts = PromptParts(list(texts), self.endpoint, name, state.principal)
+            with maybe_span(api.tracing, "filters", servehall__filter_stage="input"):
+                self._input_filters(state, host.input_filters, parts, prompt_param)
             texts = parts.texts
 
-        run.prompt_text = "\n".join(texts)
+        state.prompt_text = "\n".join(texts)
 
         # 5 tokenize + context check; a prompt that cannot fit is refused before
         # tokenizing, a long one is tokenized on the worker thread (N31)
@@ -303,7 +299,7 @@ class InferenceEndpoint:
         if isinstance(req, ChatCompletionRequest):
             turns = chat_turns(req, texts, owners)
             tools = [t.template() for t in plan.tools] if plan and plan.active else None
-            if len(run.prompt_text) > _LONG_TEXT:
+            if len(state.prompt_text) > _LONG_TEXT:
                 prompt_ids = await run_heavy(tok.render_chat, turns, tools)
             else:
                 prompt_ids = tok.render_chat(turns, tools)
@@ -317,7 +313,7 @@ class InferenceEndpoint:
             requested = req.max_tokens
         if not prompt_ids:
             raise InvalidRequestError("The prompt is empty.", param=prompt_param)
-        run.prompt_tokens = len(prompt_ids)
+        state.prompt_tokens = len(prompt_ids)
         max_tokens = resolve_max_tokens(
             requested,
             len(prompt_ids),
@@ -338,34 +334,34 @@ class InferenceEndpoint:
 
         # 3 authorize + reserve quota, then 6 admission
         admission = AdmissionRequest(
-            request_id=run.request_id,
+            request_id=state.request_id,
             endpoint=self.endpoint,
             model=name,
-            principal=run.principal,
+            principal=state.principal,
             prompt_tokens=len(prompt_ids),
             max_tokens=max_tokens,
             n=n,
             stream=req.stream,
         )
-        priority = request_priority(run.principal, req.priority)
-        ctx.request_params(max_tokens, req.temperature, req.top_p)
-        with maybe_span(run.api.tracing, "admission"):
-            slot, reservations = await self._admit(run, served, admission, priority)
-        ctx.admitted = True
-        ctx.admitted_at = time.monotonic()
-        ctx.record.queue_time_s = slot.queue_time_s
-        headers: dict[str, str] = {"x-request-id": run.request_id}
+        priority = request_priority(state.principal, req.priority)
+        state.request_params(max_tokens, req.temperature, req.top_p)
+        with maybe_span(api.tracing, "admission"):
+            slot, reservations = await self._admit(state, served, admission, priority)
+        state.admitted = True
+        state.admitted_at = time.monotonic()
+        state.record.queue_time_s = slot.queue_time_s
+        headers: dict[str, str] = {"x-request-id": state.request_id}
         if served.version:
             headers[VERSION_HEADER] = served.version
         for r in reservations:
             with contextlib.suppress(Exception):
                 headers.update(r.headers())
         try:
-            run.choices = [
+            state.choices = [
                 ChoiceStream(
                     engine=served.engine,
                     index=i,
-                    request_id=f"{run.request_id}-{i}",
+                    request_id=f"{state.request_id}-{i}",
                     prompt_ids=prompt_ids,
                     params=p,
                     detok=tok.new_detokenizer(),
@@ -382,13 +378,13 @@ class InferenceEndpoint:
             ]
             track = getattr(slot, "track", None)
             if track is not None:  # the scheduler reads generated tokens when it decides
-                choices = run.choices
+                choices = state.choices
                 track(lambda: sum(c.completion_tokens for c in choices))
-            echo = run.prompt_text if isinstance(req, CompletionRequest) and req.echo else ""
+            echo = state.prompt_text if isinstance(req, CompletionRequest) and req.echo else ""
             try:
                 if req.stream:
                     await send_stream(
-                        run,
+                        state,
                         self.kind,
                         req,
                         send,
@@ -397,29 +393,28 @@ class InferenceEndpoint:
                         first_before_headers=any(p.structured is not None for p in params),
                     )
                 else:
-                    await send_completion(run, self.kind, req.model, send, headers, echo)
+                    await send_completion(state, self.kind, req.model, send, headers, echo)
             except InvalidRequestError:
                 if structured is not None:
-                    ctx.structured_outcome = "refused"  # the engine refused the constraint
+                    state.structured_outcome = "refused"  # the engine refused the constraint
                 raise
-            run.api.readiness.mark_ok(served.key)
+            api.readiness.mark_ok(served.key)
             if plan is not None and plan.active:
-                count_tool_calls(run)
+                state.count_tool_calls()
         finally:
             slot.release()
-            completion = sum(c.completion_tokens for c in run.choices)
+            completion = sum(c.completion_tokens for c in state.choices)
             for r in reservations:
                 with contextlib.suppress(Exception):
                     await r.settle(len(prompt_ids), completion)
-        fill_record(run)
-        finish = run.choices[0].finish_reason if run.choices else None
+        finish = state.choices[0].finish_reason if state.choices else None
         if structured is not None:
-            ctx.structured_outcome = outcome(
-                structured, ((c.text, c.finish_reason) for c in run.choices)
+            state.structured_outcome = outcome(
+                structured, ((c.text, c.finish_reason) for c in state.choices)
             )
-        ctx.finish(
+        state.finish(
             200,
             finish_reason=finish,
-            prompt_text=run.prompt_text,
-            completion_text=completion_text(run),
+            prompt_text=state.prompt_text,
+            completion_text=state.completion_text(),
         )

@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from starlette.types import Send
 
-from servehall.api.run import InferenceRun, record_before_last_byte, usage
 from servehall.serving.choice import ChoiceStream
+from servehall.serving.request import RequestState
 
 log = logging.getLogger("servehall.api")
 
@@ -60,27 +60,27 @@ def _message(c: ChoiceStream) -> dict[str, Any]:
 
 
 async def send_completion(
-    run: InferenceRun,
+    state: RequestState,
     kind: Literal["chat", "completion"],
     model: str,
     send: Send,
     headers: dict[str, str],
     echo: str,
 ) -> None:
-    """Generate every choice of ``run`` to its end (the first failure propagates as
+    """Generate every choice of ``state`` to its end (the first failure propagates as
     itself), then send status 200 and the whole JSON body (``echo`` prefixes each
     completion text)."""
-    if len(run.choices) == 1:
-        await _drain(run.choices[0])  # no task, no gather: two loop turns fewer
+    if len(state.choices) == 1:
+        await _drain(state.choices[0])  # no task, no gather: two loop turns fewer
     else:
-        tasks = [asyncio.ensure_future(_drain(c)) for c in run.choices]
+        tasks = [asyncio.ensure_future(_drain(c)) for c in state.choices]
         try:
             await asyncio.gather(*tasks)  # the first failure propagates as itself
         finally:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-    base = {"id": run.request_id, "created": run.created, "model": model}
+    base = {"id": state.request_id, "created": state.created, "model": model}
     if kind == "chat":
         body: dict[str, Any] = {
             **base,
@@ -92,7 +92,7 @@ async def send_completion(
                     "logprobs": None,
                     "finish_reason": c.finish_reason,
                 }
-                for c in run.choices
+                for c in state.choices
             ],
         }
     else:
@@ -106,13 +106,13 @@ async def send_completion(
                     "logprobs": None,
                     "finish_reason": c.finish_reason,
                 }
-                for c in run.choices
+                for c in state.choices
             ],
         }
-    body["usage"] = usage(run)
+    body["usage"] = state.usage()
     data = dumps(body).encode("utf-8")
-    await record_before_last_byte(run)
-    run.response_started = True
+    await state.record_before_last_byte()
+    state.response_started = True
     await send(
         {
             "type": "http.response.start",

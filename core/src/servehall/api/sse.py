@@ -15,9 +15,9 @@ from typing import Any, Literal
 from starlette.types import Send
 
 from servehall.api.response import dumps, response_headers
-from servehall.api.run import InferenceRun, record_before_last_byte, usage
 from servehall.errors import ServehallError
 from servehall.serving.choice import ChoiceEvent, ChoiceStream
+from servehall.serving.request import RequestState
 
 
 async def merged_events(choices: list[ChoiceStream]) -> AsyncGenerator[ChoiceEvent, None]:
@@ -75,7 +75,7 @@ async def _first_then_rest(
 
 
 async def send_stream(
-    run: InferenceRun,
+    state: RequestState,
     kind: Literal["chat", "completion"],
     req: Any,
     send: Send,
@@ -84,7 +84,7 @@ async def send_stream(
     *,
     first_before_headers: bool = False,
 ) -> None:
-    """Send status 200 and the SSE stream of ``run``'s choices (see module docstring).
+    """Send status 200 and the SSE stream of ``state``'s choices (see module docstring).
 
     ``req`` is the validated request (``model``, ``include_usage``); ``echo`` is sent
     first for completions with ``echo``. A :class:`ServehallError` during generation
@@ -97,7 +97,7 @@ async def send_stream(
     that their headers leave with the first token.
     """
     first: ChoiceEvent | None = None
-    events = merged_events(run.choices)
+    events = merged_events(state.choices)
     if first_before_headers:
         try:
             first = await anext(events)
@@ -109,7 +109,7 @@ async def send_stream(
     chat = kind == "chat"
     obj = "chat.completion.chunk" if chat else "text_completion"
     head = (
-        f'data: {{"id":"{run.request_id}","object":"{obj}","created":{run.created},'
+        f'data: {{"id":"{state.request_id}","object":"{obj}","created":{state.created},'
         f'"model":{dumps(req.model)},"choices":['
     ).encode()
     tail = b"]}\n\n"
@@ -125,7 +125,7 @@ async def send_stream(
             return
         await send({"type": "http.response.body", "body": body, "more_body": True})
 
-    run.response_started = True
+    state.response_started = True
     await send(
         {
             "type": "http.response.start",
@@ -133,7 +133,7 @@ async def send_stream(
             "headers": response_headers(headers, "text/event-stream; charset=utf-8"),
         }
     )
-    for c in run.choices:
+    for c in state.choices:
         if chat:
             await emit(
                 {
@@ -145,7 +145,7 @@ async def send_stream(
             )
         elif echo:
             await emit({"index": c.index, "text": echo, "logprobs": None, "finish_reason": None})
-    unfinished = len(run.choices)
+    unfinished = len(state.choices)
     try:
         try:
             async for ev in _first_then_rest(first, events):
@@ -192,17 +192,17 @@ async def send_stream(
     except ServehallError as exc:
         err = dumps(exc.envelope()).encode()
         held.append(b"data: " + err + b"\n\n")
-        run.ctx.record.error_code = exc.code
+        state.record.error_code = exc.code
     if req.include_usage:
         usage_chunk = {
-            "id": run.request_id,
+            "id": state.request_id,
             "object": obj,
-            "created": run.created,
+            "created": state.created,
             "model": req.model,
             "choices": [],
-            "usage": usage(run),
+            "usage": state.usage(),
         }
         held.append(b"data: " + dumps(usage_chunk).encode() + b"\n\n")
-    await record_before_last_byte(run)
+    await state.record_before_last_byte()
     held.append(b"data: [DONE]\n\n")
     await send({"type": "http.response.body", "body": b"".join(held), "more_body": False})

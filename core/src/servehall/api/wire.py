@@ -309,13 +309,20 @@ class ChatChoice(BaseModel):
     finish_reason: str | None
 
 
-class ChatCompletion(BaseModel):
-    """Non-streamed ``chat.completion`` response."""
+class _ResponseHead(BaseModel):
+    """The fields every completion response and chunk opens with (each subclass narrows
+    ``object`` to its literal; the field keeps its place)."""
 
     id: str
-    object: Literal["chat.completion"] = "chat.completion"
+    object: str
     created: int
     model: str
+
+
+class ChatCompletion(_ResponseHead):
+    """Non-streamed ``chat.completion`` response."""
+
+    object: Literal["chat.completion"] = "chat.completion"
     choices: list[ChatChoice]
     usage: Usage
 
@@ -348,13 +355,10 @@ class ChatChunkChoice(BaseModel):
     finish_reason: str | None = None
 
 
-class ChatCompletionChunk(BaseModel):
+class ChatCompletionChunk(_ResponseHead):
     """One ``chat.completion.chunk`` SSE event (``usage`` only on the final usage chunk)."""
 
-    id: str
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int
-    model: str
     choices: list[ChatChunkChoice]
     usage: Usage | None = None
 
@@ -366,13 +370,10 @@ class CompletionChoice(BaseModel):
     finish_reason: str | None
 
 
-class Completion(BaseModel):
+class Completion(_ResponseHead):
     """``text_completion`` response, also the shape of each streamed chunk."""
 
-    id: str
     object: Literal["text_completion"] = "text_completion"
-    created: int
-    model: str
     choices: list[CompletionChoice]
     usage: Usage | None = None
 

@@ -1,7 +1,7 @@
 """Guarded canary: a version whose errors or TTFT regress is taken out of rotation.
 
 Each version keeps a sliding window of its finished requests (time, error?, TTFT) fed
-by the request record (:meth:`~servehall.serving.context.RequestContext.finish`). A
+by the request record (:meth:`~servehall.serving.request.RequestState.finish`). A
 version with ``rollback_if`` (:class:`~servehall.config.models.RollbackIf`) is judged
 against the other versions of its name (the baseline) at most once a second: once it
 has served ``min_requests`` in the window, an error rate above ``error_rate_above`` or

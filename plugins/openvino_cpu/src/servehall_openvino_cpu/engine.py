@@ -2,7 +2,8 @@
 :class:`servehall.Engine`.
 
 OpenVINO GenAI schedules requests vLLM-style (paged KV cache in blocks of 32 tokens,
-prefill chunks fused with decodes, optional prefix caching). This module drives it:
+prefill chunks fused with decodes, optional prefix caching). This module drives it, on
+the core's step-thread base (:class:`servehall.StepThreadEngine`):
 
 * **one step thread** owns the pipeline: it drains a command queue (add / abort) between
   steps, calls ``pipeline.step()`` (which releases the GIL) while any request is
@@ -37,10 +38,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import queue
 import secrets
 import threading
-from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,14 +49,13 @@ from servehall import (
     ConfigError,
     DeltaStream,
     EngineError,
-    EngineHealth,
     EngineStats,
     GrammarCache,
     HfModelFacts,
-    LiveStreams,
     ModelConfig,
     ModelInfo,
     SamplingParams,
+    StepThreadEngine,
     StructuredConstraint,
     TokenDelta,
     compile_then,
@@ -86,8 +84,6 @@ SUPPORTED_PARAMS: frozenset[str] = frozenset(
 min-p filter), so the host refuses it with 400 ``unsupported_parameter``."""
 GRAMMAR_CACHE_SIZE = 256
 """Compiled constraints kept per model (LRU)."""
-IDLE_WAIT_S = 0.5
-"""How long the idle step thread blocks on its command queue before re-checking."""
 
 
 @dataclass(slots=True)
@@ -112,7 +108,7 @@ class _Snapshot:
     kv_blocks_used: int = 0
 
 
-class OpenVINOEngine:
+class OpenVINOEngine(StepThreadEngine):
     """Continuous-batching engine for one model on the CPU through OpenVINO GenAI.
 
     Args:
@@ -129,7 +125,7 @@ class OpenVINOEngine:
     supported_params: frozenset[str] = SUPPORTED_PARAMS
 
     def __init__(self, model: ModelConfig) -> None:
-        self.name = model.name
+        super().__init__(model.name, label="openvino_cpu", library="OpenVINO", log=log)
         self.path = Path(model.path).expanduser()
         self.options = parse_options(model.options, model=model.name)
         if self.options.inference_precision == "bf16" and not bf16_native():
@@ -151,16 +147,10 @@ class OpenVINOEngine:
         self._pipe: Any = None
         self._ov_tensor: Any = None
         self._gen_config_cls: Any = None
-        self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._streams = LiveStreams()  # loop thread: live requests by id
         self._snapshot = _Snapshot()
         self._next_id = 0
-        self._dead_reason: str | None = None
-        self._started = False
-        self._stopped = False
-        self._fault: str | None = None
+        self._live: dict[int, _Live] = {}  # step thread: pipeline request id -> state
+        self._cleanup = False  # step thread: a cancel needs a step to free its KV blocks
         self.grammars: GrammarCache[str] = GrammarCache(constraint_ebnf, GRAMMAR_CACHE_SIZE)
         self._compiler: ThreadPoolExecutor | None = None
 
@@ -202,7 +192,7 @@ class OpenVINOEngine:
                 f"openvino_cpu: loading {self.path} failed: {type(exc).__name__}: {exc}"
             ) from exc
         self._thread = threading.Thread(
-            target=self._run, name=f"servehall-ov-{self.name}", daemon=True
+            target=self.step_loop, name=f"servehall-ov-{self.name}", daemon=True
         )
         self._started = True
         self._thread.start()
@@ -269,18 +259,6 @@ class OpenVINOEngine:
             progress=progress,
         )
 
-    async def health(self) -> EngineHealth:
-        """OK while started, not shut down, and the step thread is alive."""
-        if self._dead_reason is not None:
-            return EngineHealth(False, self._dead_reason)
-        if self._stopped:
-            return EngineHealth(False, "engine is shut down")
-        if not self._started:
-            return EngineHealth(False, "engine not started")
-        if self._thread is None or not self._thread.is_alive():
-            return EngineHealth(False, "step thread is not running")
-        return EngineHealth(True)
-
     def stats(self) -> EngineStats:
         """Running/waiting requests and KV blocks in use (from the last step's metrics)."""
         snap = self._snapshot
@@ -294,57 +272,31 @@ class OpenVINOEngine:
             grammar=self.grammars.stats(),
         )
 
-    def set_step_sink(self, sink: Callable[[list[tuple[str, TokenDelta]]], None]) -> None:
-        """Hand each step's ``(request_id, delta)`` pairs to ``sink`` on the step thread
-        (see ``LiveStreams.step_sink``; the engine worker process uses it)."""
-        self._streams.step_sink = sink
-
     async def shutdown(self) -> None:
         """Abort every request, stop the step thread, release the pipeline. Idempotent."""
         if self._stopped:
             return
-        self._stopped = True
-        for rid in list(self._streams):
-            self._abort_now(rid)
-        self._commands.put(("stop", None))
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join)
+        await super().shutdown()
         if self._compiler is not None:
             self._compiler.shutdown(wait=False, cancel_futures=True)
         self._pipe = None
 
     # --- requests ----------------------------------------------------------------------
 
-    def add_request(
-        self, request_id: str, prompt_token_ids: Sequence[int], params: SamplingParams
-    ) -> DeltaStream:
-        """Queue a request; it joins the running batch at the next step (see Engine)."""
-        if request_id in self._streams:
-            raise ValueError(f"request id {request_id!r} is already live")
-        if not self._started or self._stopped:
-            raise EngineError("openvino_cpu engine is not running")
-        stream = DeltaStream(request_id, self._abort_now)
-        if self._dead_reason is not None:
-            stream.push(TokenDelta((), "error", error="engine is not healthy"))
-            return stream
-        if not prompt_token_ids:
-            stream.push(TokenDelta((), "error", error="empty prompt"))
-            return stream
-        try:
-            config, stop_ids = self._generation_config(params)
-        except (ValueError, RuntimeError) as exc:
-            stream.push(TokenDelta((), "error", error=f"invalid sampling parameters: {exc}"))
-            return stream
-        self._streams[request_id] = stream
-        command = ("add", (stream, list(prompt_token_ids), config, stop_ids))
+    def _add_command(self, stream: DeltaStream, prompt: list[int], params: SamplingParams) -> Any:
+        config, stop_ids = self._generation_config(params)  # ValueError/RuntimeError: refused
+        return stream, prompt, config, stop_ids
+
+    def _enqueue(self, request_id: str, params: SamplingParams, command: Any) -> None:
+        """Queue the ``add`` command; a constrained request's grammar is compiled first
+        (:meth:`_compile_then_add`)."""
         if params.structured is None:
-            self._commands.put(command)
+            super()._enqueue(request_id, params, command)
         else:
             self._compile_then_add(request_id, params.structured, command)
-        return stream
 
     def _compile_then_add(
-        self, request_id: str, constraint: StructuredConstraint, command: tuple[str, Any]
+        self, request_id: str, constraint: StructuredConstraint, command: Any
     ) -> None:
         """Compile ``constraint`` (xgrammar 0.1.31, the dialect OpenVINO's bundled parser
         reads; see :func:`servehall.compile_then`), then queue the request with it; a
@@ -352,7 +304,7 @@ class OpenVINOEngine:
         reaches a step shared with other requests."""
         if self._compiler is None:
             self._compiler = ThreadPoolExecutor(1, thread_name_prefix="servehall-ov-grammar")
-        stream: DeltaStream = command[1][0]
+        stream: DeltaStream = command[0]
 
         def done(ebnf: str | None, error: TokenDelta | None) -> None:
             if stream.done or self._streams.get(request_id) is not stream:
@@ -365,22 +317,11 @@ class OpenVINOEngine:
 
             soc = ov_genai.StructuredOutputConfig()
             soc.grammar = ebnf
-            command[1][2].structured_output_config = soc
-            self._commands.put(command)
+            command[2].structured_output_config = soc
+            self._commands.put(("add", command))
 
         assert self._loop is not None
         compile_then(self.grammars, self._compiler, constraint, self._loop, done)
-
-    async def abort(self, request_id: str) -> None:
-        """Abort a queued or running request; its KV blocks are freed at the next step."""
-        self._abort_now(request_id)
-
-    def _abort_now(self, request_id: str) -> None:
-        stream = self._streams.pop(request_id, None)
-        if stream is None:
-            return
-        stream.push(TokenDelta((), "abort"))
-        self._commands.put(("abort", stream))
 
     def _generation_config(self, p: SamplingParams) -> tuple[Any, frozenset[int]]:
         c = self._gen_config_cls()
@@ -405,75 +346,52 @@ class OpenVINOEngine:
         c.validate()
         return c, stop_ids
 
-    def _inject_fault(self, reason: str = "injected fault") -> None:
-        """Test hook: make the next step fail as a device fault would."""
-        self._fault = reason
-        self._commands.put(("wake", None))
-
     # --- step thread -------------------------------------------------------------------
 
-    def _run(self) -> None:
-        live: dict[int, _Live] = {}
-        try:
-            while True:
-                busy = bool(live)
-                cleanup = self._drain(live, block=not busy)
-                if cleanup is None:
-                    break
-                if self._fault is not None:
-                    raise RuntimeError(self._fault)
-                batch: list[tuple[DeltaStream, TokenDelta]] = []
-                if live or cleanup:
-                    self._pipe.step()
-                    batch = self._collect(live)
-                self._update_snapshot(bool(live))  # before posting: stats never lag a delta
-                if batch:
-                    self._streams.post(batch)
-        except Exception as exc:
-            reason = f"OpenVINO step failed: {type(exc).__name__}: {exc}"
-            log.error("model %s: %s", self.name, reason)
-            self._dead_reason = reason
-            self._streams.post_fail_all()
-        finally:
-            for entry in live.values():
-                entry.handle.cancel()
-            if live and self._dead_reason is None:
-                with contextlib.suppress(Exception):
-                    self._pipe.step()  # frees the cancelled requests' KV blocks
-            live.clear()
+    def _busy(self) -> bool:
+        return bool(self._live)
 
-    def _drain(self, live: dict[int, _Live], *, block: bool) -> bool | None:
-        """Apply queued commands; True when an abort needs a cleanup step; None on stop."""
-        cleanup = False
-        timeout = IDLE_WAIT_S if block else None
-        while True:
-            try:
-                kind, arg = (
-                    self._commands.get(timeout=timeout) if timeout else self._commands.get_nowait()
-                )
-            except queue.Empty:
-                return cleanup
-            timeout = None
-            if kind == "stop":
-                return None
-            if kind == "add":
-                stream, prompt, config, stop_ids = arg
-                if stream.done:
-                    continue  # aborted before it reached the pipeline
-                row = _int64_row(prompt)
-                behind = self._prefills_ahead(live, len(prompt))
-                self._pipe_add(live, _Live(stream, None, stop_ids, row, config))
-                for rid in behind:  # after it, in their order; their KV blocks stay cached
-                    entry = live.pop(rid)
-                    entry.handle.cancel()
-                    cleanup = True
-                    self._pipe_add(live, entry)
-            elif kind == "abort":
-                for rid, entry in list(live.items()):
-                    if entry.stream is arg:
-                        entry.handle.cancel()
-                        del live[rid]
-                        cleanup = True
+    def _step(self) -> list[tuple[DeltaStream, TokenDelta]]:
+        """One ``pipeline.step()`` when requests are live or a cancel needs cleaning up;
+        the counters are updated before the deltas are posted (stats never lag a delta)."""
+        live = self._live
+        cleanup, self._cleanup = self._cleanup, False
+        batch: list[tuple[DeltaStream, TokenDelta]] = []
+        if live or cleanup:
+            self._pipe.step()
+            batch = self._collect(live)
+        self._update_snapshot(bool(live))
+        return batch
+
+    def _close_live(self) -> None:
+        live = self._live
+        for entry in live.values():
+            entry.handle.cancel()
+        if live and self._dead_reason is None:
+            with contextlib.suppress(Exception):
+                self._pipe.step()  # frees the cancelled requests' KV blocks
+        live.clear()
+
+    def _admit(self, command: Any) -> None:
+        stream, prompt, config, stop_ids = command
+        if stream.done:
+            return  # aborted before it reached the pipeline
+        live = self._live
+        row = _int64_row(prompt)
+        behind = self._prefills_ahead(live, len(prompt))
+        self._pipe_add(live, _Live(stream, None, stop_ids, row, config))
+        for rid in behind:  # after it, in their order; their KV blocks stay cached
+            entry = live.pop(rid)
+            entry.handle.cancel()
+            self._cleanup = True
+            self._pipe_add(live, entry)
+
+    def _cancel(self, stream: DeltaStream) -> None:
+        for rid, entry in list(self._live.items()):
+            if entry.stream is stream:
+                entry.handle.cancel()
+                del self._live[rid]
+                self._cleanup = True
 
     def _pipe_add(self, live: dict[int, _Live], entry: _Live) -> None:
         """Add ``entry``'s prompt to the pipeline under a new id (step thread)."""

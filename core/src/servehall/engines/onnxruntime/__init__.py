@@ -8,8 +8,9 @@ package is cheap: onnxruntime loads only when an engine starts.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from servehall.engines.lazy import lazy_names
 from servehall.engines.onnxruntime.build import is_onnx_genai_dir, resolve_onnx_dir
 from servehall.engines.onnxruntime.options import OrtOptions, OrtProvider, parse_ort_options
 from servehall.engines.onnxruntime.probe import cpu_provider_status, cuda_provider_status
@@ -29,9 +30,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "OnnxRuntimeEngine":
-        from servehall.engines.onnxruntime.engine import OnnxRuntimeEngine
-
-        return OnnxRuntimeEngine
-    raise AttributeError(name)
+__getattr__ = lazy_names(__name__, {"OnnxRuntimeEngine": "servehall.engines.onnxruntime.engine"})

@@ -8,7 +8,8 @@ an ``EngineErrorCode``). A model built with PagedAttention (CUDA, fp16/bf16) is 
 continuously: a request joins the running batch at the next step. A model without it is
 batched statically by ONNX Runtime: a request waits until the running batch drains.
 
-This module drives it the way the ``openvino_cpu`` engine drives OpenVINO GenAI:
+This module drives it the way the ``openvino_cpu`` engine drives OpenVINO GenAI, on the
+step-thread base (:class:`~servehall.engines.step_thread.StepThreadEngine`):
 
 * **one step thread** owns the ``og.Engine``: it drains a command queue (add / abort)
   between steps, calls ``run()`` (which releases the GIL) while requests are pending, and
@@ -43,28 +44,14 @@ import concurrent.futures
 import contextlib
 import json
 import logging
-import queue
 import threading
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from servehall.config.models import ModelConfig
-from servehall.engines.contract import (
-    EngineHealth,
-    EngineStats,
-    ModelInfo,
-    SamplingParams,
-    TokenDelta,
-)
-from servehall.engines.kit import (
-    DeltaStream,
-    HfModelFacts,
-    LiveStreams,
-    read_json_object,
-    token_id_tuple,
-)
+from servehall.engines.contract import EngineStats, ModelInfo, SamplingParams, TokenDelta
+from servehall.engines.kit import DeltaStream, HfModelFacts, read_json_object, token_id_tuple
 from servehall.engines.onnxruntime.build import GENAI_CONFIG, resolve_onnx_dir
 from servehall.engines.onnxruntime.guidance import (
     GuidanceUnsupported,
@@ -73,12 +60,11 @@ from servehall.engines.onnxruntime.guidance import (
 )
 from servehall.engines.onnxruntime.options import OrtOptions, OrtProvider, parse_ort_options
 from servehall.engines.onnxruntime.probe import cuda_provider_status
+from servehall.engines.step_thread import StepThreadEngine
 from servehall.errors import ConfigError, EngineError
 
 log = logging.getLogger("servehall.engines.onnxruntime")
 
-IDLE_WAIT_S = 0.5
-"""How long the idle step thread blocks on its command queue before re-checking."""
 EVENT_BUFFER_CAPACITY = 1024
 """Events one ``Engine.run`` may return (at least one per scheduled request)."""
 
@@ -118,7 +104,7 @@ class _Live:
     ended: bool = False  # the stream got its terminal delta
 
 
-class OnnxRuntimeEngine:
+class OnnxRuntimeEngine(StepThreadEngine):
     """Continuous-batching engine for one model through ONNX Runtime GenAI.
 
     Args:
@@ -134,8 +120,8 @@ class OnnxRuntimeEngine:
     """
 
     def __init__(self, model: ModelConfig, backend: str, provider: OrtProvider) -> None:
+        super().__init__(model.name, label="onnxruntime", library="ONNX Runtime", log=log)
         self.backend = backend
-        self.name = model.name
         self.path = Path(model.path).expanduser()
         self.options: OrtOptions = parse_ort_options(
             model.options, model=model.name, default_provider=provider
@@ -152,14 +138,10 @@ class OnnxRuntimeEngine:
         self._og: Any = None
         self._model: Any = None
         self._engine: Any = None
-        self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._streams = LiveStreams()  # loop thread: live requests by id
-        self._dead_reason: str | None = None
-        self._started = False
-        self._stopped = False
-        self._fault: str | None = None
+        self._np: Any = None
+        self._buffer: Any = None
+        self._live: dict[int, _Live] = {}  # step thread: id(og.Request) -> state
+        self._refused: list[tuple[DeltaStream, TokenDelta]] = []  # step thread
 
     # --- facts -------------------------------------------------------------------------
 
@@ -261,18 +243,6 @@ class OnnxRuntimeEngine:
         if guidance_works(og, self._engine):  # llguidance in this build: structured output
             self.supported_params = self.supported_params | {"structured_output"}
 
-    async def health(self) -> EngineHealth:
-        """OK while started, not shut down, and the step thread is alive."""
-        if self._dead_reason is not None:
-            return EngineHealth(False, self._dead_reason)
-        if self._stopped:
-            return EngineHealth(False, "engine is shut down")
-        if not self._started:
-            return EngineHealth(False, "engine not started")
-        if self._thread is None or not self._thread.is_alive():
-            return EngineHealth(False, "step thread is not running")
-        return EngineHealth(True)
-
     def stats(self) -> EngineStats:
         """Requests and KV-cache slots (one block = one sequence slot; see module doc)."""
         slots = self.options.max_batch_size
@@ -285,58 +255,10 @@ class OnnxRuntimeEngine:
             kv_cache_blocks_total=slots,
         )
 
-    def set_step_sink(self, sink: Callable[[list[tuple[str, TokenDelta]]], None]) -> None:
-        """Hand each step's ``(request_id, delta)`` pairs to ``sink`` on the step thread
-        (see ``LiveStreams.step_sink``; the engine worker process uses it)."""
-        self._streams.step_sink = sink
-
-    async def shutdown(self) -> None:
-        """Abort every request, stop the step thread, release the model. Idempotent."""
-        if self._stopped:
-            return
-        self._stopped = True
-        for rid in list(self._streams):
-            self._abort_now(rid)
-        self._commands.put(("stop", None))
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join)
-
     # --- requests ----------------------------------------------------------------------
 
-    def add_request(
-        self, request_id: str, prompt_token_ids: Sequence[int], params: SamplingParams
-    ) -> DeltaStream:
-        """Queue a request; it joins the engine at the next step (see ``Engine``)."""
-        if request_id in self._streams:
-            raise ValueError(f"request id {request_id!r} is already live")
-        if not self._started or self._stopped:
-            raise EngineError("onnxruntime engine is not running")
-        stream = DeltaStream(request_id, self._abort_now)
-        if self._dead_reason is not None:
-            stream.push(TokenDelta((), "error", error="engine is not healthy"))
-            return stream
-        if not prompt_token_ids:
-            stream.push(TokenDelta((), "error", error="empty prompt"))
-            return stream
-        self._streams[request_id] = stream
-        self._commands.put(("add", (stream, list(prompt_token_ids), params)))
-        return stream
-
-    async def abort(self, request_id: str) -> None:
-        """Abort a queued or running request; its KV slot is freed at the next step."""
-        self._abort_now(request_id)
-
-    def _abort_now(self, request_id: str) -> None:
-        stream = self._streams.pop(request_id, None)
-        if stream is None:
-            return
-        stream.push(TokenDelta((), "abort"))
-        self._commands.put(("abort", stream))
-
-    def _inject_fault(self, reason: str = "injected fault") -> None:
-        """Test hook: make the next step fail as a device fault would."""
-        self._fault = reason
-        self._commands.put(("wake", None))
+    def _add_command(self, stream: DeltaStream, prompt: list[int], params: SamplingParams) -> Any:
+        return stream, prompt, params
 
     # --- step thread -------------------------------------------------------------------
 
@@ -364,82 +286,63 @@ class OnnxRuntimeEngine:
 
         try:
             self._load()
-            buffer = self._engine.create_event_buffer(EVENT_BUFFER_CAPACITY)
+            self._buffer = self._engine.create_event_buffer(EVENT_BUFFER_CAPACITY)
         except BaseException as exc:
             ready.set_exception(exc)
             return
+        self._np = np
         ready.set_result(None)
-        live: dict[int, _Live] = {}  # id(og.Request) -> state
+        self.step_loop()
+
+    def _busy(self) -> bool:
+        return bool(self._live)
+
+    def _admit(self, command: Any) -> None:
+        stream, prompt, params = command
+        if stream.done:
+            return  # aborted before it reached the engine
+        request = self._engine.create_request()
         try:
-            while True:
-                failed = self._drain(live, np, block=not live)
-                if failed is None:
-                    break
-                if self._fault is not None:
-                    raise RuntimeError(self._fault)
-                batch = failed
-                if self._engine.has_pending_requests():
-                    batch.extend(self._step(live, buffer))
-                if batch:
-                    self._streams.post(batch)
-        except Exception as exc:
-            reason = f"ONNX Runtime step failed: {type(exc).__name__}: {exc}"
-            log.error("model %s: %s", self.name, reason)
-            self._dead_reason = reason
-            self._streams.post_fail_all()
-        finally:
-            for entry in live.values():
-                with contextlib.suppress(Exception):
-                    entry.request.close()
-            live.clear()
-            self._engine = None  # released on the owner thread
-            self._model = None
+            turn = request.begin_turn(
+                self._np.asarray(prompt, dtype=self._np.int32), self._turn_options(request, params)
+            )
+        except GuidanceUnsupported as exc:
+            request.close()
+            self._refused.append((stream, _refused_constraint(str(exc))))
+            return
+        except RuntimeError as exc:  # e.g. the prompt does not fit the context
+            request.close()
+            if params.structured is not None:  # llguidance refused the constraint
+                self._refused.append((stream, _refused_constraint(_first_line(exc))))
+            else:
+                self._refused.append((stream, TokenDelta((), "error", error=str(exc))))
+            return
+        stop_ids = frozenset(params.stop_token_ids)
+        self._live[id(request)] = _Live(stream, request, turn, stop_ids)
 
-    def _drain(
-        self, live: dict[int, _Live], np: Any, *, block: bool
-    ) -> list[tuple[DeltaStream, TokenDelta]] | None:
-        """Apply queued commands; returns deltas of requests refused at admission, or
-        None on stop."""
-        refused: list[tuple[DeltaStream, TokenDelta]] = []
-        timeout = IDLE_WAIT_S if block else None
-        while True:
-            try:
-                kind, arg = (
-                    self._commands.get(timeout=timeout) if timeout else self._commands.get_nowait()
-                )
-            except queue.Empty:
-                return refused
-            timeout = None
-            if kind == "stop":
-                return None
-            if kind == "add":
-                stream, prompt, params = arg
-                if stream.done:
-                    continue  # aborted before it reached the engine
-                request = self._engine.create_request()
-                try:
-                    turn = request.begin_turn(
-                        np.asarray(prompt, dtype=np.int32), self._turn_options(request, params)
-                    )
-                except GuidanceUnsupported as exc:
-                    request.close()
-                    refused.append((stream, _refused_constraint(str(exc))))
-                    continue
-                except RuntimeError as exc:  # e.g. the prompt does not fit the context
-                    request.close()
-                    if params.structured is not None:  # llguidance refused the constraint
-                        refused.append((stream, _refused_constraint(_first_line(exc))))
-                    else:
-                        refused.append((stream, TokenDelta((), "error", error=str(exc))))
-                    continue
-                stop_ids = frozenset(params.stop_token_ids)
-                live[id(request)] = _Live(stream, request, turn, stop_ids)
-            elif kind == "abort":
-                for entry in live.values():
-                    if entry.stream is arg and not entry.ended:
-                        self._end(entry)
+    def _cancel(self, stream: DeltaStream) -> None:
+        for entry in self._live.values():
+            if entry.stream is stream and not entry.ended:
+                self._end(entry)
 
-    def _step(self, live: dict[int, _Live], buffer: Any) -> list[tuple[DeltaStream, TokenDelta]]:
+    def _step(self) -> list[tuple[DeltaStream, TokenDelta]]:
+        """The requests refused at admission, then one ``Engine.run`` if any is pending."""
+        batch, self._refused = self._refused, []
+        if self._engine.has_pending_requests():
+            batch.extend(self._run_once(self._live, self._buffer))
+        return batch
+
+    def _close_live(self) -> None:
+        for entry in self._live.values():
+            with contextlib.suppress(Exception):
+                entry.request.close()
+        self._live.clear()
+        self._engine = None  # released on the owner thread
+        self._model = None
+
+    def _run_once(
+        self, live: dict[int, _Live], buffer: Any
+    ) -> list[tuple[DeltaStream, TokenDelta]]:
         """One ``Engine.run``: each request's new tokens of this step as one delta.
 
         A request whose turn ended (finished, failed, or a stop token matched here) gets

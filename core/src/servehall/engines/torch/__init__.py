@@ -8,8 +8,9 @@ transformers load only when an engine starts.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from servehall.engines.lazy import lazy_names
 from servehall.engines.torch.device import CpuDevice, CudaApiDevice, TorchDevice
 from servehall.engines.torch.kvcache import KvGeometry, plan_kv_blocks
 from servehall.engines.torch.options import TorchOptions, parse_torch_options
@@ -53,9 +54,4 @@ def torch_engine_factory(
     return factory
 
 
-def __getattr__(name: str) -> Any:
-    if name == "TorchEngine":
-        from servehall.engines.torch.engine import TorchEngine
-
-        return TorchEngine
-    raise AttributeError(name)
+__getattr__ = lazy_names(__name__, {"TorchEngine": "servehall.engines.torch.engine"})

@@ -14,8 +14,9 @@ Importing this package is cheap: vLLM loads only when an engine is built
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from servehall.engines.lazy import lazy_names
 from servehall.engines.vllm.options import VllmOptions, parse_vllm_options
 from servehall.engines.vllm.probe import VllmBuild, VllmPlatform, vllm_build, vllm_status
 
@@ -33,9 +34,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "VllmEngine":
-        from servehall.engines.vllm.engine import VllmEngine
-
-        return VllmEngine
-    raise AttributeError(name)
+__getattr__ = lazy_names(__name__, {"VllmEngine": "servehall.engines.vllm.engine"})

@@ -1,6 +1,11 @@
-"""Per-request bookkeeping: the one :class:`~servehall.records.RequestRecord` and metrics.
+"""The state of one request while it runs (:class:`RequestState`): who asked, the model
+version it runs on, its choices, its prompt's text and token count, filter verdicts, and
+the one :class:`~servehall.records.RequestRecord` and metrics it ends with.
 
-:meth:`RequestContext.finish` is idempotent: the first call builds the record, emits it
+It is the one per-request object of the request path: the API endpoints fill it, the
+response writers read it, and :meth:`RequestState.finish` turns it into the record.
+``finish`` is idempotent: the first call completes the record from the state (token
+counts, the first token's time, inter-token gaps, verdicts, the tools called), emits it
 through ``host.records.emit`` and updates metrics; later calls do nothing. The request
 path calls it in a ``finally`` so every outcome — success, validation error, auth
 failure, overload, client disconnect — produces exactly one record.
@@ -14,6 +19,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from servehall.admission.principal import ANONYMOUS, Principal
 from servehall.metrics import ABORT_REASONS, TENANT_REFUSALS
 from servehall.plugin.host import model_key
 from servehall.records.types import RequestRecord
@@ -23,10 +29,11 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
     from servehall.admission.filters import FilterVerdict
-    from servehall.admission.principal import Principal
     from servehall.api.tracing import Tracing
     from servehall.metrics import Metrics
-    from servehall.plugin.host import Host
+    from servehall.plugin.host import Host, ServedModel
+    from servehall.serving.choice import ChoiceStream
+    from servehall.structured.request import StructuredRequest
 
 log = logging.getLogger("servehall.request")
 
@@ -45,8 +52,17 @@ def verdict_dict(v: FilterVerdict) -> dict[str, Any]:
     }
 
 
-class RequestContext:
-    """Facts gathered while one request runs (see the module docstring)."""
+class RequestState:
+    """Facts gathered while one request runs (see the module docstring).
+
+    ``created`` is the OpenAI ``created`` time (Unix seconds); ``choices`` holds one
+    :class:`~servehall.serving.choice.ChoiceStream` per choice once the request is
+    admitted (``n`` of them); ``prompt_tokens`` counts the rendered prompt's token ids;
+    ``response_started`` turns true once the response's status line left;
+    ``pinned_version`` is the ``x-servehall-model-version`` request header (None:
+    absent); ``served`` is the model version chosen for the request (None: not yet);
+    ``structured`` is the request's structured-output constraint (None: none).
+    """
 
     def __init__(
         self,
@@ -58,7 +74,9 @@ class RequestContext:
     ) -> None:
         self.host = host
         self.metrics = metrics
+        self.request_id = request_id
         self.started = time.monotonic()
+        self.created = int(time.time())
         self.record = RequestRecord(
             request_id=request_id,
             received_at=datetime.now(UTC),
@@ -66,6 +84,15 @@ class RequestContext:
             client_addr=client_addr,
             replica=host.replica,
         )
+        self.principal: Principal = ANONYMOUS
+        self.pinned_version: str | None = None
+        self.served: ServedModel | None = None
+        self.structured: StructuredRequest | None = None
+        self.response_started = False
+        self.choices: list[ChoiceStream] = []
+        self.prompt_text = ""
+        self.prompt_tokens = 0
+        self.input_verdicts: list[FilterVerdict] = []
         self.verdicts: list[FilterVerdict] = []
         self.first_token_at: float | None = None
         self.inter_token_s: list[float] = []
@@ -95,7 +122,9 @@ class RequestContext:
             }
 
     def set_principal(self, principal: Principal | None) -> None:
+        """Who asks (the record's principal, tenant and prompt-storage policy)."""
         if principal is not None:
+            self.principal = principal
             self.record.principal_id = principal.id
             self.record.tenant = principal.tenant
             self.record.store_prompts = principal.policy.store_prompts
@@ -104,6 +133,69 @@ class RequestContext:
         """Note a first token at monotonic time ``at`` (the earliest one counts)."""
         if self.first_token_at is None or at < self.first_token_at:
             self.first_token_at = at
+
+    def completion_text(self) -> str | None:
+        """The first choice's text so far (what the record stores), or None before
+        admission."""
+        return self.choices[0].text if self.choices else None
+
+    def usage(self) -> dict[str, int]:
+        """The OpenAI ``usage`` object: prompt, completion (all choices) and total tokens."""
+        completion = sum(c.completion_tokens for c in self.choices)
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": self.prompt_tokens + completion,
+        }
+
+    def count_tool_calls(self) -> None:
+        """Add the request's parsed and failed tool calls to ``servehall_tool_calls_total``
+        (once, when its choices have finished)."""
+        if self.metrics is None:
+            return
+        model = self.record.model or ""
+        version = self.record.version or ""
+        counter = self.metrics.tool_calls
+        for c in self.choices:
+            if c.tools is not None:
+                if c.tools.parsed:
+                    counter.labels(model, version, "parsed").inc(c.tools.parsed)
+                if c.tools.failed:
+                    counter.labels(model, version, "failed").inc(c.tools.failed)
+
+    async def record_before_last_byte(self) -> None:
+        """With a sink that confirms writes (``[[sinks]] options.commit_wait_s``): finish
+        the request's record (status 200) now and wait until it is written, so that the
+        client receives the response's last bytes only once its request-log row is
+        stored — a replica killed afterwards loses no record of a request its client saw
+        complete. Without such a sink: nothing (the record is emitted after the response,
+        as usual)."""
+        bus = self.host.records
+        if bus is None or not getattr(bus, "commit_wait", False):
+            return
+        self.finish(
+            200,
+            finish_reason=self.choices[0].finish_reason if self.choices else None,
+            prompt_text=self.prompt_text,
+            completion_text=self.completion_text(),
+        )
+        await bus.wait_written(self.record)
+
+    def _gather(self) -> None:
+        """Complete the record from the state: token counts, the first token's time
+        (TTFT), the inter-token gaps, the filter verdicts and the names of the tools
+        called."""
+        rec = self.record
+        rec.prompt_tokens = self.prompt_tokens
+        if self.choices:
+            rec.completion_tokens = sum(c.completion_tokens for c in self.choices)
+            firsts = [c.first_token_at for c in self.choices if c.first_token_at is not None]
+            if firsts:
+                self.token(min(firsts))
+            self.inter_token_s = [g for c in self.choices for g in c.inter_token_s]
+        self.verdicts = [*self.input_verdicts, *(v for c in self.choices for v in c.verdicts)]
+        if any(c.tools is not None for c in self.choices):
+            rec.tool_calls = [call.name for c in self.choices for call in c.tool_calls]
 
     def finish(
         self,
@@ -114,10 +206,12 @@ class RequestContext:
         prompt_text: str | None = None,
         completion_text: str | None = None,
     ) -> None:
-        """Emit the record and metrics once (idempotent)."""
+        """Complete the record from the state, emit it and the metrics once
+        (idempotent)."""
         if self._done:
             return
         self._done = True
+        self._gather()
         now = time.monotonic()
         rec = self.record
         rec.finished_at = datetime.now(UTC)
@@ -157,7 +251,7 @@ class RequestContext:
         assert self._tracing is not None and self._span is not None
         span, rec = self._span, self.record
         if rec.model:
-            span.update_name(f"{span.name} {rec.model}")  # type: ignore[attr-defined]
+            span.update_name(f"{span.name} {rec.model}")  # type: ignore[attr-defined,unused-ignore]
         attrs: dict[str, Any] = {
             **self._request_attrs,
             "http.response.status_code": rec.status_code,
