@@ -54,6 +54,9 @@ class BackendSpec:
             :func:`~servehall.build_atomically`), must not load the model, and raises
             ConfigError / EngineError like ``start()``. Only used with
             ``isolation = "process"`` (a thread engine builds in its own ``start()``).
+            None: the factory's ``prepare`` method if it has one (the factories of
+            :func:`~servehall.engines.select.engine_factory` do: the ONNX Runtime engine
+            builds its ONNX model there), else none (see :meth:`prepare_step`).
         worker_defaults: ``(model) -> {key: value}``: the engine's own defaults for
             ``[[models]] worker`` keys the config leaves unset (e.g. the vLLM engine's
             ``heartbeat_timeout_s = 10``); cheap, called in the API process. None: the
@@ -68,6 +71,11 @@ class BackendSpec:
     description: str = ""
     prepare: Callable[[ModelConfig], None] | None = None
     worker_defaults: Callable[[ModelConfig], Mapping[str, Any]] | None = None
+
+    def prepare_step(self) -> Callable[[ModelConfig], None] | None:
+        """What builds a model before its worker starts: :attr:`prepare`, else the
+        factory's ``prepare`` method, else None (nothing to build)."""
+        return self.prepare or getattr(self.factory, "prepare", None)
 
     def worker_settings(self, model: ModelConfig) -> WorkerSettings:
         """``model.worker`` with the engine's :attr:`worker_defaults` for the keys the

@@ -58,7 +58,8 @@ def engine_factory(
 class EngineChoice:
     """The ``BackendSpec.factory`` that :func:`engine_factory` returns (arguments: see
     there): calling it builds the engine ``options.engine`` names; :meth:`worker_defaults`
-    says that engine's own defaults for the worker's supervision settings."""
+    says that engine's own defaults for the worker's supervision settings; :meth:`prepare`
+    builds what that engine needs on disk before its worker starts."""
 
     def __init__(
         self,
@@ -91,6 +92,28 @@ class EngineChoice:
 
             return dict(VLLM_WORKER_DEFAULTS)
         return {}
+
+    def prepare(self, model: ModelConfig) -> None:
+        """Build what the chosen engine needs on disk before its worker starts (the
+        ``BackendSpec.prepare`` step, run in the API process on a thread): the ONNX
+        Runtime engine's ONNX GenAI model (:func:`~servehall.engines.onnxruntime.
+        resolve_onnx_dir`, cached; a no-op when built). The torch and vLLM engines load
+        the Hugging Face directory as it is: nothing to build. A worker under another
+        interpreter (``worker.python``) builds in its own environment, in its start.
+
+        Raises:
+            ConfigError: bad options or model directory (as the engine's constructor).
+            EngineError: the build failed (the builder's log tail), e.g. a full disk.
+        """
+        if self.engine_name(model) != "onnxruntime" or self.ort_provider is None:
+            return
+        if model.worker.python is not None:
+            return  # the builder must run under the worker's interpreter
+        from servehall.engines.onnxruntime.build import resolve_onnx_dir
+        from servehall.engines.onnxruntime.engine import OnnxRuntimeEngine
+
+        engine = OnnxRuntimeEngine(model, self.backend, self.ort_provider)
+        resolve_onnx_dir(engine.path, engine.options)
 
     def __call__(self, model: ModelConfig) -> Engine:
         """The unstarted engine of ``model`` (ConfigError: see :func:`engine_factory`)."""

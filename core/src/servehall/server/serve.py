@@ -191,8 +191,8 @@ def make_engine(
     else a :class:`~servehall.worker.ProcessEngine` whose worker runs the backend
     ``spec.name``, supervised with :meth:`BackendSpec.worker_settings` (the engine's
     defaults under the config's keys; restarts and crash loops become audit events
-    ``engine.restart`` / ``engine.crash_loop``); the backend's ``spec.prepare`` (a
-    model build) runs before the worker starts."""
+    ``engine.restart`` / ``engine.crash_loop``); the backend's build step
+    (:meth:`BackendSpec.prepare_step`) runs before the worker starts."""
     if mc.isolation == "thread":
         return spec.factory(mc)
     settings = spec.worker_settings(mc)
@@ -221,7 +221,7 @@ def make_engine(
         log_level=host.settings.server.log_level,
         probe_prompt=probe,
         on_event=on_event,
-        prepare=spec.prepare,
+        prepare=spec.prepare_step(),
     )
 
 
