@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -45,3 +45,25 @@ def install_plugin(
 def ort_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One ONNX Runtime GenAI build cache per session (the tiny Llama is built once)."""
     return tmp_path_factory.mktemp("onnxruntime-cache")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def migrated(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """The URL of a database upgraded to the core's head revision: a SQLite file, then a
+    fresh PostgreSQL database (skips without PostgreSQL; fails under CI), dropped after."""
+    from servehall.db import create_db_engine
+    from servehall.db.migrate import upgrade_database
+    from servehall.db.testing import create_pg_database, drop_pg_database, require_pg
+
+    if request.param == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp_path / 'records.db'}"
+    else:
+        url = await create_pg_database(require_pg())
+    engine = create_db_engine(url)
+    await upgrade_database(engine)
+    await engine.dispose()
+    try:
+        yield url
+    finally:
+        if request.param == "postgresql":
+            await drop_pg_database(url)

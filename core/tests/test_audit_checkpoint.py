@@ -6,7 +6,6 @@ cannot show — fails the checkpoint check, naming the checkpoint and the id ran
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,7 @@ from sqlalchemy import text
 from servehall import AuditEvent, ConfigError
 from servehall.config.settings import load_settings
 from servehall.db import create_db_engine
-from servehall.db.migrate import upgrade_database
-from servehall.db.testing import create_pg_database, drop_pg_database, require_pg, run_sql
+from servehall.db.testing import run_sql
 from servehall.records.chain import canonical, chain_hash, verify_chain
 from servehall.records.checkpoint import (
     CheckpointSigner,
@@ -28,22 +26,6 @@ from servehall.records.checkpoint import (
     verify_checkpoints,
 )
 from servehall.records.sql_sink import SqlSink, sql_sink_factory
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def migrated(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path / 'records.db'}"
-    else:
-        url = await create_pg_database(require_pg())
-    engine = create_db_engine(url)
-    await upgrade_database(engine)
-    await engine.dispose()
-    try:
-        yield url
-    finally:
-        if request.param == "postgresql":
-            await drop_pg_database(url)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ revisions named, and ``commit_wait_s`` (a response waits until its row is writte
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,27 +15,11 @@ import pytest
 from servehall import ConfigError, RequestRecord
 from servehall.db import create_db_engine
 from servehall.db.migrate import SchemaTooNewError, ensure_schema, script_heads, upgrade_database
-from servehall.db.testing import create_pg_database, drop_pg_database, require_pg, run_sql
+from servehall.db.testing import run_sql
 from servehall.records.queries import run_query
 from servehall.records.runner import SinkRunner
 from servehall.records.sql_sink import SqlSink
 from servehall.replica import default_replica_name, replica_name
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def migrated(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path / 'records.db'}"
-    else:
-        url = await create_pg_database(require_pg())
-    engine = create_db_engine(url)
-    await upgrade_database(engine)
-    await engine.dispose()
-    try:
-        yield url
-    finally:
-        if request.param == "postgresql":
-            await drop_pg_database(url)
 
 
 def _rec(i: int, replica: str | None, **kw: Any) -> RequestRecord:
