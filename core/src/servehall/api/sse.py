@@ -148,7 +148,9 @@ async def send_stream(
     unfinished = len(state.choices)
     try:
         try:
-            async for ev in _first_then_rest(first, events):
+            # the extra generator hop only where a first event was taken (constrained)
+            stream = events if first is None else _first_then_rest(first, events)
+            async for ev in stream:
                 last = False
                 if ev.finish_reason is not None:
                     unfinished -= 1
