@@ -12,7 +12,11 @@ Routes (any method):
   (:func:`servehall.api.body.drain_body`);
 * ``/early-close`` — 413 with ``Connection: close`` without reading the body (``?slow``:
   after 0.5 s, as if authenticating, while the body keeps arriving), then drains;
-* ``/read`` — reads the whole body and answers its length.
+* ``/read`` — reads the whole body and answers its length;
+* ``/sse?N`` — N body messages ``event i`` 5 ms apart (a streamed response: every open
+  ``/sse`` stream wakes on the same timer turn, like servehall's streams on one step);
+* ``/big?N`` — N bytes (``0123456789`` repeated) in 8 KiB body messages, no pause;
+* ``/writes`` — how many socket writes this server has made so far (``--count-writes``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,28 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
     path = scope["path"]
     headers: list[tuple[bytes, bytes]] = []
+    if path == "/sse":
+        n = int(scope["query_string"] or b"10")
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        for i in range(n):
+            await asyncio.sleep(0.005)
+            body = b"event %d\n" % i
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return
+    if path == "/big":
+        data = b"0123456789" * (int(scope["query_string"]) // 10)
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        for i in range(0, len(data), 8192):
+            chunk = data[i : i + 8192]
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return
+    if path == "/writes":
+        body = str(WRITES[0]).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        return
     if path == "/read":
         size = 0
         while True:
@@ -66,6 +92,23 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await drain_body(receive)
 
 
+WRITES = [0]
+
+
+def count_writes() -> None:
+    """Count every socket transport ``write`` of this process in ``WRITES[0]``."""
+    from asyncio import selector_events
+
+    cls: Any = getattr(selector_events, "_SelectorSocketTransport")  # noqa: B009
+    original = cls.write
+
+    def write(self: Any, data: Any) -> None:
+        WRITES[0] += 1
+        original(self, data)
+
+    cls.write = write
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("port", type=int)
@@ -74,7 +117,10 @@ def main() -> None:
     p.add_argument("--max-streams", type=int, default=100)
     p.add_argument("--drain-bytes", type=int, default=None)
     p.add_argument("--drain-s", type=float, default=None)
+    p.add_argument("--count-writes", action="store_true")
     args = p.parse_args()
+    if args.count_writes:
+        count_writes()
     if args.fixes:
         from servehall.server.hypercorn import h1_early_response, install_connection_fixes
 

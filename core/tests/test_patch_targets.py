@@ -27,6 +27,7 @@ def test_installed_libraries_match_every_patch() -> None:
         "h2_refused_stream",
         "h2_workaround",
         "h2_scheduler",
+        "write_coalesce",
     }
 
 

@@ -1,6 +1,6 @@
 """What servehall's connection patches expect of Hypercorn, h2 and h11, checked at start.
 
-The five patch modules listed in :mod:`servehall.server.hypercorn` wrap private methods
+The six patch modules listed in :mod:`servehall.server.hypercorn` wrap private methods
 of Hypercorn 0.18, h2 4.x and h11 0.16. ``core/pyproject.toml`` pins those libraries
 below their next minor release; this module is the second guard, for an install that
 bypasses the pins (``--no-deps``, a vendored copy, a patched distribution): before the
@@ -100,6 +100,20 @@ TARGETS: tuple[PatchTarget, ...] = (
         "hypercorn.protocol.h2",
         "H2Protocol.__init__",
         ("self.priority = priority.PriorityTree()",),
+    ),
+    PatchTarget(
+        "write_coalesce",
+        "hypercorn",
+        "hypercorn.asyncio.tcp_server",
+        "TCPServer.protocol_send",
+        ("self.writer.write(event.data)", "await self.writer.drain()"),
+    ),
+    PatchTarget(
+        "write_coalesce",
+        "hypercorn",
+        "hypercorn.asyncio.tcp_server",
+        "TCPServer._close",
+        ("self.writer.write_eof()",),
     ),
 )
 """Every private name the patches depend on (see each patch module)."""
