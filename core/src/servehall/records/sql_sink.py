@@ -4,9 +4,12 @@ Options (``[[sinks]] name = "sql"`` ``options``): ``url`` (default ``[database] 
 Each batch is one transaction: the batch's ``request_log`` rows in one driver-level
 ``executemany`` (``ON CONFLICT (request_id) DO NOTHING``, so a batch retried after a
 lost commit acknowledgement never duplicates a row), then its audit events appended to
-the chain. Rows are converted to driver values here, once (no per-row SQLAlchemy type
-processing on the event loop): timestamps as aware UTC on PostgreSQL and as SQLAlchemy's
-SQLite text form, JSON as text.
+the chain. On a SQLite file a batch of request rows alone goes through one thread hop
+(:mod:`servehall.records.sqlite_writer`: the standard library's ``sqlite3``, not
+SQLAlchemy + aiosqlite's round trip per call); batches with audit events, checkpoints and
+the probe keep SQLAlchemy. Rows are converted to driver values here, once (no per-row
+SQLAlchemy type processing on the event loop): timestamps as aware UTC on PostgreSQL and
+as SQLAlchemy's SQLite text form, JSON as text.
 On PostgreSQL the sink's sessions run with the ``[database]`` timeouts
 (:class:`~servehall.db.engine.DbTimeouts`: statement, lock, idle-in-transaction), so a
 write can neither wait forever on a server that stopped answering nor on the audit chain
@@ -38,6 +41,7 @@ from servehall.db.types import to_utc
 from servehall.records.chain import append_events
 from servehall.records.checkpoint import CheckpointSigner, load_private_key
 from servehall.records.codec import request_row
+from servehall.records.sqlite_writer import BAD_DATA_ERRORS, SqliteRowWriter, sqlite_file
 from servehall.records.types import AuditEvent, Record, RequestRecord, check_sink_options
 
 if TYPE_CHECKING:
@@ -54,6 +58,8 @@ def _bad_data(exc: BaseException) -> bool:
     Everything else — refused connections, a server shutting down, admin terminations,
     timeouts, missing tables — is retried, never dropped.
     """
+    if isinstance(exc, BAD_DATA_ERRORS):  # the SQLite fast path's driver errors
+        return True
     if isinstance(exc, sa_exc.DBAPIError):
         return isinstance(exc, sa_exc.DataError | sa_exc.IntegrityError) and not (
             exc.connection_invalidated
@@ -82,6 +88,7 @@ class SqlSink:
         self.engine: AsyncEngine | None = None
         self._insert = ""
         self._pg = False
+        self._rows: SqliteRowWriter | None = None
 
     async def start(self) -> None:
         """Connect and check (or migrate) the schema; ConfigError when not migrated."""
@@ -93,6 +100,9 @@ class SqlSink:
             f"INSERT INTO request_log ({', '.join(_COLUMNS)}) VALUES ({marks}) "
             "ON CONFLICT (request_id) DO NOTHING"
         )
+        path = sqlite_file(self.url)
+        if path is not None:
+            self._rows = SqliteRowWriter(path)
 
     def _values(self, rec: RequestRecord) -> tuple[Any, ...]:
         """One row as driver-level values (no per-row SQLAlchemy type processing)."""
@@ -119,6 +129,15 @@ class SqlSink:
                 ev.at = datetime.now(UTC)
         await append_events(conn, events)
 
+    def _rows_alone(self, records: Sequence[Record]) -> bool:
+        """Whether ``records`` go through the SQLite fast path: a SQLite file, no audit
+        event in the batch and no checkpoint due."""
+        return (
+            self._rows is not None
+            and not any(isinstance(r, AuditEvent) for r in records)
+            and (self.signer is None or not self.signer.due(time.monotonic()))
+        )
+
     async def write(self, records: Sequence[Record]) -> None:
         """Persist a batch in one transaction; raises on connection problems (retried).
 
@@ -128,6 +147,12 @@ class SqlSink:
         """
         assert self.engine is not None, "start() first"
         try:
+            if self._rows_alone(records):
+                assert self._rows is not None
+                rows = [self._values(r) for r in records if isinstance(r, RequestRecord)]
+                if rows:
+                    await self._rows.executemany(self._insert, rows)
+                return
             async with self.engine.begin() as conn:
                 await self._write(conn, records)
                 if self.signer is not None and self.signer.due(time.monotonic()):
@@ -177,6 +202,9 @@ class SqlSink:
                 await self.checkpoint()
             except Exception as exc:  # the database may be the reason we are closing
                 log.error("sql sink: last audit checkpoint not written: %s", exc)
+        if self._rows is not None:
+            await self._rows.close()
+            self._rows = None
         if self.engine is not None:
             await self.engine.dispose()
             self.engine = None

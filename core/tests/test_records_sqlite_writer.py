@@ -1,0 +1,130 @@
+"""The ``sql`` sink's SQLite fast path (:mod:`servehall.records.sqlite_writer`) on a real
+SQLite file: which URLs take it, rows land as through SQLAlchemy, audit events keep the
+chain, a failed batch is retried on a reopened connection, and a row SQLite rejects is
+dropped alone."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servehall import AuditEvent, RequestRecord
+from servehall.db import create_db_engine
+from servehall.db.migrate import upgrade_database
+from servehall.db.testing import run_sql
+from servehall.records.chain import verify_chain
+from servehall.records.sql_sink import SqlSink, _bad_data
+from servehall.records.sqlite_writer import sqlite_file
+
+
+def _rec(i: int, **kw: Any) -> RequestRecord:
+    base = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
+    fields: dict[str, Any] = {
+        "request_id": f"req-{i}",
+        "received_at": base + timedelta(seconds=i),
+        "finished_at": base + timedelta(seconds=i, milliseconds=250),
+        "model": "demo",
+        "endpoint": "/v1/chat/completions",
+        "status_code": 200,
+        "finish_reason": "stop",
+        "prompt_tokens": 10,
+        "completion_tokens": 5,
+        "filter_verdicts": [{"rule": "r", "action": "flag", "count": 1}],
+    }
+    fields.update(kw)
+    return RequestRecord(**fields)
+
+
+@pytest.fixture
+async def url(tmp_path: Path) -> str:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'records.db'}"
+    engine = create_db_engine(url)
+    await upgrade_database(engine)
+    await engine.dispose()
+    return url
+
+
+def test_only_plain_sqlite_files_take_the_fast_path(tmp_path: Path) -> None:
+    assert sqlite_file(f"sqlite+aiosqlite:///{tmp_path}/a.db") == f"{tmp_path}/a.db"
+    assert sqlite_file("sqlite+aiosqlite:///servehall.db") == "servehall.db"
+    for other in (
+        "sqlite+aiosqlite://",
+        "sqlite+aiosqlite:///:memory:",
+        "sqlite+aiosqlite:///file:x.db?mode=ro&uri=true",
+        f"sqlite+aiosqlite:///{tmp_path}/a.db?timeout=5",
+        "postgresql+asyncpg://u:p@localhost/db",
+        "not a url",
+    ):
+        assert sqlite_file(other) is None, other
+
+
+def test_sqlite_content_errors_drop_a_record_and_others_retry() -> None:
+    assert _bad_data(sqlite3.IntegrityError("NOT NULL constraint failed"))
+    assert _bad_data(sqlite3.DataError("string or blob too big"))
+    assert not _bad_data(sqlite3.OperationalError("database is locked"))
+    assert not _bad_data(sqlite3.OperationalError("no such table: request_log"))
+
+
+async def test_rows_land_as_through_sqlalchemy_and_audit_keeps_its_chain(url: str) -> None:
+    sink = SqlSink(url)
+    await sink.start()
+    try:
+        assert sink._rows is not None  # the fast path is on for a SQLite file
+        await sink.write([_rec(0), _rec(1, stream=True, prompt_text="a\x00b")])
+        await sink.write([_rec(1)])  # a retried batch never duplicates a row
+        audit = AuditEvent(action="config_reload", actor="admin", details={"n": 1})
+        await sink.write([_rec(2), audit])  # with an audit event: SQLAlchemy, one tx
+    finally:
+        await sink.close()
+        await sink.close()  # idempotent
+    rows = await run_sql(
+        url,
+        "SELECT request_id, stream, prompt_text, filter_verdicts, received_at "
+        "FROM request_log ORDER BY request_id",
+    )
+    assert [r.request_id for r in rows] == ["req-0", "req-1", "req-2"]
+    assert bool(rows[1].stream) is True and rows[1].prompt_text == "ab"
+    assert str(rows[0].received_at) == "2026-12-02 09:00:00.000000"
+    assert "flag" in str(rows[0].filter_verdicts)
+    engine = create_db_engine(url)
+    try:
+        result = await verify_chain(engine)
+    finally:
+        await engine.dispose()
+    assert result.ok and result.checked >= 1
+
+
+async def test_a_failed_batch_raises_then_succeeds_on_a_reopened_connection(url: str) -> None:
+    sink = SqlSink(url)
+    await sink.start()
+    path = sqlite_file(url)
+    assert path is not None
+    try:
+        await sink.write([_rec(0)])
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("ALTER TABLE request_log RENAME TO request_log_away")
+        with pytest.raises(sqlite3.OperationalError, match="request_log"):
+            await sink.write([_rec(1)])
+        other.execute("ALTER TABLE request_log_away RENAME TO request_log")
+        other.close()
+        await sink.write([_rec(1)])  # what the runner's retry does
+    finally:
+        await sink.close()
+    rows = await run_sql(url, "SELECT request_id FROM request_log ORDER BY request_id")
+    assert [r.request_id for r in rows] == ["req-0", "req-1"]
+
+
+async def test_a_row_sqlite_rejects_is_dropped_alone(url: str) -> None:
+    sink = SqlSink(url)
+    await sink.start()
+    try:
+        bad = _rec(1, prompt_tokens=None)  # NOT NULL column: an IntegrityError from SQLite
+        await sink.write([_rec(0), bad, _rec(2)])
+    finally:
+        await sink.close()
+    rows = await run_sql(url, "SELECT request_id FROM request_log ORDER BY request_id")
+    assert [r.request_id for r in rows] == ["req-0", "req-2"]
