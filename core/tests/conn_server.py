@@ -13,8 +13,9 @@ Routes (any method):
 * ``/early-close`` — 413 with ``Connection: close`` without reading the body (``?slow``:
   after 0.5 s, as if authenticating, while the body keeps arriving), then drains;
 * ``/read`` — reads the whole body and answers its length;
-* ``/sse?N`` — N body messages ``event i`` 5 ms apart (a streamed response: every open
-  ``/sse`` stream wakes on the same timer turn, like servehall's streams on one step);
+* ``/sse?N`` — N body messages ``event i``, one per 5 ms tick shared by every open
+  ``/sse`` stream (they all wake in the same loop turn, like servehall's streams on one
+  engine step);
 * ``/big?N`` — N bytes (``0123456789`` repeated) in 8 KiB body messages, no pause;
 * ``/writes`` — how many socket writes this server has made so far (``--count-writes``).
 """
@@ -29,6 +30,18 @@ from typing import Any
 
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
+
+_TICK: list[asyncio.Future[None]] = []
+
+
+async def _tick() -> None:
+    """Wait for the next shared 5 ms tick (every waiter wakes in the same loop turn)."""
+    loop = asyncio.get_running_loop()
+    if not _TICK or _TICK[0].done():
+        fut: asyncio.Future[None] = loop.create_future()
+        _TICK[:] = [fut]
+        loop.call_later(0.005, fut.set_result, None)
+    await _TICK[0]
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -48,7 +61,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         n = int(scope["query_string"] or b"10")
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         for i in range(n):
-            await asyncio.sleep(0.005)
+            await _tick()
             body = b"event %d\n" % i
             await send({"type": "http.response.body", "body": body, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
