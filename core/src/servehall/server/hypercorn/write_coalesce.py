@@ -11,16 +11,17 @@ process. A profile of the API process under 16 concurrent streams
 ``_SelectorSocketTransport.write`` as its largest single cost (19 % of its samples) and
 the event loop's ``epoll_wait`` next to it.
 
-:func:`install` wraps ``protocol_send`` so that the bytes of every ``RawData`` sent in one
-event-loop turn are joined and written with **one** ``transport.write`` at the start of
-the next turn (``loop.call_soon``): the frames still leave in the order they were sent,
-a frame waits at most for the rest of the current turn (microseconds, nothing that
-waits on I/O), and backpressure is kept — once the transport's buffer and the held bytes
-pass :data:`HIGH_WATER` bytes, the held bytes are written at once and the sender waits
-for ``drain()`` as before. ``Closed`` and ``TCPServer._close`` write what is held first,
-so nothing already sent is lost or reordered past the end of the connection. This is
-Nagle's idea (RFC 896) bounded by the event loop's turn instead of a timer, the way
-``TCP_CORK`` users flush at the end of a batch. Idempotent.
+:func:`install` wraps ``protocol_send`` so that the bytes of every ``RawData`` sent in
+one event-loop turn are gathered in one buffer and written with **one**
+``transport.write`` at the start of the next turn (``loop.call_soon``): the frames still
+leave in the order they were sent, a frame waits at most for the rest of the current turn
+(microseconds, nothing that waits on I/O), and backpressure is kept — once the
+transport's buffer and the held bytes pass :data:`HIGH_WATER` bytes, the held bytes are
+written at once and the sender waits for ``drain()`` as before. ``Closed`` and
+``TCPServer._close`` write what is held first, so nothing already sent is lost or
+reordered past the end of the connection. This is Nagle's idea (RFC 896) bounded by the
+event loop's turn instead of a timer, the way ``TCP_CORK`` users flush at the end of a
+batch. Idempotent.
 """
 
 from __future__ import annotations
@@ -41,14 +42,14 @@ def _write_held(server: Any) -> None:
 
     A connection that is already closing drops them (its reader ends the requests on
     it, as Hypercorn does for a write that fails)."""
-    held: list[bytes] | None = server.__dict__.pop(_HELD, None)
+    held: bytearray | None = server.__dict__.pop(_HELD, None)
     if not held:
         return
     writer = server.writer
     if writer.transport.is_closing():
         return
     try:
-        writer.write(held[0] if len(held) == 1 else b"".join(held))
+        writer.write(held)
     except RuntimeError:  # written after write_eof(): the connection is ending
         return
 
@@ -69,13 +70,13 @@ def install() -> None:
 
     async def protocol_send(self: Any, event: Any) -> None:
         if type(event) is RawData:
-            held: list[bytes] | None = self.__dict__.get(_HELD)
+            held: bytearray | None = self.__dict__.get(_HELD)
             if held is None:
-                held = self.__dict__[_HELD] = []
+                held = self.__dict__[_HELD] = bytearray()
                 asyncio.get_running_loop().call_soon(_write_held, self)
-            held.append(event.data)
+            held += event.data
             writer = self.writer
-            if writer.transport.get_write_buffer_size() + sum(map(len, held)) >= HIGH_WATER:
+            if writer.transport.get_write_buffer_size() + len(held) >= HIGH_WATER:
                 _write_held(self)
                 async with self.send_lock:
                     try:
