@@ -72,7 +72,9 @@ def safe_url(url: str) -> str:
         return "<unparseable database url>"
 
 
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+def sqlite_pragmas(dbapi_conn: Any, _record: Any = None) -> None:
+    """Set servehall's SQLite pragmas on a DBAPI connection (WAL, ``synchronous =
+    NORMAL``, a 10 s busy timeout, foreign keys); also a ``connect`` event listener."""
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
@@ -112,7 +114,7 @@ def create_db_engine(
         )
     if parsed.drivername.startswith("sqlite"):
         engine = create_async_engine(parsed, **kwargs)
-        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        event.listen(engine.sync_engine, "connect", sqlite_pragmas)
         return engine
     if timeouts is None and not isinstance(url_or_settings, str):
         timeouts = DbTimeouts.of(url_or_settings)

@@ -11,13 +11,13 @@ one hop for the whole transaction — at low load each request's record is its o
 transaction, so this is CPU taken from every request.
 
 :class:`SqliteRowWriter` is that one hop: a :mod:`sqlite3` connection owned by one thread
-(the same pragmas as :func:`servehall.db.engine.create_db_engine`: WAL, ``synchronous =
-NORMAL``, a 10 s busy timeout), ``BEGIN IMMEDIATE`` → ``executemany`` → ``COMMIT``. The
-sink uses it only for batches of request rows on a plain SQLite file; audit events, the
-checkpoints and the health probe keep the SQLAlchemy path (one transaction with the audit
-chain's head). A failed batch is rolled back and the connection is reopened for the
-next attempt (the sink's runner retries; ``ON CONFLICT DO NOTHING`` keeps a retried
-batch from duplicating rows).
+(:func:`servehall.db.engine.sqlite_pragmas`, as for the SQLAlchemy engine: WAL,
+``synchronous = NORMAL``, a 10 s busy timeout), ``BEGIN IMMEDIATE`` → ``executemany`` →
+``COMMIT``. The sink uses it only for batches of request rows on a plain SQLite file;
+audit events, the checkpoints and the health probe keep the SQLAlchemy path (one
+transaction with the audit chain's head). A failed batch is rolled back and the
+connection is reopened for the next attempt (the sink's runner retries; ``ON CONFLICT DO
+NOTHING`` keeps a retried batch from duplicating rows).
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sqlalchemy.engine import make_url
+
+from servehall.db.engine import sqlite_pragmas
 
 BAD_DATA_ERRORS: tuple[type[Exception], ...] = (sqlite3.IntegrityError, sqlite3.DataError)
 """:mod:`sqlite3` errors caused by a row's content (the sink retries the batch record by
@@ -84,10 +86,7 @@ class SqliteRowWriter:
     def _connect(self) -> sqlite3.Connection:
         con = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
-            con.execute("PRAGMA journal_mode=WAL")
-            con.execute("PRAGMA synchronous=NORMAL")
-            con.execute("PRAGMA busy_timeout=10000")
-            con.execute("PRAGMA foreign_keys=ON")
+            sqlite_pragmas(con)
         except BaseException:
             con.close()
             raise
