@@ -3,16 +3,20 @@ PostgreSQL database (a private database per test on the server of .ci/services.d
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from record_fixtures import request_record
 from sqlalchemy import text
 
-from servehall import AuditEvent, ConfigError, RequestRecord
+from servehall import AuditEvent, ConfigError
 from servehall.config.settings import Settings, load_settings
 from servehall.db import create_db_engine
 from servehall.db.migrate import ensure_schema, pending_heads, upgrade_database
@@ -21,6 +25,8 @@ from servehall.plugin.manager import PluginHost
 from servehall.records.bus import open_record_bus
 from servehall.records.chain import append_events, verify_chain
 from servehall.records.sql_sink import SqlSink
+
+_rec = request_record
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -51,30 +57,6 @@ def _settings(url: str, tmp_path: Path, **database: Any) -> Settings:
             "sinks": [{"name": "sql", "options": {"spill_path": str(tmp_path / "spill.jsonl")}}],
         }
     )
-
-
-def _rec(i: int, **kw: Any) -> RequestRecord:
-    base = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-    fields: dict[str, Any] = {
-        "request_id": f"req-{i}",
-        "received_at": base + timedelta(seconds=i),
-        "finished_at": base + timedelta(seconds=i, milliseconds=250),
-        "principal_id": "key-ab12",
-        "tenant": "acme",
-        "model": "demo",
-        "backend": "openvino_cpu",
-        "endpoint": "/v1/chat/completions",
-        "status_code": 200,
-        "finish_reason": "stop",
-        "prompt_tokens": 10,
-        "completion_tokens": 5,
-        "queue_time_s": 0.001,
-        "ttft_s": 0.05,
-        "latency_s": 0.25,
-        "client_addr": "127.0.0.1",
-    }
-    fields.update(kw)
-    return RequestRecord(**fields)
 
 
 async def test_unmigrated_database_is_refused_with_the_command(db_url: str, tmp_path: Path):

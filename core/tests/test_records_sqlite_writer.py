@@ -6,37 +6,21 @@ dropped alone."""
 from __future__ import annotations
 
 import sqlite3
-from datetime import UTC, datetime, timedelta
+import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from servehall import AuditEvent, RequestRecord
+sys.path.insert(0, str(Path(__file__).parent))
+from record_fixtures import request_record as _rec
+
+from servehall import AuditEvent
 from servehall.db import create_db_engine
 from servehall.db.migrate import upgrade_database
 from servehall.db.testing import run_sql
 from servehall.records.chain import verify_chain
 from servehall.records.sql_sink import SqlSink, _bad_data
 from servehall.records.sqlite_writer import sqlite_file
-
-
-def _rec(i: int, **kw: Any) -> RequestRecord:
-    base = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
-    fields: dict[str, Any] = {
-        "request_id": f"req-{i}",
-        "received_at": base + timedelta(seconds=i),
-        "finished_at": base + timedelta(seconds=i, milliseconds=250),
-        "model": "demo",
-        "endpoint": "/v1/chat/completions",
-        "status_code": 200,
-        "finish_reason": "stop",
-        "prompt_tokens": 10,
-        "completion_tokens": 5,
-        "filter_verdicts": [{"rule": "r", "action": "flag", "count": 1}],
-    }
-    fields.update(kw)
-    return RequestRecord(**fields)
 
 
 @pytest.fixture
@@ -74,7 +58,10 @@ async def test_rows_land_as_through_sqlalchemy_and_audit_keeps_its_chain(url: st
     await sink.start()
     try:
         assert sink._rows is not None  # the fast path is on for a SQLite file
-        await sink.write([_rec(0), _rec(1, stream=True, prompt_text="a\x00b")])
+        verdicts = [{"rule": "r", "action": "flag", "count": 1}]
+        await sink.write(
+            [_rec(0, filter_verdicts=verdicts), _rec(1, stream=True, prompt_text="a\x00b")]
+        )
         await sink.write([_rec(1)])  # a retried batch never duplicates a row
         audit = AuditEvent(action="config_reload", actor="admin", details={"n": 1})
         await sink.write([_rec(2), audit])  # with an audit event: SQLAlchemy, one tx
@@ -88,7 +75,7 @@ async def test_rows_land_as_through_sqlalchemy_and_audit_keeps_its_chain(url: st
     )
     assert [r.request_id for r in rows] == ["req-0", "req-1", "req-2"]
     assert bool(rows[1].stream) is True and rows[1].prompt_text == "ab"
-    assert str(rows[0].received_at) == "2026-12-02 09:00:00.000000"
+    assert str(rows[0].received_at) == "2026-11-29 12:00:00.000000"
     assert "flag" in str(rows[0].filter_verdicts)
     engine = create_db_engine(url)
     try:
