@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,9 @@ from typing import Any
 from servehall.errors import InvalidRequestError
 from servehall.text.budget import max_token_chars
 from servehall.text.detokenize import IncrementalDetokenizer, make_detokenizer_factory
+
+_SKELETONS = 256
+"""Conversation structures whose placeholder rendering a tokenizer remembers."""
 
 _MARK = re.compile("\ue000[0-9a-f]{12}[0-9]+\ue001")
 """A message placeholder of :meth:`TextTokenizer.render_chat` (nonce, then index)."""
@@ -66,6 +70,8 @@ class TextTokenizer:
         from tokenizers import Tokenizer
 
         self.hf = hf
+        self._skeletons: dict[str, tuple[str, tuple[str, ...]]] = {}
+        self._skeletons_lock = threading.Lock()
         backend = hf.backend_tokenizer
         self._special = backend
         config = json.loads(backend.to_str())
@@ -200,16 +206,68 @@ class TextTokenizer:
         conv = [t.template_message(m) for m, t in zip(marks, turns, strict=True)]
         return self._apply_template(conv, extra), marks
 
+    def _skeleton(
+        self, turns: Sequence[ChatTurn], extra: dict[str, Any], *, fresh: bool = False
+    ) -> tuple[str, dict[str, str], bool]:
+        """:meth:`_placeholder_render`, remembered per conversation *structure* (roles,
+        tool calls, tool call ids, tools and template variables: everything the
+        template receives except the contents), so a request shaped like an earlier one
+        renders the template once instead of twice.
+
+        The skeleton only locates the contents; :meth:`_content_spans` checks it
+        against the real rendering every time, so a template whose text depends on more
+        than the structure (a date, a content it inspects) gets spans ``None`` as it
+        would from a fresh render. ``fresh`` renders anew and replaces the entry.
+        Up to :data:`_SKELETONS` structures are kept, the oldest dropped first.
+
+        Returns:
+            ``(skeleton, placeholder → content, remembered)``; ``remembered`` is True
+            when the skeleton came from an earlier request.
+        """
+        try:
+            key = json.dumps(
+                [[t.role, t.tool_calls, t.tool_call_id] for t in turns],
+                ensure_ascii=False,
+                sort_keys=True,
+            ) + json.dumps(extra, ensure_ascii=False, sort_keys=True)
+        except (TypeError, ValueError):  # a template variable JSON cannot spell
+            return (*self._placeholder_render(turns, extra), False)
+        with self._skeletons_lock:
+            hit = None if fresh else self._skeletons.get(key)
+        if hit is not None:
+            skeleton, names = hit
+            return skeleton, {m: t.content for m, t in zip(names, turns, strict=True)}, True
+        skeleton, marks = self._placeholder_render(turns, extra)
+        with self._skeletons_lock:
+            self._skeletons.pop(key, None)
+            if len(self._skeletons) >= _SKELETONS:
+                self._skeletons.pop(next(iter(self._skeletons)))
+            self._skeletons[key] = (skeleton, tuple(marks))
+        return skeleton, marks, False
+
     def _content_spans(
         self, turns: Sequence[ChatTurn], rendered: str, extra: dict[str, Any]
     ) -> list[tuple[int, int]] | None:
         """Where each content lies in ``rendered`` (character ``(start, end)``), found by
-        rendering once more with placeholders and checking that putting the contents
-        in their place gives ``rendered`` exactly; None when it does not (the template
-        transforms or inspects a content)."""
+        rendering once more with placeholders (or reusing such a rendering of the same
+        structure: :meth:`_skeleton`) and checking that putting the contents in their
+        place gives ``rendered`` exactly; None when it does not (the template transforms
+        or inspects a content)."""
         if not any(t.content for t in turns):
             return []
-        skeleton, marks = self._placeholder_render(turns, extra)
+        skeleton, marks, remembered = self._skeleton(turns, extra)
+        spans = self._spans_from(skeleton, marks, rendered)
+        if spans is None and remembered:  # it may be stale (a date in the template)
+            skeleton, marks, _ = self._skeleton(turns, extra, fresh=True)
+            spans = self._spans_from(skeleton, marks, rendered)
+        return spans
+
+    @staticmethod
+    def _spans_from(
+        skeleton: str, marks: dict[str, str], rendered: str
+    ) -> list[tuple[int, int]] | None:
+        """The content spans that ``skeleton`` with ``marks`` replaced puts in
+        ``rendered``; None when the result is not ``rendered``."""
         spans: list[tuple[int, int]] = []
         out: list[str] = []
         pos = length = 0
