@@ -17,7 +17,15 @@ def _chunk(text: str) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
-async def _serve(finish: bool) -> tuple[asyncio.Server, int]:
+def _full(finish: bool) -> bytes:
+    return _chunk("Hello") + _chunk(" world") + (b"data: [DONE]\n\n" if finish else b"")
+
+
+def _event(data: dict[str, object]) -> bytes:
+    return f"data: {json.dumps(data)}\n\n".encode()
+
+
+async def _serve(body: bytes) -> tuple[asyncio.Server, int]:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
         length = next(
@@ -26,7 +34,6 @@ async def _serve(finish: bool) -> tuple[asyncio.Server, int]:
             if line.lower().startswith(b"content-length")
         )
         await reader.readexactly(length)
-        body = _chunk("Hello") + _chunk(" world") + (b"data: [DONE]\n\n" if finish else b"")
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n"
@@ -40,8 +47,8 @@ async def _serve(finish: bool) -> tuple[asyncio.Server, int]:
     return server, server.sockets[0].getsockname()[1]
 
 
-async def _one(finish: bool) -> tuple[bool, str, int]:
-    server, port = await _serve(finish)
+async def _one(body: bytes) -> tuple[bool, str, int]:
+    server, port = await _serve(body)
     opts = ClientOptions(base_url=f"http://127.0.0.1:{port}", model="m", http2=False)
     try:
         async with httpx.AsyncClient(timeout=10) as client:
@@ -53,11 +60,37 @@ async def _one(finish: bool) -> tuple[bool, str, int]:
 
 
 async def test_complete_stream_succeeds() -> None:
-    ok, err, tokens = await _one(True)
+    ok, err, tokens = await _one(_full(True))
     assert ok and not err and tokens == 2
 
 
 async def test_stream_cut_before_done_fails() -> None:
-    ok, err, tokens = await _one(False)
+    ok, err, tokens = await _one(_full(False))
     assert not ok and tokens == 2
     assert "before [DONE]" in err, err
+
+
+def _textless(completion_tokens: int) -> bytes:
+    """A chat stream whose one token decodes to no text: the role chunk, the finish
+    chunk (empty content), the usage chunk, ``[DONE]``."""
+    return (
+        _chunk("")
+        + _event({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+        + _event(
+            {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": completion_tokens}}
+        )
+        + b"data: [DONE]\n\n"
+    )
+
+
+async def test_a_token_without_text_is_timed_at_the_finish_chunk() -> None:
+    """A one-token request whose token is, say, the first byte of a character streams no
+    text; the usage says a token was generated, so the request succeeded (timed at its
+    finish chunk) instead of counting as failed."""
+    ok, err, tokens = await _one(_textless(1))
+    assert ok and not err and tokens == 1
+
+
+async def test_a_stream_without_any_token_still_fails() -> None:
+    ok, err, tokens = await _one(_textless(0))
+    assert not ok and tokens == 0 and err == "the stream carried no token"

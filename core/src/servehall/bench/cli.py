@@ -9,6 +9,7 @@ Every failure the user can cause (an unreachable URL, a refused key, an unknown 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -190,11 +191,28 @@ def workload_spec(
     )
 
 
+def bench_logging() -> None:
+    """Log warnings, and servehall's own INFO lines (a model's conversion progress), in
+    the server's format.
+
+    Set before any target runs: an in-process engine imports xgrammar, whose import
+    calls ``logging.basicConfig(level=INFO)`` when the root logger has no handler yet —
+    which put a line for every HTTP request of the load generator (httpx logs each at
+    INFO) into the report.
+    """
+    from servehall.server.logs import LOG_FORMAT
+
+    logging.basicConfig(format=LOG_FORMAT, level=logging.WARNING)
+    logging.getLogger("servehall").setLevel(logging.INFO)
+
+
 def run_cli(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run ``main()`` on a fresh event loop; expected failures become one line + exit."""
+    """Run ``main()`` on a fresh event loop (logging set by :func:`bench_logging`);
+    expected failures become one line + exit."""
     from servehall.bench.plot import PlotError
     from servehall.errors import ServehallError
 
+    bench_logging()
     try:
         return asyncio.run(main())
     except UsageError as exc:

@@ -125,6 +125,11 @@ def error_message(status: int, raw: bytes) -> str:
     return f"HTTP {status}: {first[:200]}"
 
 
+def _finish_reason(chunk: dict[str, Any]) -> str | None:
+    choices = chunk.get("choices") or []
+    return (choices[0].get("finish_reason") or None) if choices else None
+
+
 def _chunk_text(chunk: dict[str, Any], endpoint: Endpoint) -> str:
     choices = chunk.get("choices") or []
     if not choices:
@@ -148,13 +153,20 @@ async def send_request(
     Transport errors and non-2xx statuses give a failed output with a one-line
     ``error``; an error event inside the stream does too, and so does a stream that
     ends before its ``data: [DONE]`` line (cut by the server or a proxy: tokens may be
-    missing)."""
+    missing).
+
+    A complete stream whose tokens carried no text (one token that decodes to nothing
+    yet, such as a byte of a multi-byte character) succeeds when the server's usage
+    counts generated tokens: its first token is timed at the chunk that carried the
+    ``finish_reason``. (vLLM's benchmark counts such a request as failed — "never
+    received a valid chunk" — which drops a finished request from every figure.)"""
     out = RequestOutput(prompt_tokens=req.prompt_len)
     start = time.perf_counter()
     out.start = start - t0
     last = start
     chunks = 0
     usage: dict[str, Any] | None = None
+    finished: float | None = None  # when a chunk carried the finish_reason
     done = False
     try:
         async with client.stream("POST", opts.url, json=request_body(opts, req, max_tokens)) as r:
@@ -178,6 +190,8 @@ async def send_request(
                     return out
                 if chunk.get("usage"):
                     usage = chunk["usage"]
+                if finished is None and _finish_reason(chunk):
+                    finished = now
                 if not _chunk_text(chunk, opts.endpoint):
                     continue
                 if chunks == 0:
@@ -193,11 +207,15 @@ async def send_request(
     except ValueError as exc:
         out.error = f"bad stream data: {exc}"
         return out
-    out.latency = last - start
     out.output_tokens = chunks
     if usage:
         out.output_tokens = int(usage.get("completion_tokens") or chunks)
         out.prompt_tokens = int(usage.get("prompt_tokens") or req.prompt_len)
+    if chunks == 0 and done and finished is not None and out.output_tokens > 0:
+        out.ttft = finished - start  # the tokens decoded to no text: timed at the finish
+        out.token_times.append(finished - t0)
+        last, chunks = finished, 1
+    out.latency = last - start
     out.success = chunks > 0 and done
     if not done:
         out.error = f"the stream ended before [DONE] after {chunks} token chunk(s)"
