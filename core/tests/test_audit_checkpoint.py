@@ -186,3 +186,15 @@ def test_a_key_that_is_not_ed25519_is_one_line(tmp_path: Path):
         load_private_key(pem.decode())
     with pytest.raises(ConfigError, match="not a PEM private key"):
         load_private_key("hello")
+
+
+def test_the_first_checkpoint_is_due_however_long_the_machine_has_been_up(
+    keys: tuple[Path, Path],
+):
+    """``due`` reads the monotonic clock, whose zero is the boot: a signer that never
+    signed is due even 5 s after boot, with an hour's interval (a CI machine up for less
+    than ``interval_s`` signed nothing at the first batch)."""
+    signer = CheckpointSigner(load_private_key(keys[0].read_text()), interval_s=3600)
+    assert signer.due(5.0)
+    signer._last_at = 5.0  # what sign() records
+    assert not signer.due(3000.0) and signer.due(3605.0)

@@ -123,12 +123,15 @@ class CheckpointSigner:
         self.key = key
         self.key_id = key_id(key.public_key())
         self.interval_s = interval_s
-        self._last_at = 0.0
+        self._last_at: float | None = None  # never signed: the first batch is due
         self._last_signed: tuple[int, int] | None = None
 
     def due(self, now: float) -> bool:
-        """True when ``interval_s`` passed since the last :meth:`sign` (monotonic ``now``)."""
-        return now - self._last_at >= self.interval_s
+        """True before the first :meth:`sign`, then when ``interval_s`` passed since the
+        last one (monotonic ``now``: its zero is the machine's boot, so "never" cannot be
+        a last sign at 0 — on a machine up for less than ``interval_s`` nothing would be
+        due)."""
+        return self._last_at is None or now - self._last_at >= self.interval_s
 
     async def sign(self, conn: AsyncConnection, now: float) -> bool:
         """Insert a checkpoint of the current head on ``conn`` (caller's transaction).
