@@ -112,18 +112,25 @@ class H2Client:
         *,
         flush: bool = True,
     ) -> int:
-        """Start a request (HEADERS, and DATA when ``body`` is given; the body must fit
-        the flow-control windows); returns its stream id. With ``flush=False`` the frames
-        wait for the next :meth:`flush`."""
+        """Start a request (HEADERS, and DATA when ``body`` is given); returns its stream
+        id. With ``flush=False`` the frames wait for the next :meth:`flush` — unless the
+        body does not fit the flow-control windows: then what is pending is sent and the
+        server's frames are read until its ``WINDOW_UPDATE`` makes room, as a client
+        must (a window the server returns after answering an earlier stream arrives
+        after that answer)."""
         sid = self.conn.get_next_available_stream_id()
         hdrs = [(":method", method), (":path", path), (":scheme", "http"), (":authority", "x")]
         self.conn.send_headers(sid, hdrs + list(headers or []), end_stream=body is None)
+        self.streams[sid] = H2Stream()
         if body is not None:  # in frames of the largest size the server accepts
             size = self.conn.max_outbound_frame_size
             parts = [body[i : i + size] for i in range(0, len(body), size)] or [b""]
             for i, part in enumerate(parts):
+                while self.conn.local_flow_control_window(sid) < len(part):
+                    self.flush()
+                    if not self.pump():
+                        raise ConnectionError("closed while waiting for a flow-control window")
                 self.conn.send_data(sid, part, end_stream=i == len(parts) - 1)
-        self.streams[sid] = H2Stream()
         if flush:
             self.flush()
         return sid
