@@ -3,9 +3,12 @@
 ``deploy/haproxy.cfg`` as is (``agent-check``, ``agent-inter 1s``); which replica answered
 is HAProxy's ``x-servehall-backend`` response header.
 
-Replica A is made slow by real load, not a fault: three long streamed completions
-(``ignore_eos``, 1,900 tokens) sent to A directly fill its two slots and queue one more,
-so A's agent answers ``up ready 1%`` (B, idle, ``100%``). Then:
+Replica A is made slow by real load, not a fault: sixteen long streamed completions
+(``ignore_eos``, 1,900 tokens) sent to A directly fill its two slots and queue fourteen
+more, so A's agent answers ``up ready 1%`` (B, idle, ``100%``). (On a fast machine the
+demo model streams two requests of 1,900 tokens in under two seconds: a queue of one
+empties before the 30 requests below are sent; seven more pairs keep A full for several
+seconds.) Then:
 
 1. every request sent through HAProxy from 2 s after A is full goes to B (at most one
    of 30 to A: HAProxy's weighted round robin still gives a 1 % server one pick in ~101);
@@ -123,7 +126,7 @@ def test_requests_follow_the_agents_away_from_a_loaded_replica_and_back(pair: Pa
     assert before["a"] >= 5 and before["b"] >= 5, before  # both take work when idle
     flood: list[socket.socket] = []
     try:
-        for i in range(3):  # two take A's slots, the third waits (no first event yet)
+        for i in range(16):  # two take A's slots, the others wait (no first event yet)
             flood.append(hold_stream(pair.a.port, LONG, first_event=i < 2)[0])
         full = _until(
             lambda: (
