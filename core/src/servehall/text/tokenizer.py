@@ -206,61 +206,54 @@ class TextTokenizer:
         conv = [t.template_message(m) for m, t in zip(marks, turns, strict=True)]
         return self._apply_template(conv, extra), marks
 
-    def _skeleton(
-        self, turns: Sequence[ChatTurn], extra: dict[str, Any], *, fresh: bool = False
-    ) -> tuple[str, dict[str, str], bool]:
-        """:meth:`_placeholder_render`, remembered per conversation *structure* (roles,
-        tool calls, tool call ids, tools and template variables: everything the
-        template receives except the contents), so a request shaped like an earlier one
-        renders the template once instead of twice.
-
-        The skeleton only locates the contents; :meth:`_content_spans` checks it
-        against the real rendering every time, so a template whose text depends on more
-        than the structure (a date, a content it inspects) gets spans ``None`` as it
-        would from a fresh render. ``fresh`` renders anew and replaces the entry.
-        Up to :data:`_SKELETONS` structures are kept, the oldest dropped first.
-
-        Returns:
-            ``(skeleton, placeholder → content, remembered)``; ``remembered`` is True
-            when the skeleton came from an earlier request.
-        """
+    @staticmethod
+    def _structure_key(turns: Sequence[ChatTurn], extra: dict[str, Any]) -> str | None:
+        """What the template receives except the contents (roles, tool calls, tool call
+        ids, tools, template variables) as a key of remembered placeholder renderings;
+        None when a template variable has no JSON spelling (nothing is remembered)."""
         try:
-            key = json.dumps(
-                [[t.role, t.tool_calls, t.tool_call_id] for t in turns],
+            return json.dumps(
+                [[[t.role, t.tool_calls, t.tool_call_id] for t in turns], extra],
                 ensure_ascii=False,
                 sort_keys=True,
-            ) + json.dumps(extra, ensure_ascii=False, sort_keys=True)
-        except (TypeError, ValueError):  # a template variable JSON cannot spell
-            return (*self._placeholder_render(turns, extra), False)
-        with self._skeletons_lock:
-            hit = None if fresh else self._skeletons.get(key)
-        if hit is not None:
-            skeleton, names = hit
-            return skeleton, {m: t.content for m, t in zip(names, turns, strict=True)}, True
-        skeleton, marks = self._placeholder_render(turns, extra)
-        with self._skeletons_lock:
-            self._skeletons.pop(key, None)
-            if len(self._skeletons) >= _SKELETONS:
-                self._skeletons.pop(next(iter(self._skeletons)))
-            self._skeletons[key] = (skeleton, tuple(marks))
-        return skeleton, marks, False
+            )
+        except (TypeError, ValueError):
+            return None
 
     def _content_spans(
         self, turns: Sequence[ChatTurn], rendered: str, extra: dict[str, Any]
     ) -> list[tuple[int, int]] | None:
         """Where each content lies in ``rendered`` (character ``(start, end)``), found by
-        rendering once more with placeholders (or reusing such a rendering of the same
-        structure: :meth:`_skeleton`) and checking that putting the contents in their
-        place gives ``rendered`` exactly; None when it does not (the template transforms
-        or inspects a content)."""
+        rendering once more with placeholders and checking that putting the contents in
+        their place gives ``rendered`` exactly; None when it does not (the template
+        transforms or inspects a content).
+
+        The placeholder rendering is remembered per conversation structure
+        (:meth:`_structure_key`; up to :data:`_SKELETONS`, the oldest dropped first), so
+        a request shaped like an earlier one renders the template once instead of twice.
+        A remembered rendering is checked like a fresh one and rendered anew when it no
+        longer fits (a template that prints a date), so it changes no result."""
         if not any(t.content for t in turns):
             return []
-        skeleton, marks, remembered = self._skeleton(turns, extra)
-        spans = self._spans_from(skeleton, marks, rendered)
-        if spans is None and remembered:  # it may be stale (a date in the template)
-            skeleton, marks, _ = self._skeleton(turns, extra, fresh=True)
-            spans = self._spans_from(skeleton, marks, rendered)
-        return spans
+        key = self._structure_key(turns, extra)
+        if key is not None:
+            with self._skeletons_lock:
+                hit = self._skeletons.get(key)
+            if hit is not None:
+                skeleton, names = hit
+                marks = {m: t.content for m, t in zip(names, turns, strict=True)}
+                spans = self._spans_from(skeleton, marks, rendered)
+                if spans is not None:
+                    return spans
+                # stale (a date in the template) or a template that inspects contents
+        skeleton, marks = self._placeholder_render(turns, extra)
+        if key is not None:
+            with self._skeletons_lock:
+                self._skeletons.pop(key, None)
+                if len(self._skeletons) >= _SKELETONS:  # drop the oldest
+                    self._skeletons.pop(next(iter(self._skeletons)))
+                self._skeletons[key] = (skeleton, tuple(marks))
+        return self._spans_from(skeleton, marks, rendered)
 
     @staticmethod
     def _spans_from(
