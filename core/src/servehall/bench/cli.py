@@ -200,9 +200,9 @@ def bench_logging() -> None:
     which put a line for every HTTP request of the load generator (httpx logs each at
     INFO) into the report.
     """
-    from servehall.server.logs import LOG_FORMAT
+    from servehall.server.logs import configure_logging
 
-    logging.basicConfig(format=LOG_FORMAT, level=logging.WARNING)
+    configure_logging("warning")
     logging.getLogger("servehall").setLevel(logging.INFO)
 
 

@@ -125,16 +125,13 @@ def error_message(status: int, raw: bytes) -> str:
     return f"HTTP {status}: {first[:200]}"
 
 
-def _finish_reason(chunk: dict[str, Any]) -> str | None:
+def _first_choice(chunk: dict[str, Any]) -> dict[str, Any]:
     choices = chunk.get("choices") or []
-    return (choices[0].get("finish_reason") or None) if choices else None
+    return choices[0] if choices else {}
 
 
 def _chunk_text(chunk: dict[str, Any], endpoint: Endpoint) -> str:
-    choices = chunk.get("choices") or []
-    if not choices:
-        return ""
-    choice = choices[0]
+    choice = _first_choice(chunk)
     if endpoint == "chat":
         return str((choice.get("delta") or {}).get("content") or "")
     return str(choice.get("text") or "")
@@ -190,7 +187,7 @@ async def send_request(
                     return out
                 if chunk.get("usage"):
                     usage = chunk["usage"]
-                if finished is None and _finish_reason(chunk):
+                if finished is None and _first_choice(chunk).get("finish_reason"):
                     finished = now
                 if not _chunk_text(chunk, opts.endpoint):
                     continue
