@@ -102,7 +102,8 @@ def _admin_text(c: httpx.Client, srv: ServerHandle) -> str:
 
 
 def _revision(c: httpx.Client, srv: ServerHandle) -> int | None:
-    return c.get(srv.base_url + "/health/ready").json()["config"]["revision"]  # type: ignore[no-any-return]
+    revision = c.get(srv.base_url + "/health/ready").json()["config"]["revision"]
+    return int(revision) if revision is not None else None
 
 
 def _wait(pred: Any, timeout: float, what: str) -> float:
