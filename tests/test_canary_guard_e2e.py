@@ -15,7 +15,6 @@ canary's weight brings it back on both.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 import threading
 import time
@@ -26,10 +25,11 @@ from typing import Any
 import httpx
 import pytest
 
-from servehall.db.testing import create_pg_database, drop_pg_database, require_pg, run_sql
-from servehall_auth.testing import RedisServer, redis_server_binary
+from servehall.db.testing import run_sql
+from servehall_auth.testing import RedisServer
 from tests.conftest import ServerHandle, run_cli
 from tests.test_versions_e2e import HEADER, completion, versions_config
+from tests.test_versions_replicas_e2e import replica_pair
 
 pytestmark = [pytest.mark.postgres]
 
@@ -65,26 +65,14 @@ class Pair:
 
 
 @pytest.fixture(scope="module")
-def pair(
-    servehall_server: Any, demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Pair]:
-    if redis_server_binary() is None:
-        pytest.skip("redis-server is not installed (.ci/services.d/redis.sh)")
-    db_url = asyncio.run(create_pg_database(require_pg()))
-    redis = RedisServer().start()
-    try:
-        text = guard_config(demo_model_dir, db_url, redis.url)
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            kw = {"ready_timeout": 600.0}
-            fa = pool.submit(servehall_server, text, name="guard-a", **kw)
-            fb = pool.submit(servehall_server, text, name="guard-b", **kw)
-            dep = Pair(fa.result(), fb.result(), db_url, redis)
+def pair(servehall_server: Any, demo_model_dir: Path) -> Iterator[Pair]:
+    def config(db_url: str, redis_url: str) -> str:
+        return guard_config(demo_model_dir, db_url, redis_url)
+
+    with replica_pair(servehall_server, config, "guard") as (a, b, db_url, redis):
+        dep = Pair(a, b, db_url, redis)
         yield dep
-        dep.a.stop()
-        dep.b.stop()
-    finally:
-        redis.close()
-        asyncio.run(drop_pg_database(db_url))
+        dep.b.stop()  # the test restarts B
 
 
 def _versions(c: httpx.Client, srv: ServerHandle, tag: str, n: int = 24) -> set[str]:
