@@ -35,15 +35,15 @@ def versions_config(
 ) -> str:
     """A config serving ``m`` as ``versions`` (label, weight) of the paced null engine;
     ``extra`` adds keys to a version's entry by label, ``server`` to ``[server]``,
-    ``more`` top-level sections."""
+    ``more`` top-level sections (replacing ``[scheduler]`` too)."""
     return dump_toml(
         {
             "plugins": {"enabled": []},
             "server": {"config_revisions": True, "config_poll_s": 0.5, **(server or {})},
-            **(more or {}),
             "database": {"url": db_url, "auto_migrate": True},
             "sinks": [{"name": "sql"}],
             "scheduler": {"max_concurrency": 64, "max_queue": 256},
+            **(more or {}),
             "models": [
                 {
                     "name": "m",

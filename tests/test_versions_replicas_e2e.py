@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,28 +66,46 @@ class Replicas:
         return run_cli(self.a.config_path, *args, env={}, cwd=self.work)
 
 
+@contextlib.contextmanager
+def replica_pair(
+    servehall_server: Any, config: Callable[[str, str], str], prefix: str
+) -> Iterator[tuple[ServerHandle, ServerHandle, str, RedisServer]]:
+    """Two replicas (``<prefix>-a``, ``<prefix>-b``) started together from
+    ``config(db_url, redis_url)`` on a fresh PostgreSQL database and a Redis server of
+    their own: ``(a, b, db_url, redis)``; stopped, and the database dropped, afterwards.
+    Skips without redis-server (or PostgreSQL, as :func:`require_pg`)."""
+    if redis_server_binary() is None:
+        pytest.skip("redis-server is not installed (.ci/services.d/redis.sh)")
+    db_url = asyncio.run(create_pg_database(require_pg()))
+    redis = RedisServer().start()
+    try:
+        text = config(db_url, redis.url)
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            kw = {"ready_timeout": 600.0}
+            fa = pool.submit(servehall_server, text, name=f"{prefix}-a", **kw)
+            fb = pool.submit(servehall_server, text, name=f"{prefix}-b", **kw)
+            a, b = fa.result(), fb.result()
+        try:
+            yield a, b, db_url, redis
+        finally:
+            a.stop()
+            b.stop()
+    finally:
+        redis.close()
+        asyncio.run(drop_pg_database(db_url))
+
+
 @pytest.fixture(scope="module")
 def replicas(
     servehall_server: Any, demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Replicas]:
-    if redis_server_binary() is None:
-        pytest.skip("redis-server is not installed (.ci/services.d/redis.sh)")
     work = tmp_path_factory.mktemp("versions-replicas")
-    db_url = asyncio.run(create_pg_database(require_pg()))
-    redis = RedisServer().start()
-    try:
-        text = replica_config(demo_model_dir, db_url, redis.url, [("v1", 1)])
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            kw = {"ready_timeout": 600.0}
-            fa = pool.submit(servehall_server, text, name="rev-a", **kw)
-            fb = pool.submit(servehall_server, text, name="rev-b", **kw)
-            dep = Replicas(fa.result(), fb.result(), db_url, redis, demo_model_dir, work)
-        yield dep
-        dep.a.stop()
-        dep.b.stop()
-    finally:
-        redis.close()
-        asyncio.run(drop_pg_database(db_url))
+
+    def config(db_url: str, redis_url: str) -> str:
+        return replica_config(demo_model_dir, db_url, redis_url, [("v1", 1)])
+
+    with replica_pair(servehall_server, config, "rev") as (a, b, db_url, redis):
+        yield Replicas(a, b, db_url, redis, demo_model_dir, work)
 
 
 def _ready(c: httpx.Client, srv: ServerHandle) -> dict[str, Any]:

@@ -87,6 +87,7 @@ from servehall.version import HOOK_API_VERSION, __version__
 if TYPE_CHECKING:  # imported lazily below (SQLAlchemy is heavy): see __getattr__
     from servehall.db import (
         DbBase,
+        DbTimeouts,
         UTCDateTime,
         create_db_engine,
         describe_database,
@@ -100,6 +101,7 @@ _LAZY = {
     name: "servehall.db"
     for name in (
         "DbBase",
+        "DbTimeouts",
         "UTCDateTime",
         "create_db_engine",
         "describe_database",
@@ -109,8 +111,8 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    """Import the database helpers (``DbBase``, ``UTCDateTime``, ``create_db_engine``) on
-    first use, so ``import servehall`` stays light."""
+    """Import the database helpers (``DbBase``, ``DbTimeouts``, ``UTCDateTime``,
+    ``create_db_engine``…) on first use, so ``import servehall`` stays light."""
     if name in _LAZY:
         import importlib
 
@@ -134,6 +136,7 @@ __all__ = [
     "ConfigError",
     "ContentFilterError",
     "DbBase",
+    "DbTimeouts",
     "DeltaStream",
     "Engine",
     "EngineError",

@@ -86,6 +86,25 @@ class RollbackIf(_Section):
     window_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
 
 
+class RolledBack(_Section):
+    """``[[models]] rolled_back``: written by the canary guard, never needed by hand.
+
+    The version's entry in the config revision that took it out of rotation carries
+    ``weight = 0`` and this table: the ``weight`` it had before, the ``reason``
+    (``error_rate``, ``ttft_p99``), the ``detail`` (the figures), when (``at``, ISO 8601
+    UTC) and which replica judged it (``by``). A later config that gives the version
+    this same ``weight`` without the table keeps the rollback
+    (:mod:`servehall.rollout.sticky`); another weight, or the table kept with a weight
+    above 0, ends it.
+    """
+
+    weight: float = Field(ge=0, allow_inf_nan=False)
+    reason: str = Field(min_length=1, max_length=64)
+    detail: str = Field(default="", max_length=500)
+    at: str = Field(default="", max_length=64)
+    by: str = Field(default="", max_length=128)
+
+
 class ModelConfig(_Section):
     """``[[models]]``: one served model.
 
@@ -104,7 +123,8 @@ class ModelConfig(_Section):
     relative share of that name's traffic; 0 takes none unless pinned by the
     ``x-servehall-model-version`` header). A name served by one entry may leave
     ``version`` empty. :func:`check_versions` checks the set. ``rollback_if`` guards a
-    canary (:class:`RollbackIf`). ``idle_unload_s`` stops the version's engine after that
+    canary (:class:`RollbackIf`); ``rolled_back`` marks a version the guard took out of
+    rotation (:class:`RolledBack`). ``idle_unload_s`` stops the version's engine after that
     many seconds without requests; the next request loads it again
     (:mod:`servehall.rollout.idle`).
     """
@@ -113,6 +133,7 @@ class ModelConfig(_Section):
     version: str = Field(default="", max_length=64, pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]*)?$")
     weight: float = Field(default=1.0, ge=0, allow_inf_nan=False)
     rollback_if: RollbackIf | None = None
+    rolled_back: RolledBack | None = None
     idle_unload_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     path: Path
     backend: str = "auto"

@@ -3,18 +3,21 @@
 Public (re-exported from ``servehall``): :class:`DbBase` (declarative base whose
 ``metadata`` carries the constraint naming convention; plugin-owned tables subclass it),
 :class:`UTCDateTime` (timestamp column type), :func:`create_db_engine` (async engine from
-a URL or the settings' ``[database] url``), :func:`describe_database` and
+a URL or the settings' ``[database] url``), :class:`DbTimeouts` (the ``[database]``
+statement/lock/idle bounds on PostgreSQL sessions: ``DbTimeouts.of(settings)``, passed as
+``create_db_engine(url, timeouts=...)``), :func:`describe_database` and
 :func:`require_existing_database` (CLI commands name the database they use and never
 create one by connecting). Plugin migrations: see ``docs/sql.md``.
 """
 
-from servehall.db.engine import create_db_engine, database_url, safe_url
+from servehall.db.engine import DbTimeouts, create_db_engine, database_url, safe_url
 from servehall.db.locate import describe_database, require_existing_database
 from servehall.db.models import DbBase
 from servehall.db.types import UTCDateTime
 
 __all__ = [
     "DbBase",
+    "DbTimeouts",
     "UTCDateTime",
     "create_db_engine",
     "database_url",

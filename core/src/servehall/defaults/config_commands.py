@@ -6,7 +6,9 @@ chain as ``config.applied`` / ``config.rollback``, actor ``cli:<OS user>``); eve
 replica running with ``[server] config_revisions = true`` applies it live within its
 ``config_poll_s`` (docs/versions.md). A revision never holds a literal secret: it is
 stored as ``{ redacted = true }`` (:mod:`servehall.config.redact`) and each replica
-takes it from its running config when it applies the revision.
+takes it from its running config when it applies the revision. Both keep a canary the
+guard rolled back at weight 0 unless the stored config sets its weight
+(:mod:`servehall.rollout.sticky`), and say so.
 """
 
 from __future__ import annotations
@@ -36,6 +38,25 @@ def _require_revisions(settings_enabled: bool) -> None:
             "[server] config_revisions is off in this deployment's config: replicas do "
             "not follow revisions (send SIGHUP to a server to re-read its file instead)"
         )
+
+
+def _keep_rollbacks(text: str, fmt: str, newest: Any) -> str:
+    """``text`` with the guard's rollbacks in ``newest`` (a stored revision, or None)
+    kept (:func:`servehall.rollout.sticky.keep`); each kept one is named on stderr."""
+    from servehall.config.settings import parse_config_text
+    from servehall.rollout import sticky
+
+    if newest is None:
+        return text
+    previous = parse_config_text(newest.text, newest.fmt).get("models") or []
+    text, kept = sticky.keep(text, fmt, previous)
+    for key in kept:
+        typer.echo(
+            f"{key}: kept at weight 0 (rolled back by the canary guard in revision "
+            f"{newest.revision}); set its weight to change it",
+            err=True,
+        )
+    return text
 
 
 async def _announce(settings: Any, revision: int) -> None:
@@ -71,15 +92,16 @@ def config_apply(
 
     async def go(engine: Any, plugins: Any) -> Any:
         newest = await revisions.latest(engine)
+        stored = _keep_rollbacks(text, fmt, newest)
         if newest is not None:
             errs = non_live_changes(
-                parse_config_text(newest.text, newest.fmt), parse_config_text(text, fmt)
+                parse_config_text(newest.text, newest.fmt), parse_config_text(stored, fmt)
             )
             if errs:
                 return errs
-            if newest.hash == revisions.text_hash(text):
+            if newest.hash == revisions.text_hash(stored):
                 return newest
-        rev = await revisions.record(engine, text, fmt, _actor())
+        rev = await revisions.record(engine, stored, fmt, _actor())
         await _announce(settings, rev.revision)
         return rev
 
@@ -173,7 +195,7 @@ def config_rollback(
             ) from None
         rev = await revisions.record(
             engine,
-            target.text,
+            _keep_rollbacks(target.text, target.fmt, newest),
             target.fmt,
             _actor(),
             action="config.rollback",

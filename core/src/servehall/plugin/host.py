@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,7 @@ from servehall.config.settings import Settings
 from servehall.plugin.manager import PluginHost
 from servehall.plugin.state import PluginState
 from servehall.replica import replica_name
-from servehall.rollout.guard import OutcomeWindow
+from servehall.rollout.guard import Breach, OutcomeWindow
 from servehall.tools.parsers import HERMES, ToolParser
 
 if TYPE_CHECKING:
@@ -89,6 +90,10 @@ class Host:
             ``host.state.put(obj)``, ``host.state.get(Cls)``, ``host.state.require(Cls)``).
         replica: this replica's name (``[server] replica`` or ``<hostname>-<pid>``),
             stored in every request-log row.
+        on_canary_rollback: called (on the event loop, must not block) when the canary
+            guard set a version's weight to 0 (:mod:`servehall.rollout.guard`); the
+            live config stores it as a config revision. None: the rollback stays in
+            this process.
     """
 
     settings: Settings
@@ -98,6 +103,7 @@ class Host:
     records: Any = None
     state: PluginState = field(default_factory=PluginState)
     replica: str = ""
+    on_canary_rollback: Callable[[ServedModel, Breach], None] | None = None
 
     def served_names(self) -> list[str]:
         """The model names clients may send, in configured order, once each."""

@@ -1,15 +1,24 @@
 """Guarded canary: a version whose errors or TTFT regress is taken out of rotation.
 
-Each version keeps a sliding window of its finished requests (time, error?, TTFT) fed
-by the request record (:meth:`~servehall.serving.request.RequestState.finish`). A
-version with ``rollback_if`` (:class:`~servehall.config.models.RollbackIf`) is judged
-against the other versions of its name (the baseline) at most once a second: once it
-has served ``min_requests`` in the window, an error rate above ``error_rate_above`` or
-a TTFT P99 above ``ttft_p99_above_baseline`` × the baseline's P99 sets its weight to 0
-— a pin header still reaches it — records the audit event ``model.canary_rollback``,
-counts ``servehall_canary_rollbacks_total{model,version,reason}`` and logs a warning.
-The decision is per replica (each judges the traffic it served); the config revision is
-unchanged until an operator applies a new one.
+Each version keeps a sliding window of its requests' outcomes (time, error?, TTFT), fed
+by every request routed to it when it ends
+(:meth:`~servehall.serving.request.RequestState.finish`): answered ones, and those
+refused before admission too (503 ``queue_full``/``queue_timeout``, ``records_unavailable``,
+a failed on-demand load) — an error is a 5xx or an engine error. A version with
+``rollback_if`` (:class:`~servehall.config.models.RollbackIf`) is judged against the
+other versions of its name (the baseline) at most once a second: once it has
+``min_requests`` in the window, an error rate above ``error_rate_above`` or a TTFT P99
+above ``ttft_p99_above_baseline`` × the baseline's P99 sets its weight to 0 — a pin
+header still reaches it; never the name's last version with weight — counts
+``servehall_canary_rollbacks_total{model,version,reason}`` and logs a warning.
+
+The judgement is per replica (each judges the traffic it served); the rollback is the
+deployment's: :attr:`Host.on_canary_rollback <servehall.plugin.host.Host>` (set by the
+live config, :class:`~servehall.rollout.live.LiveConfig`) stores it as a config revision
+(audited ``model.canary_rollback`` with the reason and the figures) that every replica
+applies and that survives restarts (:mod:`servehall.rollout.sticky`). Without it (an
+app built without the live config) the audit event goes to the record bus and the
+rollback lives in this process only.
 """
 
 from __future__ import annotations
@@ -18,7 +27,9 @@ import logging
 import math
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from servehall.config.models import RollbackIf
@@ -31,7 +42,7 @@ _JUDGE_EVERY_S = 1.0
 
 
 class OutcomeWindow:
-    """Finished requests of one version over the last ``window_s`` seconds.
+    """Ended requests of one version over the last ``window_s`` seconds.
 
     Appends are O(1); old entries leave on the next append or read (amortised O(1)).
     """
@@ -42,7 +53,7 @@ class OutcomeWindow:
         self.judged_at = 0.0
 
     def add(self, now: float, error: bool, ttft_s: float | None) -> None:
-        """One finished request at monotonic ``now``."""
+        """One ended request at monotonic ``now``."""
         self._items.append((now, error, ttft_s))
         self.prune(now)
 
@@ -58,10 +69,14 @@ class OutcomeWindow:
         """Requests in the window."""
         return len(self._items)
 
+    def errors(self) -> int:
+        """Requests in the window that ended in an error."""
+        return sum(1 for _, e, _ in self._items if e)
+
     def error_rate(self) -> float:
         """Errors / requests (0 for an empty window)."""
         n = len(self._items)
-        return sum(1 for _, e, _ in self._items if e) / n if n else 0.0
+        return self.errors() / n if n else 0.0
 
     def ttfts(self) -> list[float]:
         """TTFTs (seconds) of the requests that produced a token."""
@@ -76,28 +91,65 @@ def p99(values: list[float]) -> float | None:
     return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
 
 
-def breach(
-    rule: RollbackIf, canary: OutcomeWindow, baseline: list[OutcomeWindow]
-) -> tuple[str, str] | None:
-    """``(reason, detail)`` when ``canary`` breaks ``rule`` against ``baseline``, else
-    None. Reasons: ``error_rate``, ``ttft_p99``."""
+@dataclass(frozen=True, slots=True)
+class Breach:
+    """Why a canary is rolled back: ``reason`` (``error_rate`` or ``ttft_p99``), a
+    one-line ``detail`` and the ``figures`` it was judged on (JSON-able: ``requests``,
+    ``errors``, ``error_rate``, ``window_s``, ``min_requests``, the rule's thresholds,
+    ``ttft_p99_ms`` and ``baseline_ttft_p99_ms``/``baseline_requests`` for TTFT)."""
+
+    reason: str
+    detail: str
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def marker(self, replica: str) -> dict[str, Any]:
+        """The ``rolled_back`` table's fields besides ``weight``
+        (:class:`~servehall.config.models.RolledBack`)."""
+        return {
+            "reason": self.reason,
+            "detail": self.detail[:500],
+            "at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "by": replica[:128],
+        }
+
+
+def breach(rule: RollbackIf, canary: OutcomeWindow, baseline: list[OutcomeWindow]) -> Breach | None:
+    """The :class:`Breach` when ``canary`` breaks ``rule`` against ``baseline``, else
+    None."""
     if canary.count < rule.min_requests:
         return None
-    if rule.error_rate_above is not None:
-        rate = canary.error_rate()
-        if rate > rule.error_rate_above:
-            return "error_rate", (
-                f"error rate {rate:.3f} > {rule.error_rate_above} over {canary.count} requests"
-            )
+    rate = canary.error_rate()
+    figures: dict[str, Any] = {
+        "requests": canary.count,
+        "errors": canary.errors(),
+        "error_rate": round(rate, 4),
+        "window_s": canary.window_s,
+        "min_requests": rule.min_requests,
+    }
+    if rule.error_rate_above is not None and rate > rule.error_rate_above:
+        figures["error_rate_above"] = rule.error_rate_above
+        return Breach(
+            "error_rate",
+            f"error rate {rate:.3f} > {rule.error_rate_above} over {canary.count} requests",
+            figures,
+        )
     if rule.ttft_p99_above_baseline is not None:
         base = [t for w in baseline for t in w.ttfts()]
         mine, theirs = p99(canary.ttfts()), p99(base)
         if mine is not None and theirs is not None and len(base) >= rule.min_requests:
             limit = theirs * rule.ttft_p99_above_baseline
             if mine > limit:
-                return "ttft_p99", (
+                figures.update(
+                    ttft_p99_above_baseline=rule.ttft_p99_above_baseline,
+                    ttft_p99_ms=round(mine * 1000, 3),
+                    baseline_ttft_p99_ms=round(theirs * 1000, 3),
+                    baseline_requests=len(base),
+                )
+                return Breach(
+                    "ttft_p99",
                     f"TTFT P99 {mine * 1000:.1f} ms > {rule.ttft_p99_above_baseline} x "
-                    f"baseline {theirs * 1000:.1f} ms"
+                    f"baseline {theirs * 1000:.1f} ms",
+                    figures,
                 )
     return None
 
@@ -105,8 +157,8 @@ def breach(
 def observe(
     host: Host, metrics: Metrics | None, served: ServedModel, error: bool, ttft_s: float | None
 ) -> None:
-    """Note one finished request of ``served`` and judge the guarded versions of its
-    name (those with ``rollback_if``)."""
+    """Note one ended request of ``served`` (any outcome; ``error``: a 5xx or an engine
+    error) and judge the guarded versions of its name (those with ``rollback_if``)."""
     now = time.monotonic()
     served.outcomes.add(now, error, ttft_s)
     siblings = [s for s in host.models.values() if s.name == served.name]
@@ -123,29 +175,46 @@ def observe(
         for w in baseline:
             w.prune(now)
         found = breach(rule, canary.outcomes, baseline)
-        if found is not None:
-            roll_back(host, metrics, canary, *found)
+        if found is None:
+            continue
+        if not any(s.weight > 0 and s.state == "serving" for s in siblings if s is not canary):
+            log.warning(
+                "canary %s breaks its rollback_if (%s) but is the only version of %r "
+                "taking traffic: not rolled back",
+                canary.key,
+                found.detail,
+                canary.name,
+            )
+            continue
+        roll_back(host, metrics, canary, found)
 
 
-def roll_back(
-    host: Host, metrics: Metrics | None, canary: ServedModel, reason: str, detail: str
-) -> None:
-    """Set ``canary``'s weight to 0, audit, count and log it."""
+def roll_back(host: Host, metrics: Metrics | None, canary: ServedModel, found: Breach) -> None:
+    """Set ``canary``'s weight to 0 on this replica, count and log it, and hand it to
+    :attr:`Host.on_canary_rollback` to store (or, without one, audit it on the bus)."""
     from servehall.records.types import AuditEvent
 
     canary.weight = 0.0
     log.warning(
         "canary %s rolled back (weight 0): %s; the baseline versions take its traffic",
         canary.key,
-        detail,
+        found.detail,
     )
     if metrics is not None:
-        metrics.canary_rollbacks.labels(canary.name, canary.version, reason).inc()
-    if host.records is not None:
+        metrics.canary_rollbacks.labels(canary.name, canary.version, found.reason).inc()
+    if host.on_canary_rollback is not None:
+        host.on_canary_rollback(canary, found)
+    elif host.records is not None:
         host.records.audit(
             AuditEvent(
                 action="model.canary_rollback",
                 target=canary.key,
-                details={"reason": reason, "detail": detail, "replica": host.replica},
+                details=audit_details(found, host.replica),
             )
         )
+
+
+def audit_details(found: Breach, replica: str) -> dict[str, Any]:
+    """The ``model.canary_rollback`` audit event's details: reason, detail, the figures
+    and the replica that judged."""
+    return {"reason": found.reason, "detail": found.detail, **found.figures, "replica": replica}

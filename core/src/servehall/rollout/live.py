@@ -14,6 +14,11 @@ revision that a replica follows from the database applies only its ``[[models]]`
 A running version changes only ``weight``, ``rollback_if`` and ``idle_unload_s`` live: another path,
 backend or options is a new version label.
 
+A canary the guard rolled back (:mod:`servehall.rollout.guard`) is stored as a revision
+by :meth:`LiveConfig.canary_rolled_back`, which every replica follows; every config
+applied or stored afterwards keeps that rollback unless it sets the version's weight
+explicitly (:mod:`servehall.rollout.sticky`).
+
 Order, everything-or-nothing: validate everything (every error in one list, as
 ``servehall config check`` does), then start each new version's engine with state
 ``loading`` (the router sends it nothing) and run the readiness probe; if any fails,
@@ -43,8 +48,9 @@ from servehall.config.settings import (
 )
 from servehall.errors import ConfigError
 from servehall.plugin.host import model_key
-from servehall.rollout import revisions
+from servehall.rollout import revisions, sticky
 from servehall.rollout.broadcast import announce, redis_client, revision_listener
+from servehall.rollout.guard import OutcomeWindow, audit_details
 from servehall.rollout.revisions import text_hash
 
 if TYPE_CHECKING:
@@ -52,21 +58,25 @@ if TYPE_CHECKING:
 
     from servehall.plugin.host import Host, ServedModel
     from servehall.pubsub import ChannelListener
+    from servehall.rollout.guard import Breach
     from servehall.serving.probe import Readiness
 
 log = logging.getLogger("servehall.config")
 
-_LIVE_FIELDS = frozenset({"weight", "rollback_if", "idle_unload_s"})
+_LIVE_FIELDS = frozenset({"weight", "rollback_if", "idle_unload_s", "rolled_back"})
+_STORE_RETRY_S = (1.0, 30.0)  # a rollback not stored yet is retried: first and longest pause
 
 
 @dataclass
 class ApplyResult:
-    """What an apply changed (version keys ``name`` / ``name@version``)."""
+    """What an apply changed (version keys ``name`` / ``name@version``); ``kept``: the
+    canaries it left rolled back at weight 0 (:mod:`servehall.rollout.sticky`)."""
 
     revision: int | None = None
     added: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     reweighted: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able form (the admin route's answer)."""
@@ -75,6 +85,7 @@ class ApplyResult:
             "added": self.added,
             "removed": self.removed,
             "reweighted": self.reweighted,
+            "kept_rollbacks": self.kept,
         }
 
 
@@ -159,6 +170,7 @@ class LiveConfig:
         self._poll: asyncio.Task[None] | None = None
         self.listener: ChannelListener | None = None
         self._nudge: asyncio.Event | None = None
+        host.on_canary_rollback = self.canary_rolled_back
 
     # --- validation ----------------------------------------------------------------------
 
@@ -223,17 +235,24 @@ class LiveConfig:
         """Validate and apply config ``text`` (see the module docstring).
 
         With revisions on, a direct apply is stored as a new revision (audited; literal
-        secrets redacted); a followed one (``follow_revision``) is already stored.
+        secrets redacted); a followed one (``follow_revision``) is already stored. A
+        direct apply keeps the guard's rollbacks of the newest stored config (or, without
+        revisions, of the running one) unless it sets those weights
+        (:func:`servehall.rollout.sticky.keep`).
 
         Raises:
             ConfigError: invalid, not live-applicable, or a new version failed to start or
                 pass its probe (``errors`` lists every problem; nothing changed).
         """
         async with self._lock:
+            kept: list[str] = []
+            if follow_revision is None:
+                text, kept = await self._keep_rollbacks(text, fmt)
             data = parse_config_text(text, fmt)
             new, data = self.validate(data, follow=follow_revision is not None)
             stored = text if follow_revision is not None else redact_text(text, fmt, new)
             result = await self._apply(new)
+            result.kept = kept
             if follow_revision is not None:
                 self.revision = follow_revision
             elif self.db is not None:
@@ -301,6 +320,9 @@ class LiveConfig:
                 result.added.append(key)
             elif served.weight != mc.weight or served.state == "draining":
                 result.reweighted.append(key)
+            if served.weight == 0 and mc.weight > 0 and mc.rollback_if is not None:
+                # back in rotation: judged on what it does from now on
+                served.outcomes = OutcomeWindow(mc.rollback_if.window_s)
             served.weight = mc.weight
             served.rollback_if = mc.rollback_if
             served.config = mc
@@ -334,16 +356,130 @@ class LiveConfig:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    # --- canary rollbacks that stick ----------------------------------------------------
+
+    async def _previous_models(self) -> list[Any]:
+        """The ``[[models]]`` of the newest stored config (the running one without
+        revisions)."""
+        if self.db is not None:
+            newest = await revisions.latest(self.db)
+            if newest is not None:
+                return list(parse_config_text(newest.text, newest.fmt).get("models") or [])
+        return list(self.base.get("models") or [])
+
+    async def _keep_rollbacks(self, text: str, fmt: str) -> tuple[str, list[str]]:
+        """``text`` with the guard's rollbacks kept (:func:`sticky.keep`), and their keys."""
+        text, kept = sticky.keep(text, fmt, await self._previous_models())
+        if kept:
+            log.warning(
+                "config keeps the canary rollback of %s (weight 0): set its weight in the "
+                "config to change it",
+                ", ".join(kept),
+            )
+        return text, kept
+
+    async def _keep_at_start(self, newest: revisions.Revision) -> None:
+        """At start: keep the rollbacks of ``newest`` that the file does not override,
+        in the running weights and in :attr:`text` (stored next)."""
+        previous = parse_config_text(newest.text, newest.fmt).get("models") or []
+        text, kept = sticky.keep(self.text, self.fmt, previous)
+        if not kept:
+            return
+        new, data = self.validate(parse_config_text(text, self.fmt), follow=True)
+        await self._apply(new)
+        self.base = {**self.base, "models": data.get("models", [])}
+        self.text, self.hash = text, text_hash(text)
+        log.warning(
+            "canary rollback of %s kept from revision %s (weight 0): set its weight in the "
+            "config to change it",
+            ", ".join(kept),
+            newest.revision,
+        )
+
+    def canary_rolled_back(self, served: ServedModel, found: Breach) -> None:
+        """The guard set ``served``'s weight to 0 here: store that as a config revision
+        (:meth:`_store_rollback`); set as :attr:`Host.on_canary_rollback`."""
+        self._spawn(self._store_rollback(served, found))
+
+    async def _store_rollback(self, served: ServedModel, found: Breach) -> None:
+        """Store the rollback until it is stored or moot: with revisions, as the next
+        revision (``[[models]]`` of the newest one with the version at weight 0 and its
+        ``rolled_back`` table; audited ``model.canary_rollback`` with the figures in the
+        same transaction), announced and followed by every replica; without, in this
+        replica's running config (audited on the record bus). A database error is
+        retried while the version is still rolled back here."""
+        pause = _STORE_RETRY_S[0]
+        marker = found.marker(self.host.replica)
+        while self.host.models.get(served.key) is served and served.weight == 0:
+            try:
+                await self._store_rollback_once(served, found, marker)
+                return
+            except ConfigError as exc:
+                log.error("canary rollback of %s not stored: %s", served.key, exc.message)
+                return
+            except Exception as exc:
+                log.warning(
+                    "canary rollback of %s not stored yet (%s: %s); retrying in %g s",
+                    served.key,
+                    type(exc).__name__,
+                    exc,
+                    pause,
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _STORE_RETRY_S[1])
+
+    async def _store_rollback_once(
+        self, served: ServedModel, found: Breach, marker: dict[str, Any]
+    ) -> None:
+        by = f"guard:{self.host.replica}"
+        details = audit_details(found, self.host.replica)
+        if self.db is None:
+            async with self._lock:
+                text = sticky.mark(self.text, self.fmt, served.name, served.version, marker)
+            if text is not None:
+                await self.apply_text(text, self.fmt, by)
+            if self.host.records is not None:
+                from servehall.records.types import AuditEvent
+
+                self.host.records.audit(
+                    AuditEvent(action="model.canary_rollback", target=served.key, details=details)
+                )
+            return
+        async with self._lock:
+            newest = await revisions.latest(self.db)
+            base, fmt = (newest.text, newest.fmt) if newest is not None else (self.text, self.fmt)
+            text = sticky.mark(base, fmt, served.name, served.version, marker)
+            if text is None:  # already stored (another replica), or not in the newest config
+                self._wake(None)
+                return
+            rev = await revisions.record(
+                self.db,
+                text,
+                fmt,
+                by,
+                action="model.canary_rollback",
+                target=served.key,
+                details=details,
+            )
+            if self.listener is not None:
+                await announce(self.listener.client, rev.revision)
+        log.info("canary rollback of %s stored as config revision %s", served.key, rev.revision)
+        self._wake(rev.revision)  # this replica follows it like any other revision
+
     # --- revisions, polling and SIGHUP --------------------------------------------------
 
     async def open_revisions(self, db: AsyncEngine, broadcast_url: str | None = None) -> None:
         """Start keeping revisions in ``db``: adopt the newest revision when it is this
         config, else store this config as a new one (every replica starting with the
-        same file adopts the same revision); then follow newer ones: poll, and with
-        ``broadcast_url`` (Redis) also listen for announcements."""
+        same file adopts the same revision); a canary the newest revision has rolled
+        back stays so unless the file sets its weight (:mod:`servehall.rollout.sticky`).
+        Then follow newer ones: poll, and with ``broadcast_url`` (Redis) also listen for
+        announcements."""
         self.db = db
         self._nudge = asyncio.Event()
         newest = await revisions.latest(db)
+        if newest is not None:
+            await self._keep_at_start(newest)
         if newest is not None and newest.hash == self.hash:
             self.revision = newest.revision
         else:

@@ -105,14 +105,16 @@ async def record(
     action: str = "config.applied",
     details: dict[str, object] | None = None,
     adopt_same: bool = False,
+    target: str | None = None,
 ) -> Revision:
     """Store ``text`` as the next revision and audit it (one transaction; retried when
     another replica took the same number at the same moment).
 
     The audit event ``action`` (``config.applied`` / ``config.rollback`` /
-    ``config.started``) has target ``revision N`` and details ``hash``,
-    ``previous`` and ``details``. ``adopt_same``: when the newest revision already is
-    this text, return it instead of storing a copy.
+    ``config.started`` / ``model.canary_rollback``) has target ``target`` (default
+    ``revision N``) and details ``revision``, ``hash``, ``previous`` and ``details``.
+    ``adopt_same``: when the newest revision already is this text, return it instead of
+    storing a copy.
     """
     for _ in range(5):
         prev = await latest(engine)
@@ -134,8 +136,9 @@ async def record(
         event = AuditEvent(
             action=action,
             actor=applied_by[:128],
-            target=f"revision {number}",
+            target=target or f"revision {number}",
             details={
+                "revision": number,
                 "hash": rev.hash,
                 "previous": prev.revision if prev else None,
                 **(details or {}),

@@ -281,15 +281,17 @@ class RequestState:
     def _observe(self, now: float) -> None:
         m = self.metrics
         rec = self.record
+        if self.served is not None:
+            # the canary guard sees every outcome of a version's traffic, refusals before
+            # admission (queue full or timeout, records unavailable) included
+            error = rec.status_code >= 500 or rec.finish_reason == "error"
+            observe(self.host, m, self.served, error, rec.ttft_s)
         if m is None:
             return
         # only configured model names become label values (no unbounded cardinality)
         version = rec.version or ""
         served = self.host.models.get(model_key(rec.model, version)) if rec.model else None
         known = served is not None
-        if served is not None and self.admitted:
-            error = rec.status_code >= 500 or rec.finish_reason == "error"
-            observe(self.host, m, served, error, rec.ttft_s)
         model = rec.model or "" if known else ""
         version = version if known else ""
         endpoint = rec.endpoint if rec.endpoint in KNOWN_ENDPOINTS else "other"

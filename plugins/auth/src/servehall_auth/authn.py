@@ -97,8 +97,9 @@ class Authenticator:
             raise AuthenticationError(_MESSAGES["malformed_key"])
         try:
             outcome, record = await self.keys.verify(parsed.key_id, parsed.key)
-        except (SQLAlchemyError, OSError) as exc:
-            # The key store is unreachable: not the caller's fault, so not a 401.
+        except (SQLAlchemyError, OSError, TimeoutError) as exc:
+            # The key store is unreachable or hung (no answer within [database]
+            # command_timeout_s): not the caller's fault, so not a 401; fail closed.
             log.warning("API key lookup failed: %s", type(exc).__name__)
             raise ServiceUnavailableError(
                 "Authentication is temporarily unavailable; retry later.",

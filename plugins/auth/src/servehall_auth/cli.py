@@ -107,7 +107,7 @@ class _Session:
 
     async def __aenter__(self) -> _Session:
         """Open the record bus first (no audit trail, no change), then the key store."""
-        from servehall import ConfigError, open_record_bus
+        from servehall import ConfigError, DbTimeouts, open_record_bus
         from servehall_auth.store import KeyStore, make_engine
 
         try:
@@ -120,7 +120,8 @@ class _Session:
             ) from None
         assert self.auth.pepper is not None
         try:
-            self.keys = KeyStore(make_engine(self.url), self.auth.pepper.get_secret_value())
+            engine = make_engine(self.url, DbTimeouts.of(self.settings))
+            self.keys = KeyStore(engine, self.auth.pepper.get_secret_value())
             await self.keys.check_schema()
         except ConfigError as exc:
             await self._close()

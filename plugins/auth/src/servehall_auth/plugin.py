@@ -89,7 +89,9 @@ def servehall_migrations() -> list[Any]:
 
 @hookimpl
 async def servehall_startup(host: Host) -> None:
-    """Start the runtime on ``host.state``; audit events go to ``host.records``."""
+    """Start the runtime on ``host.state``; audit events go to ``host.records``; the key
+    store runs under the ``[database]`` timeouts."""
+    from servehall import DbTimeouts
     from servehall_auth.runtime import AuthRuntime
 
     section = host.settings.section("auth")
@@ -105,7 +107,12 @@ async def servehall_startup(host: Host) -> None:
 
     undo = install([settings.pepper.get_secret_value()] if settings.pepper else [])
     try:
-        rt = await AuthRuntime.start(settings, host.settings.database.url.get_secret_value(), audit)
+        rt = await AuthRuntime.start(
+            settings,
+            host.settings.database.url.get_secret_value(),
+            audit,
+            DbTimeouts.of(host.settings),
+        )
     except BaseException:
         undo()
         raise

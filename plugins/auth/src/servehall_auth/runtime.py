@@ -22,6 +22,7 @@ from servehall_auth.ratelimit import RateLimiter, TokenReservation
 from servehall_auth.settings import AuthSettings
 
 if TYPE_CHECKING:
+    from servehall import DbTimeouts
     from servehall_auth.jwt_verify import JwtVerifier
     from servehall_auth.store import KeyStore
 
@@ -80,30 +81,41 @@ class AuthRuntime:
         self._on_aclose: list[Callable[[], Awaitable[None]]] = []
 
     @classmethod
-    async def start(cls, settings: AuthSettings, database_url: str, audit: AuditFn) -> AuthRuntime:
+    async def start(
+        cls,
+        settings: AuthSettings,
+        database_url: str,
+        audit: AuditFn,
+        timeouts: DbTimeouts | None = None,
+    ) -> AuthRuntime:
         """Open the key store (checking the ``api_key`` table exists) and load JWT keys.
+
+        ``timeouts``: the ``[database]`` timeouts (:meth:`servehall.DbTimeouts.of`); the
+        key store's PostgreSQL sessions run under them and a key lookup fails (503
+        ``auth_unavailable``) after ``command_s`` seconds. None: no bounds.
 
         Raises:
             ConfigError: the table is missing or JWT key material cannot be loaded.
         """
         keys = None
         if settings.api_keys:
-            from servehall_auth.store import KeyStore, make_engine
+            from servehall_auth.store import KeyStore, close_store, make_engine
 
             assert settings.pepper is not None  # enforced by AuthSettings
             url = (
                 settings.database_url.get_secret_value() if settings.database_url else database_url
             )
             keys = KeyStore(
-                make_engine(url),
+                make_engine(url, timeouts),
                 settings.pepper.get_secret_value(),
                 cache_ttl_s=settings.key_cache_ttl_s,
+                lookup_timeout_s=timeouts.command_s if timeouts is not None else 0.0,
             )
             try:
                 await keys.check_schema()
                 await _check_pepper(keys)
             except BaseException:
-                await keys.engine.dispose()
+                await close_store(keys)
                 raise
         jwt = None
         closers: list[Callable[[], Awaitable[None]]] = []
@@ -120,7 +132,9 @@ class AuthRuntime:
             for fn in reversed(closers):
                 await fn()
             if keys is not None:
-                await keys.engine.dispose()
+                from servehall_auth.store import close_store
+
+                await close_store(keys)
             raise
         rt = cls(settings, keys, jwt, audit, store)
         rt._on_aclose += closers
@@ -138,7 +152,9 @@ class AuthRuntime:
                 await afn()
         self._on_aclose.clear()
         if self.keys is not None:
-            await self.keys.engine.dispose()
+            from servehall_auth.store import close_store
+
+            await close_store(self.keys)
         for fn in reversed(self._on_close):
             fn()
         self._on_close.clear()

@@ -11,6 +11,7 @@ Times are timezone-aware UTC.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -20,7 +21,15 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from servehall import ConfigError, Limits, Policy, Principal, UTCDateTime, create_db_engine
+from servehall import (
+    ConfigError,
+    DbTimeouts,
+    Limits,
+    Policy,
+    Principal,
+    UTCDateTime,
+    create_db_engine,
+)
 from servehall_auth.keys import (
     format_key,
     hash_key,
@@ -235,15 +244,25 @@ class KeyNotFoundError(LookupError):
     """No key with that id."""
 
 
-def make_engine(url: str) -> AsyncEngine:
+def make_engine(url: str, timeouts: DbTimeouts | None = None) -> AsyncEngine:
     """An async engine for ``url`` (``sqlite+aiosqlite://`` or ``postgresql+asyncpg://``),
     made by the records layer's :func:`servehall.create_db_engine` (SQLite in WAL mode
     with a busy timeout; PostgreSQL connections pre-pinged).
 
+    ``timeouts``: the ``[database]`` bounds (:class:`servehall.DbTimeouts`: statement,
+    lock and idle-in-transaction timeouts on each PostgreSQL session, and a connect
+    timeout); with them a connection from the pool is also waited for at most
+    ``command_s`` seconds. None: no bounds (tools and tests).
+
     Raises:
         ConfigError: the URL does not parse or names an unsupported driver.
     """
-    return create_db_engine(url)
+    if timeouts is None:
+        return create_db_engine(url)
+    pool: dict[str, float] = {}
+    if timeouts.command_s > 0 and not url.startswith("sqlite"):
+        pool["pool_timeout"] = timeouts.command_s
+    return create_db_engine(url, timeouts=timeouts, **pool)
 
 
 class KeyStore:
@@ -257,6 +276,10 @@ class KeyStore:
             CLI, another replica) are seen within this many seconds — or at once when
             they are broadcast (:mod:`servehall_auth.broadcast`).
         cache_size: most rows cached.
+        lookup_timeout_s: the longest :meth:`verify` waits for the database (seconds;
+            0: no limit): past it, it raises :class:`TimeoutError` (the caller answers
+            503) while the lookup itself ends on the engine's own timeouts. Concurrent
+            lookups of one key share one query.
 
     Attributes:
         on_change: awaited with the bare key id after a revocation or rotation commits
@@ -272,6 +295,7 @@ class KeyStore:
         *,
         cache_ttl_s: float = 0.0,
         cache_size: int = 10_000,
+        lookup_timeout_s: float = 0.0,
     ) -> None:
         self.engine = engine
         self._pepper = pepper
@@ -279,6 +303,9 @@ class KeyStore:
         self._ttl = cache_ttl_s
         self._cache_size = cache_size
         self._cache: dict[str, tuple[float, _Row]] = {}
+        self._lookup_timeout = lookup_timeout_s
+        # one database lookup per (key id, generation) at a time, shared by its callers
+        self._lookups: dict[tuple[str, int], asyncio.Task[_Row | None]] = {}
         # bumped by every forget: a row fetched before a forget is not cached after it
         self._generation = 0
         self.cache_enabled = True
@@ -475,19 +502,23 @@ class KeyStore:
         ``outcome`` is ``ok``, ``ok_previous`` (the pre-rotation secret inside its overlap
         window), ``unknown_key``, ``bad_secret``, ``revoked`` or ``expired``; the record
         is returned only when the secret matched.
+
+        Raises:
+            TimeoutError: the database did not answer within ``lookup_timeout_s``.
+            sqlalchemy.exc.SQLAlchemyError, OSError: the database failed.
         """
         row = await self._cached_row(key_id)
         return check(row, key, self._pepper, now or utcnow())
 
     async def _cached_row(self, key_id: str) -> _Row | None:
         if self._ttl <= 0 or not self.cache_enabled:
-            return await self._get_row(key_id)
+            return await self._lookup(key_id)
         t = time.monotonic()
         hit = self._cache.get(key_id)
         if hit is not None and t - hit[0] < self._ttl:
             return hit[1]
         generation = self._generation
-        row = await self._get_row(key_id)
+        row = await self._lookup(key_id)
         if row is None:
             self._cache.pop(key_id, None)
             return None
@@ -497,6 +528,27 @@ class KeyStore:
             self._cache.pop(next(iter(self._cache)))
         self._cache[key_id] = (t, row)
         return row
+
+    async def _lookup(self, key_id: str) -> _Row | None:
+        """:meth:`_get_row`, shared by concurrent callers of one key (until a forget) and
+        waited for at most ``lookup_timeout_s``: a hung database makes the caller fail
+        at that deadline, not at the end of the query, which is left to finish (or time
+        out) on its own rather than being cancelled mid-protocol."""
+        slot = (key_id, self._generation)
+        task = self._lookups.get(slot)
+        if task is None:
+            task = asyncio.ensure_future(self._get_row(key_id))
+            self._lookups[slot] = task
+            task.add_done_callback(lambda t: self._lookup_done(slot, t))
+        if self._lookup_timeout <= 0:
+            return await asyncio.shield(task)
+        return await asyncio.wait_for(asyncio.shield(task), self._lookup_timeout)
+
+    def _lookup_done(self, slot: tuple[str, int], task: asyncio.Task[_Row | None]) -> None:
+        if self._lookups.get(slot) is task:
+            del self._lookups[slot]
+        if not task.cancelled():
+            task.exception()  # retrieved: a lookup every caller gave up on is not an error
 
     def forget(self, key_id: str) -> None:
         """Drop a cached row (after a change)."""
@@ -531,5 +583,8 @@ def check(row: _Row | None, key: str, pepper: str, now: datetime) -> tuple[str, 
 
 
 async def close_store(store: KeyStore) -> None:
-    """Dispose of the store's engine (its connection pool)."""
+    """Cancel the store's lookups still waiting on the database (their callers gave up)
+    and dispose of its engine (its connection pool)."""
+    for task in list(store._lookups.values()):
+        task.cancel()
     await store.engine.dispose()
