@@ -34,6 +34,8 @@ checked against a live server in tests/test_ops_metrics_e2e.py):
 * ``servehall_engine_start_time_seconds{model}`` (Unix time the current engine came up),
   ``servehall_engine_last_exit{model,reason}`` (1 for the last reason a worker was lost,
   ``none`` before any), ``servehall_engine_oom_kills_total{model}``,
+  ``servehall_engine_busy_silences_total{model}`` (heartbeat silences forgiven because
+  ``/proc`` showed the worker busy, :mod:`servehall.worker.liveness`),
   ``servehall_engine_crash_loop{model}`` (1 once the supervisor gave up restarting);
 * record sinks: ``servehall_sink_up{sink,required}``, ``servehall_sink_refusing{sink}``,
   ``servehall_sink_queued_records{sink}``, ``servehall_sink_write_failures_total{sink}``,
@@ -221,6 +223,11 @@ _ENGINE_OPS_FAMILIES: dict[str, _Family] = {
         _C,
         "servehall_engine_oom_kills",
         "Engine worker processes killed by the kernel's OOM killer",
+    ),
+    "busy_silences": _Family(
+        _C,
+        "servehall_engine_busy_silences",
+        "Heartbeat silences of the model's worker forgiven because /proc showed it busy",
     ),
     "crash_loop": _Family(
         _G,
@@ -493,9 +500,10 @@ class _EngineOpsFamilies:
         self.f = _scraped(_ENGINE_OPS_FAMILIES)
 
     def add_supervision(self, model: list[str], engine: object) -> None:
-        """Start time, last exit, OOM kills and crash loop of ``engine`` (attributes an
-        engine may offer: ``started_at`` (Unix s), ``last_exit_reason``, ``oom_kills``,
-        ``crash_looping``; :class:`~servehall.worker.client.ProcessEngine` offers all)."""
+        """Start time, last exit, OOM kills, busy silences and crash loop of ``engine``
+        (attributes an engine may offer: ``started_at`` (Unix s), ``last_exit_reason``,
+        ``oom_kills``, ``busy_silences``, ``crash_looping``;
+        :class:`~servehall.worker.client.ProcessEngine` offers all)."""
         started = getattr(engine, "started_at", None)
         if started:
             self.f["start"].add_metric(model, float(started))
@@ -505,6 +513,9 @@ class _EngineOpsFamilies:
         oom = getattr(engine, "oom_kills", None)
         if oom is not None:
             self.f["oom"].add_metric(model, float(oom))
+        busy = getattr(engine, "busy_silences", None)
+        if busy is not None:
+            self.f["busy_silences"].add_metric(model, float(busy))
         loop = getattr(engine, "crash_looping", None)
         if loop is not None:
             self.f["crash_loop"].add_metric(model, 1.0 if loop else 0.0)
