@@ -209,6 +209,32 @@ def test_metrics_name_the_model(server: Any) -> None:
     assert total is None or total > 0
 
 
+def test_prefix_cache_figures_are_exported_and_no_device_memory_on_cpu(server: Any) -> None:
+    """vLLM's prefix-cache queries and hits (tokens, summed since start) reach /metrics
+    through the worker's heartbeat; the CPU build reports no device memory."""
+    prompt = "The same long prefix, word after word, " * 12
+    with httpx.Client(base_url=server.base_url, timeout=120) as c:
+        for _ in range(2):
+            completion(c, prompt=prompt, max_tokens=2)
+        text = ""
+        for _ in range(50):  # the next heartbeat carries the step's stats
+            text = c.get("/metrics").text
+            if (metric(text, "servehall_prefix_cache_queries_total", model="demo") or 0) > 0:
+                break
+            time.sleep(0.1)
+    queries = metric(text, "servehall_prefix_cache_queries_total", model="demo")
+    hits = metric(text, "servehall_prefix_cache_hits_total", model="demo")
+    print(f"vLLM prefix cache: {hits} of {queries} prompt tokens found")
+    assert queries is not None and queries > 0, text
+    assert hits is not None and 0 <= hits <= queries
+    memory = [
+        line
+        for line in text.splitlines()
+        if line.startswith("servehall_device_memory") and 'model="demo"' in line
+    ]
+    assert memory == [], memory
+
+
 def test_greedy_agrees_with_the_torch_engine(server: Any) -> None:
     # fp32 on both sides: the engines' kernels differ only in reduction order (relative
     # error ~1e-6 per logit), so greedy choices can differ only at a near tie of the top

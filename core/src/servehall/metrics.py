@@ -27,10 +27,11 @@ checked against a live server in tests/test_ops_metrics_e2e.py):
   each model, kind and outcome; the structured-output work increments it);
 * ``servehall_prefix_cache_queries_total{model}`` / ``servehall_prefix_cache_hits_total
   {model}``: prompt tokens looked up in / found in the prefix cache, for engines that can
-  tell (the torch engine with ``prefix_caching``); none for the others (OpenVINO GenAI and
+  tell (the torch engine with ``prefix_caching``, vLLM); none for the others (OpenVINO GenAI and
   ONNX Runtime GenAI report no hit counts);
 * ``servehall_device_memory_used_bytes{model,device}`` / ``..._total_bytes``: from
-  ``EngineStats`` (absent when the engine cannot report them);
+  ``EngineStats`` (its per-device rows, else its one pair; absent when the engine cannot
+  report them);
 * ``servehall_engine_start_time_seconds{model}`` (Unix time the current engine came up),
   ``servehall_engine_last_exit{model,reason}`` (1 for the last reason a worker was lost,
   ``none`` before any), ``servehall_engine_oom_kills_total{model}``,
@@ -521,8 +522,12 @@ class _EngineOpsFamilies:
             self.f["crash_loop"].add_metric(model, 1.0 if loop else 0.0)
 
     def add_stats(self, model: list[str], engine: object, s: EngineStats) -> None:
-        """Device memory and prefix-cache counters from one ``EngineStats``."""
-        if s.device_memory_total_bytes:
+        """Device memory and prefix-cache counters from one ``EngineStats`` (its
+        per-device rows when it has them, else its one device's pair)."""
+        for device, used, total in s.devices:
+            self.f["mem_total"].add_metric([*model, device], float(total))
+            self.f["mem_used"].add_metric([*model, device], float(used))
+        if s.device_memory_total_bytes and not s.devices:
             device = _device_of(engine)
             self.f["mem_total"].add_metric([*model, device], float(s.device_memory_total_bytes))
             self.f["mem_used"].add_metric([*model, device], float(s.device_memory_used_bytes or 0))
