@@ -9,6 +9,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
 
 from servehall.engines.contract import EngineStats
 from servehall.engines.vllm.engine import (
@@ -76,10 +77,10 @@ def test_device_rows_cross_the_heartbeat_and_become_one_series_per_device() -> N
     registry = CollectorRegistry()
 
     class Collector:
-        def collect(self) -> list[object]:
+        def collect(self) -> list[Metric]:
             return ops.families()
 
-    registry.register(Collector())  # type: ignore[arg-type]
+    registry.register(Collector())
     text = generate_latest(registry).decode()
     for device, used, total in devices:
         labels = f'device="{device}",model="demo",version=""'
