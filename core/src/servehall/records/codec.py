@@ -16,6 +16,7 @@ import json
 import math
 from dataclasses import asdict
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Any
 
 from pydantic import SecretStr
@@ -89,9 +90,12 @@ def parse_iso(value: str) -> datetime:
 
 
 def _opt(value: object) -> str | None:
-    """None, or ``value`` as cleaned text (a non-``str`` value as its ``str``)."""
+    """None, or ``value`` as cleaned text (an enum as its value, another non-``str``
+    value as its ``str``)."""
     if value is None:
         return None
+    if isinstance(value, Enum):
+        value = value.value
     return clean_text(value if isinstance(value, str) else str(value))
 
 
