@@ -33,8 +33,23 @@ Idle checks: while no record waits, a sink that offers ``async check()`` is prob
 exactly as a failed write does (``/health/ready`` names a ``required`` one, ``at_once``
 refuses), so an outage is seen without traffic; a passing check makes it healthy again.
 
+Bad records: when a write fails with an error the sink's ``suspect(exc)`` says may come
+from a record's content (for sinks without it: ``ValueError``/``TypeError``), the batch
+is written record by record. A record refused alone while the sink takes a known-good one
+(its ``probe()``, else its ``check()``) is quarantined — the sink's ``quarantine(record,
+error)`` (the ``sql`` sink: the ``record_rejected`` table), else a JSON line in
+:attr:`SinkRunner.quarantine_path` (``servehall-rejected-<sink>.jsonl`` next to the
+spill file) — logged with its request id and counted (``rejected``,
+``servehall_records_rejected_total``); the other records are written and the sink stays
+healthy. A failing probe means an outage: the batch is retried as above (records already
+written alone are not written again). The spill file's replay goes the same way, and an
+unreadable spill-file line is quarantined in the file. See
+:mod:`servehall.records.quarantine`.
+
 At close, whatever could not be written is saved to the spill file (in order) and
-replayed at the next start.
+replayed at the next start. While the spill file is replayed, the read position is saved
+after each batch (``<spill_path>.pos``), so a replay cut off by a crash resumes where it
+was: a restart writes nothing twice.
 
 Confirmed writes: with ``commit_wait_s`` > 0, :meth:`SinkRunner.wait_written` lets the
 request path wait (up to that many seconds) until a request's record has been written

@@ -1,6 +1,11 @@
 """The core's ``sql`` sink: request-log rows and the audit chain in the deployment DB.
 
 Options (``[[sinks]] name = "sql"`` ``options``): ``url`` (default ``[database] url``).
+Rows come from :func:`servehall.records.rows.request_row` (one serialisation for every
+path). A batch refused with an error that may come from a row (:func:`suspect_row`) is
+split by the runner: :meth:`SqlSink.probe` (a known-good row, rolled back) tells a bad
+record from an outage, and :meth:`SqlSink.quarantine` keeps a bad one in
+``record_rejected`` (:mod:`servehall.records.quarantine`).
 Each batch is one transaction: the batch's ``request_log`` rows in one driver-level
 ``executemany`` (``ON CONFLICT (request_id) DO NOTHING``, so a batch retried after a
 lost commit acknowledgement never duplicates a row), then its audit events appended to
