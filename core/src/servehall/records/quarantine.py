@@ -22,7 +22,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy import Table, func, select
+from sqlalchemy import Executable, Table, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -75,6 +75,7 @@ async def insert_rejected(conn: AsyncConnection, sink: str, record: Record, erro
     """Insert ``record``'s quarantine row in the caller's transaction on ``conn``; a row
     with the same sink and payload already there is left as it is."""
     row = rejected_row(sink, record, error)
+    stmt: Executable
     if conn.dialect.name == "postgresql":
         stmt = pg_insert(_T).values(**row).on_conflict_do_nothing()
     elif conn.dialect.name == "sqlite":
@@ -85,7 +86,7 @@ async def insert_rejected(conn: AsyncConnection, sink: str, record: Record, erro
         )
         if (await conn.execute(exists)).first() is not None:
             return
-        stmt = _T.insert().values(**row)  # type: ignore[assignment]
+        stmt = _T.insert().values(**row)
     await conn.execute(stmt)
 
 
