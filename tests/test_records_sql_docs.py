@@ -79,6 +79,7 @@ async def seeded(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         )
     await sink.write(recs)
     await sink.write([AuditEvent(action="key.created", actor="admin", target="key-ab12")])
+    await sink.quarantine(RequestRecord(request_id="doc-bad", received_at=t0), "DataError: x")
     await sink.close()
     yield url
     if request.param == "postgresql":
@@ -97,7 +98,7 @@ async def test_every_table_and_column_is_documented(seeded: str):
         actual = await conn.run_sync(
             lambda c: {
                 t: {col["name"] for col in inspect(c).get_columns(t)}
-                for t in ("request_log", "audit_event")
+                for t in ("request_log", "audit_event", "record_rejected")
             }
         )
     await engine.dispose()

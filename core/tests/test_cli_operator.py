@@ -212,3 +212,33 @@ def test_a_plugin_command_without_its_config_says_where_plugin_commands_come_fro
         build_cli(["keys", "--help", "--config", str(cfg)]), ["keys", "--help"]
     )
     assert listed.exit_code == 0, listed.output
+
+
+def test_db_status_lists_quarantined_records(here: Path) -> None:
+    cfg = here / "q.toml"
+    cfg.write_text(
+        '[database]\nurl = "sqlite+aiosqlite:///quar.db"\n'
+        '[[sinks]]\nname = "sql"\noptions = { spill_path = "spill/s.jsonl" }\n'
+    )
+    assert cli("db", "upgrade", "--config", str(cfg))[0] == 0
+    code, out, err = cli("db", "status", "--config", str(cfg))
+    assert code == 0, err
+    assert "quarantined records in record_rejected: none" in out
+    assert "quarantine file" not in out
+    db = sqlite3.connect(here / "quar.db")
+    for i in range(2):
+        db.execute(
+            "INSERT INTO record_rejected (rejected_at, sink, kind, request_id, payload,"
+            " payload_sha256, error) VALUES ('2026-12-04 10:00:00', 'sql', 'request', ?,"
+            " '{}', ?, 'IntegrityError: x')",
+            (f"r{i}", f"{i:064d}"),
+        )
+    db.commit()
+    db.close()
+    (here / "spill").mkdir()
+    (here / "spill" / "servehall-rejected-sql.jsonl").write_text('{"a":1}\n{"a":2}\n{"a":3}\n')
+    code, out, err = cli("db", "status", "--config", str(cfg))
+    assert code == 0, err
+    assert "quarantined records in record_rejected: 2 (sql: 2)" in out
+    assert "quarantine file spill/servehall-rejected-sql.jsonl: 3 record(s)" in out
+    assert out.rstrip().endswith("schema is up to date")

@@ -235,10 +235,10 @@ async def test_ensure_schema_reports_unreachable_database(tmp_path: Path):
     await engine.dispose()
 
 
-def test_only_content_errors_ever_drop_a_record():
+def test_only_content_errors_make_a_record_suspect():
     from sqlalchemy import exc as sa_exc
 
-    from servehall.records.sql_sink import _bad_data
+    from servehall.records.sql_sink import suspect_row as _bad_data
 
     orig = Exception("boom")
     assert _bad_data(sa_exc.DataError("INSERT", {}, orig))
@@ -247,6 +247,8 @@ def test_only_content_errors_ever_drop_a_record():
     assert not _bad_data(sa_exc.DBAPIError("INSERT", {}, orig))
     assert not _bad_data(sa_exc.OperationalError("INSERT", {}, orig))
     assert not _bad_data(sa_exc.InterfaceError("INSERT", {}, orig))
-    assert not _bad_data(sa_exc.ProgrammingError("INSERT", {}, orig))
+    # a value the driver cannot bind (or a missing table: the runner's probe tells them
+    # apart before anything is quarantined)
+    assert _bad_data(sa_exc.ProgrammingError("INSERT", {}, orig))
     assert not _bad_data(ConnectionRefusedError())
     assert not _bad_data(TimeoutError())

@@ -1,7 +1,7 @@
 """The ``sql`` sink's SQLite fast path (:mod:`servehall.records.sqlite_writer`) on a real
 SQLite file: which URLs take it, rows land as through SQLAlchemy, audit events keep the
-chain, a failed batch is retried on a reopened connection, and a row SQLite rejects is
-dropped alone."""
+chain, a failed batch is retried on a reopened connection, and a row SQLite rejects
+fails its batch with an error the runner treats as a suspect row."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from record_fixtures import request_record as _rec
 from servehall import AuditEvent
 from servehall.db import create_db_engine
 from servehall.db.migrate import upgrade_database
-from servehall.db.testing import run_sql
+from servehall.db.testing import reject_rows, run_sql
 from servehall.records.chain import verify_chain
-from servehall.records.sql_sink import SqlSink, _bad_data
+from servehall.records.sql_sink import SqlSink, suspect_row
 from servehall.records.sqlite_writer import sqlite_file
 
 
@@ -46,11 +46,13 @@ def test_only_plain_sqlite_files_take_the_fast_path(tmp_path: Path) -> None:
         assert sqlite_file(other) is None, other
 
 
-def test_sqlite_content_errors_drop_a_record_and_others_retry() -> None:
-    assert _bad_data(sqlite3.IntegrityError("NOT NULL constraint failed"))
-    assert _bad_data(sqlite3.DataError("string or blob too big"))
-    assert not _bad_data(sqlite3.OperationalError("database is locked"))
-    assert not _bad_data(sqlite3.OperationalError("no such table: request_log"))
+def test_sqlite_content_errors_are_suspect_and_others_retry() -> None:
+    assert suspect_row(sqlite3.IntegrityError("NOT NULL constraint failed"))
+    assert suspect_row(sqlite3.DataError("string or blob too big"))
+    # issue 33: a value the driver cannot bind is a row's fault, not an outage
+    assert suspect_row(sqlite3.ProgrammingError("Error binding parameter 24"))
+    assert not suspect_row(sqlite3.OperationalError("database is locked"))
+    assert not suspect_row(sqlite3.OperationalError("no such table: request_log"))
 
 
 async def test_rows_land_as_through_sqlalchemy_and_audit_keeps_its_chain(url: str) -> None:
@@ -105,12 +107,15 @@ async def test_a_failed_batch_raises_then_succeeds_on_a_reopened_connection(url:
     assert [r.request_id for r in rows] == ["req-0", "req-1"]
 
 
-async def test_a_row_sqlite_rejects_is_dropped_alone(url: str) -> None:
+async def test_a_row_sqlite_rejects_fails_the_batch_with_a_suspect_error(url: str) -> None:
+    await reject_rows(url, "NEW.request_id = 'req-1'")
     sink = SqlSink(url)
     await sink.start()
     try:
-        bad = _rec(1, prompt_tokens=None)  # NOT NULL column: an IntegrityError from SQLite
-        await sink.write([_rec(0), bad, _rec(2)])
+        with pytest.raises(sqlite3.IntegrityError) as info:
+            await sink.write([_rec(0), _rec(1), _rec(2)])
+        assert suspect_row(info.value)  # the runner splits it (test_records_quarantine)
+        await sink.write([_rec(0), _rec(2)])  # the kept connection still writes
     finally:
         await sink.close()
     rows = await run_sql(url, "SELECT request_id FROM request_log ORDER BY request_id")

@@ -42,7 +42,9 @@ checked against a live server in tests/test_ops_metrics_e2e.py):
   ``servehall_sink_queued_records{sink}``, ``servehall_sink_write_failures_total{sink}``,
   ``servehall_sink_dropped_records_total{sink}``,
   ``servehall_audit_write_failures_total{sink}`` (failed writes of batches with audit
-  events — the audit chain could not be extended);
+  events — the audit chain could not be extended),
+  ``servehall_records_rejected_total{sink}`` (records the database refused for their
+  content, quarantined in ``record_rejected`` or the sink's quarantine file);
 * ``servehall_config_revision`` (the running config revision; 0 until revisions exist)
   and ``servehall_config_info{sha256}`` (1, the digest of the effective config with secrets
   masked, as in the ``config.loaded`` audit event).
@@ -292,6 +294,13 @@ _SINK_FAMILIES: dict[str, _Family] = {
         _C,
         "servehall_audit_write_failures",
         "Failed writes of batches holding audit events (the chain was not extended)",
+        ("sink",),
+    ),
+    "rejected": _Family(
+        _C,
+        "servehall_records_rejected",
+        "Records the database refused for their content while it took others, "
+        "quarantined (record_rejected table or quarantine file)",
         ("sink",),
     ),
     "info": _Family(
@@ -576,6 +585,7 @@ class _HostOpsCollector(Collector):
             f["failures"].add_metric([name], float(st["failures"]))
             f["dropped"].add_metric([name], float(st["dropped"]))
             f["audit"].add_metric([name], float(st.get("audit_failures", 0)))
+            f["rejected"].add_metric([name], float(st.get("rejected", 0)))
         if host is not None:
             f["info"].add_metric([config_digest(host)], 1.0)
         return list(f.values())

@@ -1,8 +1,9 @@
 """SQLAlchemy 2 models of the core's tables (the schema migrations create them).
 
 Core tables: ``request_log`` (one row per request), ``audit_event`` (hash-chained admin
-and security events) and ``audit_chain_head`` (one row: the chain's last hash, so a
-truncated tail is detected). Units: times UTC, durations seconds, tokens counts.
+and security events), ``audit_chain_head`` (one row: the chain's last hash, so a
+truncated tail is detected) and ``record_rejected`` (records quarantined because the
+database refused their content). Units: times UTC, durations seconds, tokens counts.
 
 Plugin-owned tables are defined by the plugin (a ``MetaData`` of its own, or subclasses
 of :class:`DbBase`, exported as ``servehall.DbBase``, for its constraint naming
@@ -15,7 +16,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Float, Index, Integer, MetaData, String, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from servehall.db.types import UTCDateTime
@@ -135,6 +147,37 @@ class AuditCheckpoint(DbBase):
     signature: Mapped[str] = mapped_column(String(128))
 
     __table_args__ = (Index(None, "last_id"),)
+
+
+class RecordRejected(DbBase):
+    """``record_rejected``: records a sink could not write, each kept alone with why.
+
+    A record the database refuses for its content (while it accepts others) is
+    quarantined here rather than retried forever or dropped
+    (:mod:`servehall.records.runner`): ``sink`` is the sink's name, ``kind``
+    ``request`` or ``audit`` (``line`` for an unreadable spill-file line),
+    ``request_id`` the request's id (NULL for audit events), ``payload`` the record's
+    JSON-lines form (the spill file's), ``error`` the database's error, ``payload_sha256``
+    the SHA-256 hex of ``payload`` (unique per sink: a record quarantined again on a
+    replay is kept once).
+    """
+
+    __tablename__ = "record_rejected"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    rejected_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    sink: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[str] = mapped_column(String(16))
+    request_id: Mapped[str | None] = mapped_column(String(128))
+    payload: Mapped[str] = mapped_column(Text)
+    payload_sha256: Mapped[str] = mapped_column(String(64))
+    error: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (
+        Index(None, "rejected_at"),
+        Index(None, "request_id"),
+        UniqueConstraint("sink", "payload_sha256"),
+    )
 
 
 GENESIS_HASH = "0" * 64

@@ -10,6 +10,9 @@ building blocks. Not imported by the server.
 * :func:`create_pg_database` / :func:`drop_pg_database` — a private database per test
   (the test role has ``CREATEDB``), so parallel test runs never see each other's rows.
 * :func:`run_sql` — one statement on any database URL; its rows.
+* :func:`reject_rows` / :func:`accept_rows` — make the database refuse the
+  ``request_log`` rows that match a condition (a trigger), the way a row with bad
+  content is refused: to test the records' quarantine end to end.
 * :class:`PgCluster` — a throw-away PostgreSQL cluster of its own (initdb in a temp
   dir, own port) that a test may stop and start, e.g. to simulate an outage, without
   disturbing the shared server.
@@ -130,6 +133,45 @@ async def run_sql(url: str, sql: str) -> list[Any]:
             return list(res.all()) if res.returns_rows else []
     finally:
         await engine.dispose()
+
+
+REJECT_MESSAGE = "servehall test: row rejected by reject_rows()"
+"""The error a :func:`reject_rows` trigger raises."""
+
+
+async def reject_rows(url: str, condition: str) -> None:
+    """Make the database at ``url`` refuse every ``request_log`` insert whose new row
+    matches ``condition`` — an SQL boolean over ``NEW.<column>``, e.g.
+    ``"NEW.tool_calls IS NOT NULL"`` — with an error caused by the row (SQLite:
+    ``RAISE(ABORT)``, an integrity error; PostgreSQL: SQLSTATE 22023, a data exception).
+    Other rows are written as usual. Undo with :func:`accept_rows`. Test only."""
+    if make_url(url).get_backend_name() == "postgresql":
+        await run_sql(
+            url,
+            "CREATE OR REPLACE FUNCTION servehall_test_reject() RETURNS trigger "
+            f"LANGUAGE plpgsql AS $$ BEGIN IF {condition} THEN RAISE EXCEPTION "
+            f"'{REJECT_MESSAGE}' USING ERRCODE = '22023'; END IF; RETURN NEW; END $$",
+        )
+        await run_sql(
+            url,
+            "CREATE TRIGGER servehall_test_reject BEFORE INSERT ON request_log "
+            "FOR EACH ROW EXECUTE FUNCTION servehall_test_reject()",
+        )
+        return
+    await run_sql(
+        url,
+        "CREATE TRIGGER servehall_test_reject BEFORE INSERT ON request_log "
+        f"WHEN {condition} BEGIN SELECT RAISE(ABORT, '{REJECT_MESSAGE}'); END",
+    )
+
+
+async def accept_rows(url: str) -> None:
+    """Remove the trigger of :func:`reject_rows` (no error when there is none)."""
+    await run_sql(
+        url,
+        "DROP TRIGGER IF EXISTS servehall_test_reject"
+        + (" ON request_log" if make_url(url).get_backend_name() == "postgresql" else ""),
+    )
 
 
 def pg_bin_dir() -> Path | None:

@@ -134,13 +134,22 @@ def db_upgrade(config: ConfigOpt = None) -> None:
 def db_status(config: ConfigOpt = None) -> None:
     """Show each migration branch (core and plugins) and whether it is applied; exit 1 when
     the core or an enabled plugin's branch is not (2 when the database does not exist or
-    cannot be reached). Never creates a database."""
+    cannot be reached). Never creates a database. Then lists the quarantined records: the
+    rows of ``record_rejected`` per sink and each configured sink's quarantine file that
+    exists (``servehall-rejected-<sink>.jsonl`` next to its spill file, relative paths
+    from the current directory)."""
     from servehall.db.migrate import branch_status
+    from servehall.records.quarantine import count_rejected
 
-    async def go(engine: Any, plugins: Any) -> list[tuple[str, list[str], bool, bool]]:
-        return await branch_status(engine, plugins.migrations(), plugins.other_migrations())
+    async def go(engine: Any, plugins: Any, settings: Any) -> tuple[Any, Any, Any]:
+        rows = await branch_status(engine, plugins.migrations(), plugins.other_migrations())
+        try:
+            counts: dict[str, int] | None = await count_rejected(engine)
+        except Exception:  # not migrated yet (or an older schema): no table to count
+            counts = None
+        return rows, counts, _quarantine_files(settings)
 
-    rows = _with_engine(config, go, migrated=False)
+    rows, counts, files = _with_engine(config, go, migrated=False, with_settings=True)
     missing: list[str] = []
     for label, heads, applied, enabled in rows:
         state = "applied" if applied else "not applied"
@@ -148,6 +157,14 @@ def db_status(config: ConfigOpt = None) -> None:
         typer.echo(f"{label}: {', '.join(heads)} — {state} ({role})")
         if enabled and not applied:
             missing.extend(heads)
+    if counts is not None:
+        if counts:
+            each = ", ".join(f"{sink}: {n}" for sink, n in sorted(counts.items()))
+            typer.echo(f"quarantined records in record_rejected: {sum(counts.values())} ({each})")
+        else:
+            typer.echo("quarantined records in record_rejected: none")
+    for path, n in files:
+        typer.echo(f"quarantine file {path}: {n} record(s)")
     if missing:
         hint = f" --config {config}" if config is not None else ""
         typer.echo(
@@ -156,6 +173,19 @@ def db_status(config: ConfigOpt = None) -> None:
         )
         raise typer.Exit(1)
     typer.echo("schema is up to date")
+
+
+def _quarantine_files(settings: Any) -> list[tuple[Path, int]]:
+    """``(path, lines)`` of each configured sink's quarantine file that exists."""
+    from servehall.records.quarantine import count_lines, quarantine_path
+
+    out: list[tuple[Path, int]] = []
+    for sink in settings.sinks:
+        spill = sink.options.get("spill_path") or f"servehall-spill-{sink.name}.jsonl"
+        path = quarantine_path(sink.name, str(spill))
+        if path.exists():
+            out.append((path, count_lines(path)))
+    return out
 
 
 @audit_app.command("verify")

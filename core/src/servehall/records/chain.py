@@ -28,7 +28,8 @@ from sqlalchemy import Table, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from servehall.db.models import GENESIS_HASH, AuditChainHead, AuditEventRow
-from servehall.records.codec import audit_fields, iso_utc
+from servehall.records.codec import iso_utc
+from servehall.records.rows import audit_row
 from servehall.records.types import AuditEvent
 
 _T: Table = AuditEventRow.__table__  # type: ignore[assignment]
@@ -63,7 +64,7 @@ async def append_events(conn: AsyncConnection, events: Sequence[AuditEvent]) -> 
     prev, count = str(head.last_hash), int(head.events)
     last_id = 0
     for ev in events:
-        f = audit_fields(ev)
+        f = audit_row(ev)
         h = chain_hash(prev, canonical(f["at"], f["actor"], f["action"], f["target"], f["details"]))
         res = await conn.execute(insert(_T).values(**f, prev_hash=prev, hash=h).returning(_T.c.id))
         last_id = int(res.scalar_one())

@@ -16,6 +16,7 @@ import json
 import math
 from dataclasses import asdict
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Any
 
 from pydantic import SecretStr
@@ -88,21 +89,29 @@ def parse_iso(value: str) -> datetime:
     return dt.astimezone(UTC)
 
 
-def _opt(value: str | None) -> str | None:
-    return None if value is None else clean_text(value)
+def _opt(value: object) -> str | None:
+    """None, or ``value`` as cleaned text (an enum as its value, another non-``str``
+    value as its ``str``)."""
+    if value is None:
+        return None
+    if isinstance(value, Enum):
+        value = value.value
+    return clean_text(value if isinstance(value, str) else str(value))
 
 
-def request_row(rec: RequestRecord) -> dict[str, Any]:
-    """The ``request_log`` row for ``rec`` (text cleaned; prompts as the bus left them)."""
+def request_fields(rec: RequestRecord) -> dict[str, Any]:
+    """The fields of ``rec`` for its JSON-lines form (text cleaned; prompts as the bus
+    left them; lists as lists). The database row is
+    :func:`servehall.records.rows.request_row`."""
     return {
-        "request_id": clean_text(rec.request_id),
+        "request_id": _opt(rec.request_id) or "",
         "received_at": rec.received_at,
         "finished_at": rec.finished_at,
         "principal_id": _opt(rec.principal_id),
         "tenant": _opt(rec.tenant),
         "model": _opt(rec.model),
         "backend": _opt(rec.backend),
-        "endpoint": clean_text(rec.endpoint),
+        "endpoint": _opt(rec.endpoint) or "",
         "status_code": rec.status_code,
         "error_code": _opt(rec.error_code),
         "finish_reason": _opt(rec.finish_reason),
@@ -118,7 +127,9 @@ def request_row(rec: RequestRecord) -> dict[str, Any]:
         "completion_text": _opt(rec.completion_text),
         "replica": _opt(rec.replica),
         "response_format": _opt(rec.response_format),
-        "tool_calls": None if rec.tool_calls is None else [clean_text(n) for n in rec.tool_calls],
+        "tool_calls": None
+        if rec.tool_calls is None
+        else [clean_text(str(n)) for n in rec.tool_calls],
         "version": _opt(rec.version or None),
     }
 
@@ -138,7 +149,7 @@ def audit_fields(ev: AuditEvent) -> dict[str, Any]:
 def to_json(record: Record) -> dict[str, Any]:
     """A JSON-able dict for ``record`` with ``"type": "request" | "audit"``."""
     if isinstance(record, RequestRecord):
-        row = request_row(record)
+        row = request_fields(record)
         row["received_at"] = iso_utc(record.received_at)
         row["finished_at"] = iso_utc(record.finished_at) if record.finished_at else None
         return {"type": "request", **row}

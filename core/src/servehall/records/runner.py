@@ -33,8 +33,23 @@ Idle checks: while no record waits, a sink that offers ``async check()`` is prob
 exactly as a failed write does (``/health/ready`` names a ``required`` one, ``at_once``
 refuses), so an outage is seen without traffic; a passing check makes it healthy again.
 
+Bad records: when a write fails with an error the sink's ``suspect(exc)`` says may come
+from a record's content (for sinks without it: ``ValueError``/``TypeError``), the batch
+is written record by record. A record refused alone while the sink takes a known-good one
+(its ``probe()``, else its ``check()``) is quarantined — the sink's ``quarantine(record,
+error)`` (the ``sql`` sink: the ``record_rejected`` table), else a JSON line in
+:attr:`SinkRunner.quarantine_path` (``servehall-rejected-<sink>.jsonl`` next to the
+spill file) — logged with its request id and counted (``rejected``,
+``servehall_records_rejected_total``); the other records are written and the sink stays
+healthy. A failing probe means an outage: the batch is retried as above (records already
+written alone are not written again). The spill file's replay goes the same way, and an
+unreadable spill-file line is quarantined in the file. See
+:mod:`servehall.records.quarantine`.
+
 At close, whatever could not be written is saved to the spill file (in order) and
-replayed at the next start.
+replayed at the next start. While the spill file is replayed, the read position is saved
+after each batch (``<spill_path>.pos``), so a replay cut off by a crash resumes where it
+was: a restart writes nothing twice.
 
 Confirmed writes: with ``commit_wait_s`` > 0, :meth:`SinkRunner.wait_written` lets the
 request path wait (up to that many seconds) until a request's record has been written
@@ -55,6 +70,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from servehall.records.codec import dumps, from_json
+from servehall.records.quarantine import quarantine_line, quarantine_path, request_id_of
+from servehall.records.rows import record_kind
 from servehall.records.types import AuditEvent, Record, RequestRecord, Sink
 
 log = logging.getLogger("servehall.records")
@@ -175,6 +192,10 @@ class SinkRunner:
         self.spill_path: Path | None = (
             Path(spill_path or f"servehall-spill-{sink.name}.jsonl").expanduser() if spill else None
         )
+        self.quarantine_path = quarantine_path(sink.name, self.spill_path)
+        self._pos_path = (
+            self.spill_path.with_name(self.spill_path.name + ".pos") if self.spill_path else None
+        )
         self.spill_max_bytes = int(spill_max_bytes)
         self.retry_initial_s = float(retry_initial_s)
         self.retry_max_s = float(retry_max_s)
@@ -202,6 +223,7 @@ class SinkRunner:
         self._spill_broken = False
 
         self.written = 0
+        self.rejected = 0
         self.dropped = 0
         self.failures = 0
         self.audit_failures = 0
@@ -372,10 +394,14 @@ class SinkRunner:
 
     # --- the consumer side -------------------------------------------------------------
 
-    def _read_spill(self) -> tuple[list[Record], int]:
+    def _read_spill(self) -> tuple[list[Record], list[int], int]:
+        """Up to ``batch_size`` records from the spill file's read position: the records,
+        the file offset after each, and the offset after the last line read (an
+        unreadable line is quarantined and skipped)."""
         assert self.spill_path is not None
         records: list[Record] = []
-        with self.spill_path.open("r", encoding="utf-8") as fh:
+        ends: list[int] = []
+        with self.spill_path.open("r", encoding="utf-8", errors="surrogateescape") as fh:
             fh.seek(self._spill_read_pos)
             pos = self._spill_read_pos
             while len(records) < self.batch_size:
@@ -385,9 +411,11 @@ class SinkRunner:
                 pos = fh.tell()
                 try:
                     records.append(from_json(json.loads(line)))
-                except (ValueError, KeyError, TypeError):
-                    log.error("sink %r: skipped a corrupt spill-file line", self.name)
-        return records, pos
+                except (ValueError, KeyError, TypeError) as exc:
+                    self._reject_line(line, exc)
+                else:
+                    ends.append(pos)
+        return records, ends, pos
 
     def _end_spill(self) -> None:
         """The spill file is fully replayed: remove it, resume memory buffering."""
@@ -397,13 +425,15 @@ class SinkRunner:
         assert self.spill_path is not None
         with contextlib.suppress(OSError):
             self.spill_path.unlink()
+        self._drop_pos()
         self._spill_active = False
         self._spill_bytes = 0
         self._spill_read_pos = 0
         log.info("sink %r: spill file replayed", self.name)
 
-    def _next_batch(self) -> tuple[list[Record], int | None]:
-        """The next batch and, when it comes from the spill file, its end offset."""
+    def _next_batch(self) -> tuple[list[Record], list[int] | None]:
+        """The next batch and, when it comes from the spill file, the file offset after
+        each of its records."""
         if not self.mem and not self._spill_active and self.tail:
             self.mem, self.tail = self.tail, deque()
             self._tail_refused = 0
@@ -411,14 +441,15 @@ class SinkRunner:
             return list(islice(self.mem, 0, self.batch_size)), None
         if self._spill_active:
             try:
-                records, pos = self._read_spill()
+                records, ends, pos = self._read_spill()
             except OSError as exc:
                 log.error("sink %r: cannot read spill file: %s", self.name, exc.strerror)
-                records, pos = [], self._spill_read_pos
+                records, ends, pos = [], [], self._spill_read_pos
             if records:
-                return records, pos
-            if pos != self._spill_read_pos:  # only corrupt lines were read
+                return records, ends
+            if pos != self._spill_read_pos:  # only unreadable lines were read
                 self._spill_read_pos = pos
+                self._save_pos()
                 return self._next_batch()
             self._end_spill()
             return self._next_batch()
@@ -431,7 +462,7 @@ class SinkRunner:
     async def _run(self) -> None:
         backoff = self.retry_initial_s
         while True:
-            batch, spill_pos = self._next_batch()
+            batch, ends = self._next_batch()
             if not batch:
                 if self._closing:
                     return
@@ -440,27 +471,163 @@ class SinkRunner:
                 if self.linger_s > 0 and not self._closing:
                     await self._linger()
                 continue
+            error: Exception | None = None
             try:
                 await self._write(batch)
             except Exception as exc:
+                error = exc
+            if error is not None and self._suspect(error):
+                # maybe one record's content: write them one by one, quarantine the bad
+                before = self.rejected
+                done, error = await self._write_alone(batch)
+                self._advance(batch, done, ends, rejected=self.rejected - before)
+            elif error is None:
+                self._advance(batch, len(batch), ends)
+            if error is not None:
                 self.failures += 1
                 if any(isinstance(r, AuditEvent) for r in batch):
                     self.audit_failures += 1
-                self._unhealthy("write", exc)
+                self._unhealthy("write", error)
                 await asyncio.sleep(backoff) if not self._closing else await self._sleep(backoff)
                 backoff = min(backoff * 2, self.retry_max_s)
                 continue
             self._healthy_again("writing again")
             backoff = self.retry_initial_s
-            self.written += len(batch)
-            self._confirm(batch)
-            if spill_pos is None:
-                for _ in range(len(batch)):
-                    self.mem.popleft()
-            else:
-                self._spill_read_pos = spill_pos
             if self._group_commit(len(batch)):
                 await self._linger()
+
+    def _advance(
+        self, batch: list[Record], done: int, ends: list[int] | None, *, rejected: int = 0
+    ) -> None:
+        """The first ``done`` records of ``batch`` are written, or ``rejected`` of them
+        quarantined: confirm them and move past them (memory, or the spill file's read
+        position)."""
+        if done <= 0:
+            return
+        head = batch[:done]
+        self.written += done - rejected
+        self._confirm(head)
+        if ends is None:
+            for _ in range(done):
+                self.mem.popleft()
+        else:
+            self._spill_read_pos = ends[done - 1]
+            self._save_pos()
+
+    # --- bad records: split, probe, quarantine -------------------------------------------
+
+    def _suspect(self, exc: Exception) -> bool:
+        """Whether ``exc`` may come from a record's content (the sink's ``suspect(exc)``;
+        for sinks without one, ``ValueError``/``TypeError``)."""
+        judge = getattr(self.sink, "suspect", None)
+        if judge is not None:
+            try:
+                return bool(judge(exc))
+            except Exception:
+                return False
+        return isinstance(exc, ValueError | TypeError)
+
+    async def _write_alone(self, batch: list[Record]) -> tuple[int, Exception | None]:
+        """Write ``batch`` record by record; a record refused for its content while the
+        sink takes a known-good one (:meth:`_takes_good_records`) is quarantined.
+
+        Returns how many records, from the first, are done (written or quarantined) and
+        the error that stopped it (an outage), or None when all are done.
+        """
+        for i, rec in enumerate(batch):
+            try:
+                await self._write([rec])
+            except Exception as exc:
+                if not self._suspect(exc) or not await self._takes_good_records():
+                    return i, exc
+                await self._reject(rec, exc)
+        return len(batch), None
+
+    async def _takes_good_records(self) -> bool:
+        """Whether the sink can write right now: its ``probe()`` (a known-good record,
+        not kept), else its ``check()``, passes within ``write_timeout_s`` (10 s when 0).
+        A sink with neither is taken at its word."""
+        probe = getattr(self.sink, "probe", None) or getattr(self.sink, "check", None)
+        if probe is None:
+            return True
+        try:
+            await asyncio.wait_for(probe(), self.write_timeout_s or 10.0)
+        except Exception as exc:
+            log.warning(
+                "sink %r: a record was refused and a known-good one cannot be written "
+                "either (%s): an outage, not a bad record; retrying",
+                self.name,
+                type(exc).__name__,
+            )
+            return False
+        return True
+
+    async def _reject(self, record: Record, exc: Exception) -> None:
+        """Quarantine ``record`` (refused with ``exc``): the sink's ``quarantine(record,
+        error)`` (e.g. the ``record_rejected`` table), else the quarantine file."""
+        self.rejected += 1
+        error = f"{type(exc).__name__}: {str(exc).strip()}"
+        rid = request_id_of(record) or "-"
+        keep = getattr(self.sink, "quarantine", None)
+        if keep is not None:
+            try:
+                await asyncio.wait_for(keep(record, error), self.write_timeout_s or 10.0)
+            except Exception as why:
+                log.warning(
+                    "sink %r: cannot keep a rejected record in the database (%s); "
+                    "using the quarantine file",
+                    self.name,
+                    type(why).__name__,
+                )
+            else:
+                log.error(
+                    "sink %r: %s record of request %s rejected and quarantined in "
+                    "record_rejected: %s",
+                    self.name,
+                    record_kind(record),
+                    rid,
+                    error[:300],
+                )
+                return
+        where = self._quarantine_file(quarantine_line(self.name, record, error))
+        log.error(
+            "sink %r: %s record of request %s rejected and quarantined in %s: %s",
+            self.name,
+            record_kind(record),
+            rid,
+            where,
+            error[:300],
+        )
+
+    def _reject_line(self, line: str, exc: Exception) -> None:
+        """Quarantine an unreadable spill-file line (kind ``line``)."""
+        self.rejected += 1
+        error = f"unreadable spill-file line: {type(exc).__name__}: {exc}"
+        where = self._quarantine_file(quarantine_line(self.name, None, error, raw=line))
+        log.error(
+            "sink %r: skipped an unreadable spill-file line; quarantined in %s", self.name, where
+        )
+
+    def _quarantine_file(self, line: str) -> str:
+        """Append ``line`` to the quarantine file; where it went (the path, or "the log"
+        with the line itself when the file cannot be written)."""
+        path = self.quarantine_path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            log.error(
+                "sink %r: cannot write the quarantine file %s (%s); the record: %s",
+                self.name,
+                path,
+                exc.strerror,
+                line,
+            )
+            return "the log"
+        return str(path)
 
     async def _write(self, batch: list[Record]) -> None:
         """``sink.write(batch)``; past ``write_timeout_s`` the sink is marked unhealthy
@@ -555,6 +722,7 @@ class SinkRunner:
             if self._spill_active and self.spill_path is not None:
                 with contextlib.suppress(OSError):
                     self.spill_path.unlink()
+                self._drop_pos()
             return
         if self.spill_path is None:
             if left:
@@ -571,6 +739,7 @@ class SinkRunner:
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, self.spill_path)
+            self._drop_pos()  # the file now starts with its first unread record
         except OSError as exc:
             log.error("sink %r: cannot save %d record(s): %s", self.name, left, exc.strerror)
             return
@@ -589,6 +758,7 @@ class SinkRunner:
         size = self.spill_path.stat().st_size
         if size == 0:
             self.spill_path.unlink()
+            self._drop_pos()
             return
         with self.spill_path.open("rb+") as fh:  # drop a torn last line
             data = fh.read()
@@ -597,8 +767,49 @@ class SinkRunner:
                 fh.truncate(end)
         self._spill_active = True
         self._spill_bytes = end
-        self._spill_read_pos = 0
-        log.info("sink %r: replaying %s from a previous run", self.name, self.spill_path)
+        self._spill_read_pos = self._load_pos(end)
+        if self._spill_read_pos:
+            log.info(
+                "sink %r: resuming the replay of %s at byte %d (replayed before a restart)",
+                self.name,
+                self.spill_path,
+                self._spill_read_pos,
+            )
+        else:
+            log.info("sink %r: replaying %s from a previous run", self.name, self.spill_path)
+
+    # The replay position survives a crash: after each replayed batch the read offset is
+    # saved next to the spill file (``<spill>.pos``: the file's inode and the offset), so
+    # a restart resumes where the replay was instead of writing it all again.
+
+    def _save_pos(self) -> None:
+        if self._pos_path is None or self.spill_path is None:
+            return
+        try:
+            ino = self.spill_path.stat().st_ino
+            tmp = self._pos_path.with_name(self._pos_path.name + ".tmp")
+            tmp.write_text(json.dumps({"ino": ino, "pos": self._spill_read_pos}))
+            os.replace(tmp, self._pos_path)
+        except OSError as exc:
+            self._warn("pos", f"sink {self.name!r}: cannot save the replay position: {exc}")
+
+    def _load_pos(self, end: int) -> int:
+        """The saved replay offset of the spill file (0 when none, stale or past ``end``)."""
+        if self._pos_path is None or self.spill_path is None:
+            return 0
+        try:
+            saved = json.loads(self._pos_path.read_text())
+            ino, pos = int(saved["ino"]), int(saved["pos"])
+            if ino == self.spill_path.stat().st_ino and 0 <= pos <= end:
+                return pos
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        return 0
+
+    def _drop_pos(self) -> None:
+        if self._pos_path is not None:
+            with contextlib.suppress(OSError):
+                self._pos_path.unlink()
 
     def stats(self) -> dict[str, Any]:
         """Counters for health and metrics (records, bytes)."""
@@ -616,5 +827,6 @@ class SinkRunner:
             "audit_failures": self.audit_failures,
             "checks_failed": self.checks_failed,
             "write_timeouts": self.write_timeouts,
+            "rejected": self.rejected,
             "last_error": self.last_error,
         }

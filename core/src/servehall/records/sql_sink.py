@@ -1,6 +1,11 @@
 """The core's ``sql`` sink: request-log rows and the audit chain in the deployment DB.
 
 Options (``[[sinks]] name = "sql"`` ``options``): ``url`` (default ``[database] url``).
+Rows come from :func:`servehall.records.rows.request_row` (one serialisation for every
+path). A batch refused with an error that may come from a row (:func:`suspect_row`) is
+split by the runner: :meth:`SqlSink.probe` (a known-good row, rolled back) tells a bad
+record from an outage, and :meth:`SqlSink.quarantine` keeps a bad one in
+``record_rejected`` (:mod:`servehall.records.quarantine`).
 Each batch is one transaction: the batch's ``request_log`` rows in one driver-level
 ``executemany`` (``ON CONFLICT (request_id) DO NOTHING``, so a batch retried after a
 lost commit acknowledgement never duplicates a row), then its audit events appended to
@@ -24,9 +29,9 @@ runner's idle probe, once ``checkpoint_interval_s`` passed since the last one, a
 
 from __future__ import annotations
 
-import json
 import logging
 import time
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -36,12 +41,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from servehall.db.engine import DbTimeouts, create_db_engine, database_url
 from servehall.db.migrate import ensure_schema
-from servehall.db.models import RequestLog
-from servehall.db.types import to_utc
 from servehall.records.chain import append_events
 from servehall.records.checkpoint import CheckpointSigner, load_private_key
-from servehall.records.codec import request_row
-from servehall.records.sqlite_writer import BAD_DATA_ERRORS, SqliteRowWriter, sqlite_file
+from servehall.records.quarantine import insert_rejected
+from servehall.records.rows import REQUEST_COLUMNS, driver_row, request_row
+from servehall.records.sqlite_writer import SUSPECT_ERRORS, SqliteRowWriter, sqlite_file
 from servehall.records.types import AuditEvent, Record, RequestRecord, check_sink_options
 
 if TYPE_CHECKING:
@@ -49,20 +53,52 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("servehall.records.sql")
 
-_COLUMNS: tuple[str, ...] = tuple(c.name for c in RequestLog.__table__.columns)
+_COLUMNS = REQUEST_COLUMNS
 
 
-def _bad_data(exc: BaseException) -> bool:
-    """True only for errors caused by a record's content (never by the connection).
+SUSPECT_SQLSTATE_CLASSES = frozenset({"22", "23", "42", "54"})
+"""SQLSTATE classes that may come from a row's content: data exception, integrity
+constraint violation, syntax or access rule (a value of the wrong type; also a missing
+table, which the probe tells apart), program limit exceeded (a row too big)."""
 
-    Everything else — refused connections, a server shutting down, admin terminations,
-    timeouts, missing tables — is retried, never dropped.
+
+def _sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a database error (the exception, its DBAPI error or the driver's
+    error under that), or None."""
+    orig = getattr(exc, "orig", None)
+    for err in (exc, orig, getattr(orig, "__cause__", None)):
+        state = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
+        if isinstance(state, str) and len(state) == 5:
+            return state
+    return None
+
+
+def suspect_row(exc: BaseException) -> bool:
+    """True when ``exc`` may come from a record's content rather than from the database.
+
+    The driver's data, integrity and programming errors (a bad value, a constraint, a
+    value it cannot bind), errors whose SQLSTATE is in :data:`SUSPECT_SQLSTATE_CLASSES`,
+    a bind error raised by the driver itself (asyncpg's ``DataError`` is a
+    ``ValueError``) and Python's ``ValueError``/``TypeError`` — unless the connection
+    was lost with them. The runner then writes the batch record by record and
+    quarantines a record only when :meth:`SqlSink.probe` shows that the database takes a
+    known-good one (a missing table or privilege is a programming error too, and fails
+    the probe). Refused connections, a server shutting down, admin terminations,
+    timeouts and lock or serialization failures are outages: retried, never quarantined.
     """
-    if isinstance(exc, BAD_DATA_ERRORS):  # the SQLite fast path's driver errors
+    if isinstance(exc, SUSPECT_ERRORS):  # the SQLite fast path's driver errors
         return True
     if isinstance(exc, sa_exc.DBAPIError):
-        return isinstance(exc, sa_exc.DataError | sa_exc.IntegrityError) and not (
-            exc.connection_invalidated
+        if exc.connection_invalidated:
+            return False
+        if isinstance(exc, sa_exc.DataError | sa_exc.IntegrityError | sa_exc.ProgrammingError):
+            return True
+        state = _sqlstate(exc)
+        if state is not None:
+            return state[:2] in SUSPECT_SQLSTATE_CLASSES
+        orig = exc.orig
+        return isinstance(orig, ValueError | TypeError) or isinstance(
+            getattr(orig, "__cause__", None), ValueError | TypeError
         )
     return isinstance(exc, sa_exc.StatementError | ValueError | TypeError)
 
@@ -105,19 +141,9 @@ class SqlSink:
             self._rows = SqliteRowWriter(path)
 
     def _values(self, rec: RequestRecord) -> tuple[Any, ...]:
-        """One row as driver-level values (no per-row SQLAlchemy type processing)."""
-        row = request_row(rec)
-        verdicts = row["filter_verdicts"]
-        row["filter_verdicts"] = json.dumps(verdicts) if verdicts else "[]"
-        for key in ("received_at", "finished_at"):
-            value = row[key]
-            if value is not None:
-                value = to_utc(value)
-                # SQLite: SQLAlchemy's DATETIME text form, naive UTC
-                row[key] = (
-                    value if self._pg else value.replace(tzinfo=None).isoformat(" ", "microseconds")
-                )
-        return tuple(row[c] for c in _COLUMNS)
+        """One row as driver-level values (:func:`~servehall.records.rows.request_row`,
+        no per-row SQLAlchemy type processing)."""
+        return driver_row(request_row(rec), postgresql=self._pg)
 
     async def _write(self, conn: AsyncConnection, records: Sequence[Record]) -> None:
         rows = [self._values(r) for r in records if isinstance(r, RequestRecord)]
@@ -139,42 +165,49 @@ class SqlSink:
         )
 
     async def write(self, records: Sequence[Record]) -> None:
-        """Persist a batch in one transaction; raises on connection problems (retried).
-
-        A batch rejected for its content (never expected: text is cleaned) is retried
-        record by record and the offending records are logged and skipped, so one bad
-        record cannot block the queue.
-        """
+        """Persist a batch in one transaction; raises what the database raised (the
+        runner retries, or splits the batch when :func:`suspect_row` says a record may be
+        the cause)."""
         assert self.engine is not None, "start() first"
-        try:
-            if self._rows_alone(records):
-                assert self._rows is not None
-                rows = [self._values(r) for r in records if isinstance(r, RequestRecord)]
-                if rows:
-                    await self._rows.executemany(self._insert, rows)
-                return
-            async with self.engine.begin() as conn:
-                await self._write(conn, records)
-                if self.signer is not None and self.signer.due(time.monotonic()):
-                    await self.signer.sign(conn, time.monotonic())
-        except Exception as exc:
-            if not _bad_data(exc) or len(records) == 0:
-                raise
-            log.error(
-                "sql sink: batch rejected (%s); retrying record by record", type(exc).__name__
-            )
-            for rec in records:
-                try:
-                    async with self.engine.begin() as conn:
-                        await self._write(conn, [rec])
-                except Exception as one:
-                    if not _bad_data(one):
-                        raise
-                    log.error(
-                        "sql sink: dropped one %s record: %s",
-                        type(rec).__name__,
-                        type(one).__name__,
-                    )
+        if self._rows_alone(records):
+            assert self._rows is not None
+            rows = [self._values(r) for r in records if isinstance(r, RequestRecord)]
+            if rows:
+                await self._rows.executemany(self._insert, rows)
+            return
+        async with self.engine.begin() as conn:
+            await self._write(conn, records)
+            if self.signer is not None and self.signer.due(time.monotonic()):
+                await self.signer.sign(conn, time.monotonic())
+
+    def suspect(self, exc: BaseException) -> bool:
+        """Whether ``exc`` may come from a record's content (:func:`suspect_row`)."""
+        return suspect_row(exc)
+
+    async def probe(self) -> None:
+        """Write a known-good request row and audit event in a transaction that is rolled
+        back: raises what the database raises when it cannot take a good record now
+        (unreachable, read-only, a missing table or privilege), so the runner tells an
+        outage from a bad record."""
+        assert self.engine is not None, "start() first"
+        now = datetime.now(UTC)
+        good = RequestRecord(request_id=f"servehall-probe-{uuid.uuid4().hex}", received_at=now)
+        event = AuditEvent(action="records.probe", at=now)
+        async with self.engine.connect() as conn:
+            trans = await conn.begin()
+            try:
+                await conn.exec_driver_sql(self._insert, [self._values(good)])
+                await append_events(conn, [event])
+            finally:
+                await trans.rollback()
+
+    async def quarantine(self, record: Record, error: str) -> None:
+        """Keep ``record`` in ``record_rejected`` with ``error`` (the same record kept
+        again, e.g. by a replay, is stored once). Raises when the row cannot be written
+        (the runner then uses the quarantine file)."""
+        assert self.engine is not None, "start() first"
+        async with self.engine.begin() as conn:
+            await insert_rejected(conn, self.name, record, error)
 
     async def check(self) -> None:
         """``SELECT 1`` on a pooled connection (the runner's idle probe); raises what the

@@ -34,8 +34,17 @@ from sqlalchemy.engine import make_url
 from servehall.db.engine import sqlite_pragmas
 
 BAD_DATA_ERRORS: tuple[type[Exception], ...] = (sqlite3.IntegrityError, sqlite3.DataError)
-""":mod:`sqlite3` errors caused by a row's content (the sink retries the batch record by
-record and drops only such rows); every other error is retried."""
+""":mod:`sqlite3` errors caused by a row's content: the connection is kept for the next
+attempt (after any other error it is reopened)."""
+
+SUSPECT_ERRORS: tuple[type[Exception], ...] = (
+    *BAD_DATA_ERRORS,
+    sqlite3.ProgrammingError,
+    sqlite3.InterfaceError,
+)
+""":mod:`sqlite3` errors that may come from a row's content (a value it cannot bind is a
+``ProgrammingError``): the runner then writes the batch record by record and
+quarantines a record the database refuses while it takes a known-good one."""
 
 
 def sqlite_file(url: str) -> str | None:
