@@ -115,3 +115,88 @@ def json_safe_structural_tag(text: str) -> str:
                 content["json_schema"] = safe
                 changed = True
     return json.dumps(spec, separators=(",", ":")) if changed else text
+
+
+ANY_DEF = "servehall_any"
+"""The ``$defs`` name :func:`bounded_any_values` gives its "any JSON value" schema."""
+
+
+def _any_value_schema() -> dict[str, Any]:
+    """"Any JSON value" with the numbers of a schema node: ``±NUMBER_BOUND`` (the API
+    layer's default bounds), whitespace bounded by the engine as for every value."""
+    from servehall.structured.schema import NUMBER_BOUND
+
+    ref = {"$ref": f"#/$defs/{ANY_DEF}"}
+    return {
+        "anyOf": [
+            {"type": "null"},
+            {"type": "boolean"},
+            {"type": "number", "minimum": -NUMBER_BOUND, "maximum": NUMBER_BOUND},
+            {"type": "string"},
+            {"type": "array", "items": ref},
+            {"type": "object", "additionalProperties": ref},
+        ]
+    }
+
+
+def _is_any(node: Any) -> bool:
+    return node is True or (isinstance(node, dict) and not node)
+
+
+def _replace_any(node: Any, ref: dict[str, Any]) -> bool:
+    """Point every "any JSON" subschema (``true``, ``{}``) under ``node`` at ``ref``
+    (in place); True when one was replaced."""
+    if not isinstance(node, dict):
+        return False
+    found = False
+    for key in _ONE:
+        if key in node and key != "propertyNames" and _is_any(node[key]):
+            node[key] = dict(ref)
+            found = True
+        else:
+            found |= _replace_any(node.get(key), ref)
+    for key in _MAP:
+        sub = node.get(key)
+        if isinstance(sub, dict):
+            for name, child in sub.items():
+                if _is_any(child):
+                    sub[name] = dict(ref)
+                    found = True
+                else:
+                    found |= _replace_any(child, ref)
+    for key in _LIST:
+        sub = node.get(key)
+        if isinstance(sub, list):
+            for i, child in enumerate(sub):
+                if _is_any(child):
+                    sub[i] = dict(ref)
+                    found = True
+                else:
+                    found |= _replace_any(child, ref)
+    return found
+
+
+def bounded_any_values(schema: Any) -> Any:
+    """A copy of ``schema`` in which every "any JSON value" (the schema ``true`` or
+    ``{}``, ``additionalProperties: true``, ``json_object``'s values) is a reference to
+    an explicit any-value schema whose numbers have the default bounds
+    (``$defs/servehall_any``). For the engines whose grammar backend compiles the schema
+    itself (vLLM's xgrammar, ONNX Runtime's llguidance): their built-in "any JSON"
+    numbers take any count of digits, and a weak model writes digits until
+    ``max_tokens``. (torch and openvino_cpu cap the same rules in the printed grammar:
+    :func:`servehall.structured.grammar.bound_any_numbers`.) Unchanged when there is no
+    such value; the input is not modified."""
+    if _is_any(schema):
+        out: dict[str, Any] = _any_value_schema()
+        out["$defs"] = {ANY_DEF: _any_value_schema()}
+        return out
+    if not isinstance(schema, dict):
+        return schema
+    out = json.loads(json.dumps(schema))
+    if _replace_any(out, {"$ref": f"#/$defs/{ANY_DEF}"}):
+        defs = out.setdefault("$defs", {})
+        if isinstance(defs, dict):
+            defs[ANY_DEF] = _any_value_schema()
+        else:
+            return json.loads(json.dumps(schema))
+    return out

@@ -15,7 +15,9 @@ Structured output (:class:`~servehall.StructuredConstraint`) maps one to one ont
 ``StructuredOutputsParams`` (``json``, ``regex``, ``choice``, ``grammar``,
 ``structural_tag``), compiled by vLLM's xgrammar backend. Length-bounded strings of a
 schema are first rewritten into JSON-safe patterns
-(:func:`servehall.structured.json_text.json_safe_lengths`). The whitespace bound is
+(:func:`servehall.structured.json_text.json_safe_lengths`) and its "any JSON" values
+(``json_object``'s) get the numbers bounds of a schema node
+(:func:`servehall.structured.json_text.bounded_any_values`). The whitespace bound is
 engine-level: vLLM 0.32's grammar backends read ``disable_any_whitespace`` only from
 the engine's ``structured_outputs_config`` (the per-request field of
 ``StructuredOutputsParams`` is never read), so the engine starts with
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -49,7 +52,11 @@ from servehall.engines.torch.engine import SUPPORTED_PARAMS as TORCH_SUPPORTED_P
 from servehall.engines.vllm.options import VllmOptions, parse_vllm_options
 from servehall.engines.vllm.probe import vllm_build
 from servehall.errors import ConfigError, EngineError
-from servehall.structured.json_text import json_safe_schema_text, json_safe_structural_tag
+from servehall.structured.json_text import (
+    bounded_any_values,
+    json_safe_lengths,
+    json_safe_structural_tag,
+)
 
 log = logging.getLogger("servehall.engines.vllm")
 
@@ -105,7 +112,8 @@ def vllm_sampling_params(params: SamplingParams, eos_token_ids: Sequence[int]) -
 def structured_outputs(constraint: StructuredConstraint | None) -> Any:
     """``constraint`` as vLLM's ``StructuredOutputsParams`` (None for free text):
     ``json_schema`` → ``json`` (the schema's JSON text, length-bounded strings as JSON-safe
-    patterns), ``regex``, ``choice`` (a list), ``grammar``, ``structural_tag`` (its tags'
+    patterns, "any JSON" values with bounded numbers:
+    :func:`~servehall.structured.json_text.bounded_any_values`), ``regex``, ``choice`` (a list), ``grammar``, ``structural_tag`` (its tags'
     schemas likewise). ``disable_any_whitespace`` is set too, for a vLLM that reads it per
     request; 0.32 reads only :func:`structured_outputs_config`'s."""
     if constraint is None:
@@ -114,7 +122,7 @@ def structured_outputs(constraint: StructuredConstraint | None) -> Any:
 
     return StructuredOutputsParams(
         json=(
-            json_safe_schema_text(constraint.json_schema)
+            json.dumps(bounded_any_values(json_safe_lengths(json.loads(constraint.json_schema))))
             if constraint.json_schema is not None
             else None
         ),
