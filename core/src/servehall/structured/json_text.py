@@ -8,7 +8,8 @@ real output that ``json.loads`` refuses. Neither version has an option to exclud
 
 :func:`json_safe_lengths` rewrites each such string schema into the equivalent
 ``pattern`` over the characters a JSON string may hold (:data:`JSON_STRING_UNIT`: any
-character but ``"``, ``\`` and U+0000-U+001F, or an escape), repeated ``{min,max}``
+character but ``"``, ``\`` and U+0000-U+001F, or an escape, a surrogate pair's
+two escapes counting as one), repeated ``{min,max}``
 times. Both xgrammar versions compile it into a bounded rule that excludes the control
 characters: 0.1.31 reads a schema ``pattern`` over the JSON text (an escape such as
 ``\n`` is one unit: one character of the decoded string), 0.2.8 over the decoded string
@@ -25,8 +26,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-JSON_STRING_UNIT = r'([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})'
-"""One character of a JSON string's value, as it appears in JSON text (regex)."""
+JSON_STRING_UNIT = (
+    r"(\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+    r'|[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})'
+)
+"""One character (code point) of a JSON string's value as it appears in JSON text
+(regex): a surrogate-pair escape, a character other than ``"``, ``\\`` and
+U+0000-U+001F, or a one-character escape."""
 
 #: Keywords whose value is one subschema / a map of subschemas / a list of subschemas.
 _ONE = ("items", "additionalProperties", "unevaluatedProperties", "propertyNames")
