@@ -114,7 +114,7 @@ def test_control_characters_are_refused_in_bounded_strings() -> None:
 
 LENGTHS = st.tuples(st.integers(0, 6), st.integers(0, 10)).map(lambda t: (t[0], t[0] + t[1]))
 CANDIDATES = st.lists(
-    st.sampled_from(list('ab"\\\x00\x01\x15\x1f\n\té€') + ["\\n", "\\u0041"]),
+    st.sampled_from([*'ab"\\\x00\x01\x15\x1f\n\té€', "\\n", "\\u0041"]),
     max_size=14,
 ).map("".join)
 
@@ -157,9 +157,9 @@ LEAF = st.one_of(
 )
 SCHEMAS = st.one_of(
     STRING,
-    st.dictionaries(
-        st.sampled_from(["city", "n", "ok", "tag"]), LEAF, min_size=1, max_size=3
-    ).map(lambda props: {"type": "object", "properties": props, "required": sorted(props)}),
+    st.dictionaries(st.sampled_from(["city", "n", "ok", "tag"]), LEAF, min_size=1, max_size=3).map(
+        lambda props: {"type": "object", "properties": props, "required": sorted(props)}
+    ),
     st.builds(
         lambda item, n: {"type": "array", "items": item, "maxItems": n}, LEAF, st.integers(1, 3)
     ),
@@ -181,7 +181,10 @@ def torch_engine(demo_model: Path) -> Any:
     from servehall.engines.torch.engine import TorchEngine
 
     model = ModelConfig(
-        name="demo", path=demo_model, backend="cpu", max_model_len=256,
+        name="demo",
+        path=demo_model,
+        backend="cpu",
+        max_model_len=256,
         options={"kv_cache_blocks": 64, "block_size": 16, "dtype": "float32"},
     )
     loop = asyncio.new_event_loop()
@@ -209,9 +212,7 @@ def test_torch_outputs_that_finish_parse_and_validate(
     constraint = StructuredConstraint(json_schema=json.dumps(norm))
     params = SamplingParams(32, temperature=1.0, seed=seed, structured=constraint)
     prompt = [1, 5, 9, 14, 3]
-    deltas = loop.run_until_complete(
-        collect(engine.add_request(f"p-{seed}", prompt, params), 120)
-    )
+    deltas = loop.run_until_complete(collect(engine.add_request(f"p-{seed}", prompt, params), 120))
     if deltas[-1].finish_reason != "stop":
         return
     tok = _TOKENIZERS.get(engine.path) or AutoTokenizer.from_pretrained(engine.path)

@@ -128,7 +128,7 @@ ANY_DEF = "servehall_any"
 
 
 def _any_value_schema() -> dict[str, Any]:
-    """"Any JSON value" with the numbers of a schema node: ``±NUMBER_BOUND`` (the API
+    """ "Any JSON value" with the numbers of a schema node: ``±NUMBER_BOUND`` (the API
     layer's default bounds), whitespace bounded by the engine as for every value."""
     from servehall.structured.schema import NUMBER_BOUND
 

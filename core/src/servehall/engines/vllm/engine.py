@@ -111,11 +111,12 @@ def vllm_sampling_params(params: SamplingParams, eos_token_ids: Sequence[int]) -
 
 def structured_outputs(constraint: StructuredConstraint | None) -> Any:
     """``constraint`` as vLLM's ``StructuredOutputsParams`` (None for free text):
-    ``json_schema`` → ``json`` (the schema's JSON text, length-bounded strings as JSON-safe
-    patterns, "any JSON" values with bounded numbers:
-    :func:`~servehall.structured.json_text.bounded_any_values`), ``regex``, ``choice`` (a list), ``grammar``, ``structural_tag`` (its tags'
-    schemas likewise). ``disable_any_whitespace`` is set too, for a vLLM that reads it per
-    request; 0.32 reads only :func:`structured_outputs_config`'s."""
+    ``json_schema`` → ``json`` (the schema's JSON text; length-bounded strings as
+    JSON-safe patterns, "any JSON" values with bounded numbers:
+    :mod:`servehall.structured.json_text`), ``regex``, ``choice`` (a list), ``grammar``,
+    ``structural_tag`` (its tags' schemas likewise). ``disable_any_whitespace`` is set
+    too, for a vLLM that reads it per request; 0.32 reads only
+    :func:`structured_outputs_config`'s."""
     if constraint is None:
         return None
     from vllm.sampling_params import StructuredOutputsParams
