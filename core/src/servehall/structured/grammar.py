@@ -11,7 +11,10 @@ re-parsed by the same version is not. So:
   queued for a step shared with other requests. JSON Schemas are converted with
   ``any_whitespace=False`` (one space after ``:`` and ``,``, none elsewhere: a weak model
   cannot spend its budget on whitespace) and ``strict_mode=True`` (no properties beyond
-  the listed ones unless ``additionalProperties`` says so). Numbers of a schema node
+  the listed ones unless ``additionalProperties`` says so); a length-bounded string is
+  first rewritten into a pattern over JSON-legal characters
+  (:mod:`servehall.structured.json_text`: xgrammar's own bounded-string rule admits raw
+  control characters). Numbers of a schema node
   are bounded by the API layer (:data:`servehall.structured.schema.NUMBER_BOUND`); the
   numbers of "any JSON" values (``{}``, ``json_object``, ``additionalProperties: true``),
   xgrammar's built-in ``basic_integer``/``basic_number`` rules, get the same digit cap
@@ -41,6 +44,7 @@ from servehall.engines.contract import (
     StructuredConstraint,
     TokenDelta,
 )
+from servehall.structured.json_text import json_safe_lengths, json_safe_schema_text
 
 T = TypeVar("T")
 
@@ -69,7 +73,9 @@ def constraint_ebnf(c: StructuredConstraint) -> str:
     try:
         if c.json_schema is not None:
             grammar = xgr.Grammar.from_json_schema(
-                c.json_schema, any_whitespace=c.any_whitespace, strict_mode=True
+                json_safe_schema_text(c.json_schema),
+                any_whitespace=c.any_whitespace,
+                strict_mode=True,
             )
         elif c.regex is not None:
             grammar = xgr.Grammar.from_regex(c.regex)
@@ -155,7 +161,9 @@ def _triggered_tags_grammar(xgr: Any, text: str) -> Any:
         raise GrammarError("at_least_one structural tags are not supported by this engine")
     items = [
         xgr.StructuralTagItem(
-            begin=t["begin"], schema=json.dumps(t["content"]["json_schema"]), end=t["end"]
+            begin=t["begin"],
+            schema=json.dumps(json_safe_lengths(t["content"]["json_schema"])),
+            end=t["end"],
         )
         for t in fmt["tags"]
     ]

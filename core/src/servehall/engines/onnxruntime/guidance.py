@@ -7,7 +7,9 @@ GenAI 0.18; types ``json_schema``, ``regex``, ``lark_grammar``).
   compile with; llguidance would allow any extra key), with llguidance's own options in the schema's
   ``x-guidance`` key: ``whitespace_flexible: false`` and the separators ``", "`` and
   ``": "`` (the bounded whitespace the other engines' xgrammar grammars have;
-  ``any_whitespace`` lifts it);
+  ``any_whitespace`` lifts it); "any JSON" values (``json_object``'s) get the number
+  bounds of a schema node (:func:`~servehall.structured.json_text.bounded_any_values`;
+  llguidance compiles ``minLength``/``maxLength`` over JSON-legal characters itself);
 * ``regex`` → ``regex``; ``choice`` → ``regex`` (the strings, escaped, as alternatives);
 * an EBNF ``grammar`` (xgrammar/GBNF dialect) and a ``structural_tag`` have no llguidance
   equivalent here (its grammar type is Lark): :class:`GuidanceUnsupported`, which the
@@ -24,6 +26,7 @@ import json
 from typing import Any
 
 from servehall.engines.contract import StructuredConstraint
+from servehall.structured.json_text import bounded_any_values
 
 _REGEX_SPECIAL = frozenset("\\.+*?()|[]{}^$#&-~")
 
@@ -72,9 +75,7 @@ def guidance_of(c: StructuredConstraint) -> tuple[str, str]:
         GuidanceUnsupported: a ``grammar`` or ``structural_tag`` constraint.
     """
     if c.json_schema is not None:
-        schema: Any = json.loads(c.json_schema)
-        if schema is True:
-            schema = {}
+        schema: Any = bounded_any_values(json.loads(c.json_schema))
         _strict_objects(schema)
         if not c.any_whitespace:
             schema = {

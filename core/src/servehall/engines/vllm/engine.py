@@ -18,14 +18,25 @@ of host RAM, shown by the KV-cache usage.
 
 Structured output (:class:`~servehall.StructuredConstraint`) maps one to one onto vLLM's
 ``StructuredOutputsParams`` (``json``, ``regex``, ``choice``, ``grammar``,
-``structural_tag``, ``disable_any_whitespace``), compiled by vLLM's grammar backend
-(xgrammar by default, guidance/outlines as fallbacks).
+``structural_tag``), compiled by vLLM's xgrammar backend. Length-bounded strings of a
+schema are first rewritten into JSON-safe patterns
+(:func:`servehall.structured.json_text.json_safe_lengths`) and its "any JSON" values
+(``json_object``'s) get the numbers bounds of a schema node
+(:func:`servehall.structured.json_text.bounded_any_values`). The whitespace bound is
+engine-level: vLLM 0.32's grammar backends read ``disable_any_whitespace`` only from
+the engine's ``structured_outputs_config`` (the per-request field of
+``StructuredOutputsParams`` is never read), so the engine starts with
+:func:`structured_outputs_config` (backend ``xgrammar``, which that setting requires,
+and ``disable_any_whitespace=True``: compact JSON, no whitespace between tokens) and a
+request cannot lift it (``structured_outputs.disable_any_whitespace: false`` still gets
+compact JSON on vLLM).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -47,6 +58,11 @@ from servehall.engines.torch.engine import SUPPORTED_PARAMS as TORCH_SUPPORTED_P
 from servehall.engines.vllm.options import VllmOptions, parse_vllm_options
 from servehall.engines.vllm.probe import vllm_build
 from servehall.errors import ConfigError, EngineError
+from servehall.structured.json_text import (
+    bounded_any_values,
+    json_safe_lengths,
+    json_safe_structural_tag,
+)
 
 log = logging.getLogger("servehall.engines.vllm")
 
@@ -101,21 +117,42 @@ def vllm_sampling_params(params: SamplingParams, eos_token_ids: Sequence[int]) -
 
 def structured_outputs(constraint: StructuredConstraint | None) -> Any:
     """``constraint`` as vLLM's ``StructuredOutputsParams`` (None for free text):
-    ``json_schema`` → ``json`` (the schema's JSON text), ``regex``, ``choice`` (a list),
-    ``grammar``, ``structural_tag``; ``any_whitespace=False`` →
-    ``disable_any_whitespace=True``."""
+    ``json_schema`` → ``json`` (the schema's JSON text; length-bounded strings as
+    JSON-safe patterns, "any JSON" values with bounded numbers:
+    :mod:`servehall.structured.json_text`), ``regex``, ``choice`` (a list), ``grammar``,
+    ``structural_tag`` (its tags' schemas likewise). ``disable_any_whitespace`` is set
+    too, for a vLLM that reads it per request; 0.32 reads only
+    :func:`structured_outputs_config`'s."""
     if constraint is None:
         return None
     from vllm.sampling_params import StructuredOutputsParams
 
     return StructuredOutputsParams(
-        json=constraint.json_schema,
+        json=(
+            json.dumps(bounded_any_values(json_safe_lengths(json.loads(constraint.json_schema))))
+            if constraint.json_schema is not None
+            else None
+        ),
         regex=constraint.regex,
         choice=list(constraint.choice) if constraint.choice is not None else None,
         grammar=constraint.grammar,
-        structural_tag=constraint.structural_tag,
+        structural_tag=(
+            json_safe_structural_tag(constraint.structural_tag)
+            if constraint.structural_tag is not None
+            else None
+        ),
         disable_any_whitespace=not constraint.any_whitespace,
     )
+
+
+def structured_outputs_config() -> Any:
+    """vLLM's engine-level ``StructuredOutputsConfig``: backend ``xgrammar`` (our schema
+    checks follow xgrammar's limits; ``disable_any_whitespace`` is refused with
+    ``auto``) and ``disable_any_whitespace=True``, the whitespace bound of every
+    constrained request (see the module docstring)."""
+    from vllm.config import StructuredOutputsConfig
+
+    return StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True)
 
 
 class _Stats:
@@ -334,6 +371,7 @@ class VllmEngine:
             skip_tokenizer_init=not self._has_tokenizer,
             max_model_len=self._max_len,
             disable_log_stats=False,
+            structured_outputs_config=structured_outputs_config(),
             **kwargs,
         )
 
