@@ -542,7 +542,9 @@ def compare_command(
 
 @bench_app.command("soak")
 def soak_command(
-    duration: Annotated[float, typer.Option("--duration", "-d", help="Seconds of traffic.")] = 120.0,
+    duration: Annotated[
+        float, typer.Option("--duration", "-d", help="Seconds of traffic.")
+    ] = 120.0,
     clients: Annotated[int, typer.Option("--clients", help="Concurrent clients.")] = 8,
     url: Annotated[
         str | None,

@@ -70,7 +70,10 @@ def hostile_shapes(model: str) -> list[Shape]:
     raw("json_string", b'"hello"')
     raw("truncated_json", b'{"model": "' + model.encode() + b'", "messages": [')
     raw("bad_utf8", b'{"model": "\xff\xfe", "messages": []}')
-    raw("nul_in_json", b'{"model": "demo\\u0000", "messages": [{"role": "user", "content": "\\u0000"}]}')
+    raw(
+        "nul_in_json",
+        b'{"model": "demo\\u0000", "messages": [{"role": "user", "content": "\\u0000"}]}',
+    )
     raw("lone_surrogate", b'{"model": "x", "messages": [{"role": "user", "content": "\\ud800"}]}')
     raw("text_plain", json.dumps(_chat(model)).encode(), ctype="text/plain")
     raw("deep_nesting", b"[" * 5000 + b"]" * 5000)
@@ -84,7 +87,9 @@ def hostile_shapes(model: str) -> list[Shape]:
     body("messages_not_list", _chat(model) | {"messages": "Hi"})
     body("bad_role", _chat(model) | {"messages": [{"role": "wizard", "content": "Hi"}]})
     body("content_int", _chat(model) | {"messages": [{"role": "user", "content": 5}]})
-    body("bad_part", _chat(model) | {"messages": [{"role": "user", "content": [{"type": "image"}]}]})
+    body(
+        "bad_part", _chat(model) | {"messages": [{"role": "user", "content": [{"type": "image"}]}]}
+    )
     body("max_tokens_negative", _chat(model, max_tokens=-1))
     body("max_tokens_zero", _chat(model, max_tokens=0))
     body("max_tokens_huge", _chat(model, max_tokens=2**63))
@@ -115,40 +120,91 @@ def hostile_shapes(model: str) -> list[Shape]:
     body("tools_not_list", _chat(model, tools={"type": "function"}))
     body("tool_no_function", _chat(model, tools=[{"type": "function"}]))
     body("tool_bad_name", _chat(model, tools=[{"type": "function", "function": {"name": "a b!"}}]))
-    body("tool_choice_unknown", _chat(model, tools=[{"type": "function", "function": fn}],
-                                      tool_choice={"type": "function", "function": {"name": "g"}}))
-    body("tool_choice_bad_string", _chat(model, tools=[{"type": "function", "function": fn}],
-                                         tool_choice="sometimes"))
+    body(
+        "tool_choice_unknown",
+        _chat(
+            model,
+            tools=[{"type": "function", "function": fn}],
+            tool_choice={"type": "function", "function": {"name": "g"}},
+        ),
+    )
+    body(
+        "tool_choice_bad_string",
+        _chat(model, tools=[{"type": "function", "function": fn}], tool_choice="sometimes"),
+    )
     body("tool_choice_without_tools", _chat(model, tool_choice="required"))
-    body("tool_params_not_object", _chat(model, tools=[{"type": "function", "function": {
-        "name": "f", "parameters": [1]}}], tool_choice="required"))
-    body("tool_call_no_id", _chat(model) | {"messages": [
-        {"role": "user", "content": "Hi"},
-        {"role": "assistant", "tool_calls": [{"type": "function",
-                                              "function": {"name": "f", "arguments": "{}"}}]}]})
+    body(
+        "tool_params_not_object",
+        _chat(
+            model,
+            tools=[{"type": "function", "function": {"name": "f", "parameters": [1]}}],
+            tool_choice="required",
+        ),
+    )
+    body(
+        "tool_call_no_id",
+        _chat(model)
+        | {
+            "messages": [
+                {"role": "user", "content": "Hi"},
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {"type": "function", "function": {"name": "f", "arguments": "{}"}}
+                    ],
+                },
+            ]
+        },
+    )
     # structured output
     body("rf_bad_type", _chat(model, response_format={"type": "yaml"}))
     body("rf_not_object", _chat(model, response_format="json"))
     body("rf_schema_missing", _chat(model, response_format={"type": "json_schema"}))
-    body("rf_schema_name_bad", _chat(model, response_format={"type": "json_schema", "json_schema": {
-        "name": "a b", "schema": {"type": "object"}}}))
+    body(
+        "rf_schema_name_bad",
+        _chat(
+            model,
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "a b", "schema": {"type": "object"}},
+            },
+        ),
+    )
     for i, schema in enumerate(BAD_SCHEMAS):
         rf = {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
         body(f"rf_bad_schema_{i}", _chat(model, response_format=rf, max_tokens=4))
-        body(f"guided_json_bad_{i}", {"model": model, "prompt": "a", "max_tokens": 4,
-                                      "guided_json": schema}, COMPLETIONS)
+        body(
+            f"guided_json_bad_{i}",
+            {"model": model, "prompt": "a", "max_tokens": 4, "guided_json": schema},
+            COMPLETIONS,
+        )
     body("guided_regex_bad", {"model": model, "prompt": "a", "guided_regex": "(["}, COMPLETIONS)
-    body("guided_regex_huge", {"model": model, "prompt": "a", "max_tokens": 2,
-                               "guided_regex": "(a|b)" * 3000}, COMPLETIONS)
+    body(
+        "guided_regex_huge",
+        {"model": model, "prompt": "a", "max_tokens": 2, "guided_regex": "(a|b)" * 3000},
+        COMPLETIONS,
+    )
     body("guided_choice_empty", {"model": model, "prompt": "a", "guided_choice": []}, COMPLETIONS)
-    body("guided_choice_types", {"model": model, "prompt": "a", "guided_choice": [1, None]},
-         COMPLETIONS)
-    body("guided_two_kinds", {"model": model, "prompt": "a", "guided_regex": "a",
-                              "guided_choice": ["a"]}, COMPLETIONS)
-    body("guided_grammar_bad", {"model": model, "prompt": "a", "guided_grammar": "root ::= ("},
-         COMPLETIONS)
-    body("structured_outputs_bad", {"model": model, "prompt": "a",
-                                    "structured_outputs": {"json": 5}}, COMPLETIONS)
+    body(
+        "guided_choice_types",
+        {"model": model, "prompt": "a", "guided_choice": [1, None]},
+        COMPLETIONS,
+    )
+    body(
+        "guided_two_kinds",
+        {"model": model, "prompt": "a", "guided_regex": "a", "guided_choice": ["a"]},
+        COMPLETIONS,
+    )
+    body(
+        "guided_grammar_bad",
+        {"model": model, "prompt": "a", "guided_grammar": "root ::= ("},
+        COMPLETIONS,
+    )
+    body(
+        "structured_outputs_bad",
+        {"model": model, "prompt": "a", "structured_outputs": {"json": 5}},
+        COMPLETIONS,
+    )
     return out
 
 
@@ -214,7 +270,9 @@ def generated_schemas(count: int, seed: int = 0) -> list[Any]:
                 "not": children,
                 "$defs": st.one_of(st.dictionaries(names, children, max_size=3), scalars),
                 "definitions": st.dictionaries(names, children, max_size=2),
-                "$ref": st.sampled_from(["#", "#/$defs/a", "#/definitions/b", "http://x/y", "#/nope"]),
+                "$ref": st.sampled_from(
+                    ["#", "#/$defs/a", "#/definitions/b", "http://x/y", "#/nope"]
+                ),
                 "minimum": scalars,
                 "maximum": scalars,
                 "minLength": st.integers(-5, 10**6),
@@ -272,8 +330,13 @@ def schema_shapes(model: str, schemas: list[Any]) -> list[Shape]:
             rf = {"type": "json_schema", "json_schema": {"name": "gen", "schema": schema}}
             out.append(Shape("gen_schema_rf", CHAT, _chat(model, response_format=rf, max_tokens=8)))
         elif kind == 1:
-            b = {"model": model, "prompt": "{", "max_tokens": 8, "guided_json": schema,
-                 "stream": i % 2 == 0}
+            b = {
+                "model": model,
+                "prompt": "{",
+                "max_tokens": 8,
+                "guided_json": schema,
+                "stream": i % 2 == 0,
+            }
             out.append(Shape("gen_schema_guided_json", COMPLETIONS, b))
         else:
             tool = {"type": "function", "function": {"name": "gen", "parameters": schema}}

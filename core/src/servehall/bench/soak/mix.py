@@ -63,32 +63,65 @@ def valid_shapes(model: str, max_tokens: int) -> list[Shape]:
         "chat_stop": {"stop": ["e", "\n"]},
         "chat_stop_stream": {"stop": "a", "stream": True, "stream_options": usage},
         "chat_max_completion_tokens": {"max_completion_tokens": 3},
-        "chat_sampling": {"temperature": 1.2, "top_p": 0.9, "top_k": 20, "min_p": 0.05,
-                          "repetition_penalty": 1.1, "presence_penalty": 0.5, "seed": 11},
+        "chat_sampling": {
+            "temperature": 1.2,
+            "top_p": 0.9,
+            "top_k": 20,
+            "min_p": 0.05,
+            "repetition_penalty": 1.1,
+            "presence_penalty": 0.5,
+            "seed": 11,
+        },
         "chat_tools_auto": {"tools": [WEATHER_TOOL, TIME_TOOL], "tool_choice": "auto"},
         "chat_tools_default": {"tools": [WEATHER_TOOL]},
         "chat_tools_none": {"tools": [WEATHER_TOOL], "tool_choice": "none"},
-        "chat_tools_required": {"tools": [WEATHER_TOOL, TIME_TOOL], "tool_choice": "required",
-                                "max_tokens": 24},
-        "chat_tools_named": {"tools": [WEATHER_TOOL, TIME_TOOL], "max_tokens": 24,
-                             "tool_choice": {"type": "function",
-                                             "function": {"name": "get_weather"}}},
+        "chat_tools_required": {
+            "tools": [WEATHER_TOOL, TIME_TOOL],
+            "tool_choice": "required",
+            "max_tokens": 24,
+        },
+        "chat_tools_named": {
+            "tools": [WEATHER_TOOL, TIME_TOOL],
+            "max_tokens": 24,
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        },
         "chat_tools_named_stream": {
-            "tools": [WEATHER_TOOL], "stream": True, "stream_options": usage, "max_tokens": 24,
-            "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
-        "chat_tools_auto_stream": {"tools": [WEATHER_TOOL], "tool_choice": "auto",
-                                   "stream": True, "stream_options": usage},
+            "tools": [WEATHER_TOOL],
+            "stream": True,
+            "stream_options": usage,
+            "max_tokens": 24,
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        },
+        "chat_tools_auto_stream": {
+            "tools": [WEATHER_TOOL],
+            "tool_choice": "auto",
+            "stream": True,
+            "stream_options": usage,
+        },
         "chat_json_object": {"response_format": {"type": "json_object"}},
-        "chat_json_schema": {"response_format": {"type": "json_schema", "json_schema": {
-            "name": "person", "schema": PERSON_SCHEMA, "strict": True}}, "max_tokens": 24},
-        "chat_json_schema_stream": {"response_format": {"type": "json_schema", "json_schema": {
-            "name": "person", "schema": PERSON_SCHEMA}}, "stream": True,
-            "stream_options": usage, "max_tokens": 24},
+        "chat_json_schema": {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "person", "schema": PERSON_SCHEMA, "strict": True},
+            },
+            "max_tokens": 24,
+        },
+        "chat_json_schema_stream": {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "person", "schema": PERSON_SCHEMA},
+            },
+            "stream": True,
+            "stream_options": usage,
+            "max_tokens": 24,
+        },
         "chat_text_format": {"response_format": {"type": "text"}},
         "chat_guided_choice": {"guided_choice": ["yes", "no", "maybe"]},
     }
-    out = [Shape(name, CHAT, {"model": model, "messages": msgs, "max_tokens": mt} | extra)
-           for name, extra in chat.items()]
+    out = [
+        Shape(name, CHAT, {"model": model, "messages": msgs, "max_tokens": mt} | extra)
+        for name, extra in chat.items()
+    ]
     comp: dict[str, dict[str, Any]] = {
         "completion": {},
         "completion_stream": {"stream": True, "stream_options": usage},
@@ -97,15 +130,20 @@ def valid_shapes(model: str, max_tokens: int) -> list[Shape]:
         "completion_stop": {"stop": [" ", "a"]},
         "completion_ignore_eos": {"ignore_eos": True},
         "completion_guided_regex": {"guided_regex": "[a-z]{1,6}( [a-z]{1,6}){0,3}"},
-        "completion_guided_regex_stream": {"guided_regex": "[0-9]{3}-[0-9]{4}", "stream": True,
-                                           "stream_options": usage},
+        "completion_guided_regex_stream": {
+            "guided_regex": "[0-9]{3}-[0-9]{4}",
+            "stream": True,
+            "stream_options": usage,
+        },
         "completion_guided_choice": {"guided_choice": ["red", "green", "blue"]},
         "completion_guided_json": {"guided_json": PERSON_SCHEMA, "max_tokens": 24},
         "completion_structured_outputs": {"structured_outputs": {"regex": "(ab)+"}},
         "completion_prompt_list": {"prompt": ["Once upon a time"]},
     }
-    out += [Shape(name, COMPLETIONS, {"model": model, "prompt": "Once upon", "max_tokens": mt}
-                  | extra) for name, extra in comp.items()]
+    out += [
+        Shape(name, COMPLETIONS, {"model": model, "prompt": "Once upon", "max_tokens": mt} | extra)
+        for name, extra in comp.items()
+    ]
     return out
 
 
@@ -114,14 +152,38 @@ def disconnect_shapes(model: str) -> list[Shape]:
     so that the server is still generating)."""
     usage = {"include_usage": True}
     return [
-        Shape("disconnect_chat", CHAT, {"model": model, "max_tokens": 64, "stream": True,
-              "stream_options": usage, "ignore_eos": True,
-              "messages": [{"role": "user", "content": "Go on"}]}, disconnect=True),
-        Shape("disconnect_completion", COMPLETIONS, {"model": model, "prompt": "Go",
-              "max_tokens": 64, "stream": True, "ignore_eos": True}, disconnect=True),
-        Shape("disconnect_tools", CHAT, {"model": model, "max_tokens": 64, "stream": True,
-              "tools": [WEATHER_TOOL], "tool_choice": "required",
-              "messages": [{"role": "user", "content": "Weather?"}]}, disconnect=True),
+        Shape(
+            "disconnect_chat",
+            CHAT,
+            {
+                "model": model,
+                "max_tokens": 64,
+                "stream": True,
+                "stream_options": usage,
+                "ignore_eos": True,
+                "messages": [{"role": "user", "content": "Go on"}],
+            },
+            disconnect=True,
+        ),
+        Shape(
+            "disconnect_completion",
+            COMPLETIONS,
+            {"model": model, "prompt": "Go", "max_tokens": 64, "stream": True, "ignore_eos": True},
+            disconnect=True,
+        ),
+        Shape(
+            "disconnect_tools",
+            CHAT,
+            {
+                "model": model,
+                "max_tokens": 64,
+                "stream": True,
+                "tools": [WEATHER_TOOL],
+                "tool_choice": "required",
+                "messages": [{"role": "user", "content": "Weather?"}],
+            },
+            disconnect=True,
+        ),
     ]
 
 

@@ -73,7 +73,7 @@ def _reply(body: dict[str, Any], path: str) -> tuple[bytes, str]:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("content-length") or 0))
         try:
             body = json.loads(raw)
@@ -87,7 +87,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(out)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         out = json.dumps({"object": "list", "data": [{"id": "demo", "object": "model"}]}).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
@@ -270,7 +270,147 @@ def record_openai(base: str) -> str:
     return str(openai.__version__)
 
 
-RECORDERS: dict[str, Callable[[str], str]] = {"openai": record_openai}
+def record_instructor(base: str) -> str:
+    """Drive ``instructor`` (tools mode and JSON-schema mode) over the openai SDK."""
+    import instructor
+    import openai
+    from pydantic import BaseModel
+
+    class City(BaseModel):
+        city: str
+        population: int
+
+    raw = openai.OpenAI(base_url=base + "/v1", api_key="sk-capture", max_retries=0)
+    msgs: Any = [{"role": "user", "content": "Paris facts"}]
+    for mode in (
+        instructor.Mode.TOOLS,
+        instructor.Mode.JSON_SCHEMA,
+        instructor.Mode.JSON,
+        instructor.Mode.MD_JSON,
+    ):
+        c = instructor.from_openai(raw, mode=mode)
+        _drive(
+            f"extract_{mode.name.lower()}",
+            lambda c=c: c.chat.completions.create(
+                model="demo", response_model=City, messages=msgs, max_retries=0, max_tokens=32
+            ),
+        )
+    return str(instructor.__version__)
+
+
+def record_pydantic_ai(base: str) -> str:
+    """Drive ``pydantic-ai`` agents: plain text, a tool, structured output."""
+    from importlib.metadata import version
+
+    from pydantic import BaseModel
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    class City(BaseModel):
+        city: str
+
+    model = OpenAIChatModel("demo", provider=OpenAIProvider(base_url=base + "/v1", api_key="k"))
+    plain = Agent(model, instructions="Be brief.")
+    _drive("agent_text", lambda: plain.run_sync("Hi", model_settings={"max_tokens": 16}))
+    tooled = Agent(model)
+
+    @tooled.tool_plain
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        return "sunny"
+
+    _drive("agent_tool", lambda: tooled.run_sync("Weather in Paris?"))
+    typed = Agent(model, output_type=City)
+    _drive("agent_output_type", lambda: typed.run_sync("Which city?"))
+    _drive("agent_stream", lambda: _stream_pai(plain))
+    return version("pydantic-ai-slim")
+
+
+def _stream_pai(agent: Any) -> None:
+    import asyncio
+
+    async def go() -> None:
+        async with agent.run_stream("Hi") as result:
+            async for _ in result.stream_text():
+                pass
+
+    asyncio.run(go())
+
+
+def record_langchain_openai(base: str) -> str:
+    """Drive ``langchain-openai``'s ChatOpenAI: invoke, stream, tools, structured output."""
+    from importlib.metadata import version
+
+    from langchain_openai import ChatOpenAI
+    from pydantic import BaseModel
+
+    class City(BaseModel):
+        """A city."""
+
+        city: str
+
+    llm = ChatOpenAI(model="demo", base_url=base + "/v1", api_key="k", max_retries=0, max_tokens=16)  # type: ignore[call-arg]
+    _drive("invoke", lambda: llm.invoke("Hi"))
+    _drive("stream", lambda: list(llm.stream("Hi")))
+    _drive("bind_tools", lambda: llm.bind_tools([City]).invoke("Which city?"))
+    _drive(
+        "structured_json_schema",
+        lambda: llm.with_structured_output(City, method="json_schema").invoke("Which city?"),
+    )
+    _drive(
+        "structured_function_calling",
+        lambda: llm.with_structured_output(City, method="function_calling").invoke("City?"),
+    )
+    _drive(
+        "structured_json_mode",
+        lambda: llm.with_structured_output(City, method="json_mode").invoke("City as JSON"),
+    )
+    return version("langchain-openai")
+
+
+def record_openai_agents(base: str) -> str:
+    """Drive ``openai-agents`` (the Chat Completions model): text, a tool, typed output."""
+    from importlib.metadata import version
+
+    import openai
+    from agents import (
+        Agent,
+        OpenAIChatCompletionsModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
+    from pydantic import BaseModel
+
+    set_tracing_disabled(True)
+    client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="k", max_retries=0)
+    model = OpenAIChatCompletionsModel(model="demo", openai_client=client)
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        return "sunny"
+
+    class City(BaseModel):
+        city: str
+
+    a = Agent(name="a", instructions="Be brief.", model=model)
+    _drive("agent_text", lambda: Runner.run_sync(a, "Hi"))
+    t = Agent(name="t", instructions="Use tools.", model=model, tools=[get_weather])
+    _drive("agent_tool", lambda: Runner.run_sync(t, "Weather in Paris?"))
+    o = Agent(name="o", model=model, output_type=City)
+    _drive("agent_output_type", lambda: Runner.run_sync(o, "Which city?"))
+    return version("openai-agents")
+
+
+RECORDERS: dict[str, Callable[[str], str]] = {
+    "openai": record_openai,
+    "instructor": record_instructor,
+    "pydantic_ai": record_pydantic_ai,
+    "langchain_openai": record_langchain_openai,
+    "openai_agents": record_openai_agents,
+}
 
 
 def main(argv: list[str]) -> int:

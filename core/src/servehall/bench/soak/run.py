@@ -139,9 +139,7 @@ def start_server(opts: SoakOptions, workdir: Path) -> Server:
     log_path = workdir / "server.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            args, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
+        proc = subprocess.Popen(args, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
     server = Server(proc, f"http://127.0.0.1:{port}", workdir, config, log_path)
     deadline = time.monotonic() + opts.ready_timeout_s
     with httpx.Client(timeout=5.0) as c:
@@ -237,7 +235,12 @@ async def send(client: httpx.AsyncClient, base_url: str, shape: Shape) -> Observ
             if not sse:
                 raw = await resp.aread()
                 with contextlib.suppress(ValueError):
-                    obs.usage = _usage(json.loads(raw)) if resp.status_code == 200 else None
+                    doc = json.loads(raw)
+                    obs.usage = _usage(doc) if resp.status_code == 200 else None
+                    if resp.status_code >= 500 and isinstance(doc, dict):
+                        err = doc.get("error")
+                        if isinstance(err, dict):
+                            obs.error = f"{err.get('code')}: {str(err.get('message'))[:100]}"
             else:
                 async for line in resp.aiter_lines():
                     if not line.startswith("data: "):
@@ -291,7 +294,9 @@ async def _clients(opts: SoakOptions, base_url: str, mix: Mix, traffic: Traffic)
         await asyncio.gather(*(one_client() for _ in range(opts.clients)))
 
 
-async def _sample_rss(pids: Sequence[int], traffic: Traffic, t0: float, stop: asyncio.Event) -> None:
+async def _sample_rss(
+    pids: Sequence[int], traffic: Traffic, t0: float, stop: asyncio.Event
+) -> None:
     while not stop.is_set():
         traffic.rss.append((time.monotonic() - t0, rss_bytes(pids)))
         with contextlib.suppress(TimeoutError):
@@ -363,9 +368,7 @@ def database_url(opts: SoakOptions, server: Server | None) -> str | None:
     return url
 
 
-async def read_rows(
-    url: str, ids: Sequence[str]
-) -> tuple[list[Row], list[Rejection], bool]:
+async def read_rows(url: str, ids: Sequence[str]) -> tuple[list[Row], list[Rejection], bool]:
     """The ``request_log`` rows of ``ids`` (every row, duplicates included), the
     rejected records (``record_rejected`` rows, when that table exists) and whether it
     exists."""
@@ -493,8 +496,10 @@ async def run_soak(opts: SoakOptions, out: TextIO = sys.stdout) -> list[Invarian
         base_url = opts.url.rstrip("/").removesuffix("/v1")
     mix = Mix(opts.model, opts.max_tokens, opts.seed, opts.schemas)
     counts = ", ".join(f"{k} {v}" for k, v in mix.counts().items())
-    print(f"soak {base_url}: {opts.clients} clients, {opts.duration_s:g} s; shapes: {counts}",
-          file=out)
+    print(
+        f"soak {base_url}: {opts.clients} clients, {opts.duration_s:g} s; shapes: {counts}",
+        file=out,
+    )
     print("recorded client bodies: " + ("; ".join(sdk_libraries()) or "none"), file=out)
     pids = tuple(opts.pids) or ((server.process.pid,) if server is not None else ())
     traffic = Traffic()
@@ -519,7 +524,7 @@ async def run_soak(opts: SoakOptions, out: TextIO = sys.stdout) -> list[Invarian
         print(line, file=out)
     results = [check_no_5xx(traffic.observations, traffic.faults)]
     results += await _record_checks(opts, server, traffic)
-    results.append(check_rss(traffic.rss, opts.rss_bound_mib, warmup_s=min(10.0, opts.duration_s / 4)))
+    results.append(check_rss(traffic.rss, opts.rss_bound_mib, warmup_s=_warmup(opts)))
     for r in results:
         for line in r.lines():
             print(line, file=out)
@@ -537,8 +542,12 @@ async def _record_checks(
     url = database_url(opts, server)
     if url is None:
         skipped = []
-        for key, title in (("I2", "rows"), ("I3", "row contents"), ("I4", "leftovers"),
-                           ("I5", "audit verify")):
+        for key, title in (
+            ("I2", "rows"),
+            ("I3", "row contents"),
+            ("I4", "leftovers"),
+            ("I5", "audit verify"),
+        ):
             r = InvariantResult(key, title)
             r.skipped = "the database is unknown (give --config or --db-url)"
             skipped.append(r)
@@ -570,13 +579,18 @@ async def _record_checks(
     return results
 
 
+def _warmup(opts: SoakOptions) -> float:
+    """The RSS warm-up: a quarter of the run, at most 5 minutes."""
+    return min(300.0, opts.duration_s / 4)
+
+
 def _report(opts: SoakOptions, traffic: Traffic, results: list[InvariantResult]) -> dict[str, Any]:
     statuses = Counter(str(o.status) for o in traffic.observations)
     base, growth = 0.0, 0.0
     if traffic.rss:
         from servehall.bench.soak.invariants import rss_growth_mib
 
-        base, growth = rss_growth_mib(traffic.rss, min(10.0, opts.duration_s / 4))
+        base, growth = rss_growth_mib(traffic.rss, _warmup(opts))
     return {
         "duration_s": traffic.duration_s,
         "clients": opts.clients,
@@ -590,10 +604,10 @@ def _report(opts: SoakOptions, traffic: Traffic, results: list[InvariantResult])
             r.key: {
                 "title": r.title,
                 "checked": r.checked,
-                "violations": len(r.violations),
+                "violation_count": len(r.violations),
                 "skipped": r.skipped,
                 "notes": r.notes,
-                "first_violations": r.violations[:20],
+                "violations": r.violations[:1000],
             }
             for r in results
         },
