@@ -127,7 +127,7 @@ def start_server(opts: SoakOptions, workdir: Path) -> Server:
     """Start ``servehall serve`` (``--demo`` and/or ``--config``) on a free port in
     ``workdir`` and wait for ``/health/ready``; SoakError with the log tail if not."""
     workdir.mkdir(parents=True, exist_ok=True)
-    config = opts.config
+    config = opts.config.resolve() if opts.config is not None else None
     if config is None:
         config = workdir / "soak.toml"
         url = f"sqlite+aiosqlite:///{workdir / 'servehall.db'}"
