@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -110,7 +111,7 @@ def _drive(name: str, fn: Callable[[], Any]) -> None:
         print(f"  {name}: {type(exc).__name__} (body recorded)", file=sys.stderr)
 
 
-WEATHER = {
+WEATHER: Any = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -137,7 +138,7 @@ def record_openai(base: str) -> str:
         origin: City
         stops: list[City]
 
-    c = openai.OpenAI(base_url=base + "/v1", api_key="sk-capture", max_retries=0)
+    c: Any = openai.OpenAI(base_url=base + "/v1", api_key="sk-capture", max_retries=0)
     msgs: Any = [
         {"role": "system", "content": "You are terse."},
         {"role": "user", "content": "Weather in Paris?"},
@@ -173,8 +174,13 @@ def record_openai(base: str) -> str:
     for choice in ("auto", "required", "none"):
         d(
             f"chat_tools_{choice}",
-            lambda choice=choice: c.chat.completions.create(
-                model="demo", messages=msgs, tools=[WEATHER], tool_choice=choice, max_tokens=16
+            partial(
+                c.chat.completions.create,
+                model="demo",
+                messages=msgs,
+                tools=[WEATHER],
+                tool_choice=choice,
+                max_tokens=16,
             ),
         )
     d(
@@ -280,7 +286,7 @@ def record_instructor(base: str) -> str:
         city: str
         population: int
 
-    raw = openai.OpenAI(base_url=base + "/v1", api_key="sk-capture", max_retries=0)
+    raw: Any = openai.OpenAI(base_url=base + "/v1", api_key="sk-capture", max_retries=0)
     msgs: Any = [{"role": "user", "content": "Paris facts"}]
     for mode in (
         instructor.Mode.TOOLS,
@@ -288,11 +294,16 @@ def record_instructor(base: str) -> str:
         instructor.Mode.JSON,
         instructor.Mode.MD_JSON,
     ):
-        c = instructor.from_openai(raw, mode=mode)
+        c: Any = instructor.from_openai(raw, mode=mode)
         _drive(
             f"extract_{mode.name.lower()}",
-            lambda c=c: c.chat.completions.create(
-                model="demo", response_model=City, messages=msgs, max_retries=0, max_tokens=32
+            partial(
+                c.chat.completions.create,
+                model="demo",
+                response_model=City,
+                messages=msgs,
+                max_retries=0,
+                max_tokens=32,
             ),
         )
     return str(instructor.__version__)
@@ -350,7 +361,7 @@ def record_langchain_openai(base: str) -> str:
 
         city: str
 
-    llm = ChatOpenAI(model="demo", base_url=base + "/v1", api_key="k", max_retries=0, max_tokens=16)  # type: ignore[call-arg]
+    llm = ChatOpenAI(model="demo", base_url=base + "/v1", api_key="k", max_retries=0, max_tokens=16)
     _drive("invoke", lambda: llm.invoke("Hi"))
     _drive("stream", lambda: list(llm.stream("Hi")))
     _drive("bind_tools", lambda: llm.bind_tools([City]).invoke("Which city?"))
