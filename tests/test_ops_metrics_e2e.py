@@ -221,6 +221,7 @@ def test_operations_families_on_a_live_server(server: ServerHandle) -> None:
     assert started is not None and time.time() - 600 < started <= time.time()
     assert _sample(text, "servehall_engine_last_exit", model="demo", reason="none") == 1.0
     assert _sample(text, "servehall_engine_oom_kills_total", model="demo") == 0.0
+    assert _sample(text, "servehall_engine_busy_silences_total", model="demo") == 0.0
     assert _sample(text, "servehall_engine_crash_loop", model="demo") == 0.0
     assert _sample(text, "servehall_sink_up", sink="jsonl", required="false") == 1.0
     assert _sample(text, "servehall_sink_refusing", sink="jsonl") == 0.0

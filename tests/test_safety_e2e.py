@@ -375,6 +375,60 @@ def test_output_block_non_streaming(tenants: Tenants, baseline: Baseline) -> Non
     assert long["usage"]["completion_tokens"] < 1500
 
 
+def greedy_tokens_within(c: httpx.Client, chars: int) -> int:
+    """The tokens of the unfiltered greedy output whose text lies within its first
+    ``chars`` characters: the largest ``k`` whose ``max_tokens: k`` output is no longer
+    (greedy: every output is a prefix of the longest)."""
+    lo, hi = 0, MAX_TOKENS
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        r = c.post("/v1/chat/completions", json={**chat_body(False), "max_tokens": mid})
+        assert r.status_code == 200, r.text
+        if len(r.json()["choices"][0]["message"]["content"]) <= chars:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def test_blocked_usage_is_the_text_sent_streamed_and_not(
+    tenants: Tenants, plain: ServerHandle, baseline: Baseline
+) -> None:
+    """Issue 33: on a block, ``usage.completion_tokens`` (and the request log) counts the
+    tokens of the text sent, however the worker merged steps: identical streamed and not,
+    and for a request that could have run to 1500 tokens."""
+    text = baseline.stream.text
+    cut = first_word_at(text, baseline.word)
+    with client(plain) as c:
+        expected = greedy_tokens_within(c, cut)
+    assert 0 < expected < MAX_TOKENS
+    headers = tenants.auth("team-word")
+    counts: list[int] = []
+    with client(tenants.server) as c:
+        before = len(request_log(tenants.db, 0))
+        for _ in range(3):
+            body = {**chat_body(True), "stream_options": {"include_usage": True}}
+            usage = None
+            with c.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:
+                assert r.status_code == 200, r.read()
+                for line in r.iter_lines():
+                    if line.startswith("data: {"):
+                        usage = json.loads(line[6:]).get("usage") or usage
+            assert usage is not None
+            counts.append(usage["completion_tokens"])
+            for extra in ({}, {"max_tokens": 1500}):
+                r = c.post(
+                    "/v1/chat/completions", json={**chat_body(False), **extra}, headers=headers
+                )
+                assert r.status_code == 200, r.text
+                assert r.json()["choices"][0]["finish_reason"] == "content_filter"
+                counts.append(r.json()["usage"]["completion_tokens"])
+    assert counts == [expected] * len(counts), (counts, expected)
+    rows = request_log(tenants.db, before + len(counts))[before:]
+    logged = [r["completion_tokens"] for r in rows if r["tenant"] == "team-word"]
+    assert logged == [expected] * len(counts), logged
+
+
 def test_output_phrase_split_across_chunks(tenants: Tenants, baseline: Baseline) -> None:
     text = baseline.stream.text
     start = first_word_at(text, baseline.phrase)

@@ -6,7 +6,8 @@ grammar. For a corpus of schemas (objects, nested, bounded arrays, enums, ``anyO
 ``$defs``/``$ref``): each output validates with ``jsonschema``, ends with
 ``finish_reason: "stop"`` within 64 tokens, and the streamed text equals the
 non-streamed text for the same seed. Malformed or unenforceable schemas are a 400 in the
-OpenAI envelope naming the field.
+OpenAI envelope naming the field, streamed and not, in every field that carries a schema
+(``servehall.testing.bad_schemas``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import openai
 import pydantic
 import pytest
 
+from servehall.testing.bad_schemas import BAD_SCHEMAS, DRAFT_07, schema_bodies
 from tests.conftest import ServerHandle, demo_config
 
 SCHEMAS: dict[str, dict[str, Any]] = {
@@ -341,5 +343,37 @@ def test_engine_refusal_streamed_is_400_before_the_stream(client: httpx.Client, 
         err = r.json()["error"]
         assert err["type"] == "invalid_request_error"
         assert err["param"] == next(iter(extra)), err
+    text, finish = _streamed(client, _body(SCHEMAS["enum"], 0, model=model))
+    assert finish == "stop" and json.loads(text)["color"] in ("red", "green", "blue")
+
+
+#: The malformed schemas of issue 33 that were 500s (a validator's TypeError).
+MALFORMED = [
+    {"$schema": {}},
+    {"$schema": [1]},
+    {"$schema": DRAFT_07, "$defs": {"a": {"type": 5}}},
+    {"$schema": DRAFT_07, "$defs": {"a": {"type": "integer", "minimum": "x"}}},
+    {"$schema": DRAFT_07, "type": "object", "$defs": 5},
+]
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_malformed_schemas_are_400_in_every_field(
+    client: httpx.Client, model: str, stream: bool
+) -> None:
+    """Each malformed schema, in each field that carries a schema (tool parameters under
+    a forced choice included), is a 400 naming the field, streamed and not; on the
+    OpenVINO engine the whole corpus of ``servehall.testing.bad_schemas`` too."""
+    corpus = MALFORMED + ([s for s, _ in BAD_SCHEMAS] if model == "demo" and not stream else [])
+    for schema in corpus:
+        for param, body in schema_bodies(schema, model):
+            body = {**body, "stream": stream}
+            with client.stream("POST", "/v1/chat/completions", json=body) as r:
+                r.read()
+            assert r.status_code == 400, (schema, param, r.text)
+            err = r.json()["error"]
+            assert err["type"] == "invalid_request_error", err
+            assert err["param"] == param, (schema, err)
     text, finish = _streamed(client, _body(SCHEMAS["enum"], 0, model=model))
     assert finish == "stop" and json.loads(text)["color"] in ("red", "green", "blue")

@@ -209,6 +209,41 @@ def test_metrics_name_the_model(server: Any) -> None:
     assert total is None or total > 0
 
 
+def test_prefix_cache_figures_are_exported_and_no_device_memory_on_cpu(server: Any) -> None:
+    """vLLM's prefix-cache queries and hits (prompt tokens, summed since start) reach
+    /metrics through the worker's heartbeat: two identical long prompts add both prompts'
+    tokens to the queries and the second one's cached blocks to the hits; the CPU build
+    reports no device memory."""
+
+    def figures(c: httpx.Client) -> tuple[str, float, float]:
+        """The figures now (0 before vLLM reported any: no engine step yet)."""
+        text = c.get("/metrics").text
+        queries = metric(text, "servehall_prefix_cache_queries_total", model="demo")
+        hits = metric(text, "servehall_prefix_cache_hits_total", model="demo")
+        return text, queries or 0.0, hits or 0.0
+
+    prompt = "The same long prefix, word after word, " * 12
+    with httpx.Client(base_url=server.base_url, timeout=120) as c:
+        _, queries0, hits0 = figures(c)
+        sent = sum(
+            completion(c, prompt=prompt, max_tokens=2)["usage"]["prompt_tokens"] for _ in range(2)
+        )
+        for _ in range(50):  # the next heartbeat carries the steps' stats
+            text, queries, hits = figures(c)
+            if queries - queries0 >= sent:
+                break
+            time.sleep(0.1)
+    print(f"vLLM prefix cache: {hits - hits0:g} of {queries - queries0:g} prompt tokens found")
+    assert queries - queries0 == sent, (queries0, queries, sent)
+    assert 0 < hits - hits0 < sent / 2  # the second prompt's full blocks, at most
+    memory = [
+        line
+        for line in text.splitlines()
+        if line.startswith("servehall_device_memory") and 'model="demo"' in line
+    ]
+    assert memory == [], memory
+
+
 def test_greedy_agrees_with_the_torch_engine(server: Any) -> None:
     # fp32 on both sides: the engines' kernels differ only in reduction order (relative
     # error ~1e-6 per logit), so greedy choices can differ only at a near tie of the top

@@ -341,7 +341,7 @@ async def test_a_busy_api_loop_is_not_mistaken_for_a_silent_worker(
     """The API process's event loop is blocked for three heartbeat timeouts (a loaded
     machine, a long synchronous call): the worker's heartbeats wait on the socket, so the
     watch must read them before judging, not restart a healthy worker; a worker that
-    really goes silent (SIGSTOP) is still declared lost."""
+    really goes silent (SIGSTOP) is still declared lost (reason ``stopped``)."""
     settings = WorkerSettings(heartbeat_interval_s=0.05, heartbeat_timeout_s=0.3)
     engine = ProcessEngine(tiny_model, "cpu", (), settings=settings)
     await engine.start()
@@ -360,9 +360,9 @@ async def test_a_busy_api_loop_is_not_mistaken_for_a_silent_worker(
         try:
             for _ in range(100):
                 await asyncio.sleep(0.05)
-                if engine.restart_counts["heartbeat_timeout"]:
+                if engine.restart_counts["stopped"]:
                     break
-            assert engine.restart_counts["heartbeat_timeout"] == 1
+            assert engine.restart_counts["stopped"] == 1, engine.restart_counts
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGCONT)
@@ -399,13 +399,25 @@ async def test_a_machine_wide_stall_gives_the_worker_time_to_be_heard(
 ) -> None:
     """Both processes stop for five heartbeat timeouts (a suspended VM, CPU steal): when
     the API process runs again, the worker gets two heartbeat intervals to be heard
-    before its silence is judged, so it is not restarted."""
+    before its silence is judged, so it is not restarted.
+
+    The worker is stopped while this process is frozen (``time.sleep`` on the loop), so
+    the watch never sees it stopped — only silent once both run again. On a loaded
+    machine the worker may also miss heartbeats before a stop (it was once restarted
+    for that, and the SIGSTOP then hit a gone pid): /proc shows it busy then, so it is
+    forgiven (servehall.worker.liveness); each round checks that it is still the same,
+    running worker before stopping it."""
     settings = WorkerSettings(heartbeat_interval_s=0.05, heartbeat_timeout_s=0.3)
     engine = ProcessEngine(tiny_model, "cpu", (), settings=settings)
     await engine.start()
     try:
         proc = engine._gen.proc  # type: ignore[union-attr]
-        for _ in range(3):
+        for round_ in range(3):
+            assert engine._gen.proc is proc and proc.exitcode is None, (  # type: ignore[union-attr]
+                f"round {round_}: the worker was replaced before the stop",
+                engine.restart_counts,
+                engine.state_reason,
+            )
             os.kill(proc.pid, signal.SIGSTOP)
             time.sleep(5 * settings.heartbeat_timeout_s)  # this loop is frozen too
             os.kill(proc.pid, signal.SIGCONT)

@@ -27,13 +27,16 @@ checked against a live server in tests/test_ops_metrics_e2e.py):
   each model, kind and outcome; the structured-output work increments it);
 * ``servehall_prefix_cache_queries_total{model}`` / ``servehall_prefix_cache_hits_total
   {model}``: prompt tokens looked up in / found in the prefix cache, for engines that can
-  tell (the torch engine with ``prefix_caching``); none for the others (OpenVINO GenAI and
+  tell (the torch engine with ``prefix_caching``, vLLM); none for the others (OpenVINO GenAI and
   ONNX Runtime GenAI report no hit counts);
 * ``servehall_device_memory_used_bytes{model,device}`` / ``..._total_bytes``: from
-  ``EngineStats`` (absent when the engine cannot report them);
+  ``EngineStats`` (its per-device rows, else its one pair; absent when the engine cannot
+  report them);
 * ``servehall_engine_start_time_seconds{model}`` (Unix time the current engine came up),
   ``servehall_engine_last_exit{model,reason}`` (1 for the last reason a worker was lost,
   ``none`` before any), ``servehall_engine_oom_kills_total{model}``,
+  ``servehall_engine_busy_silences_total{model}`` (heartbeat silences forgiven because
+  ``/proc`` showed the worker busy, :mod:`servehall.worker.liveness`),
   ``servehall_engine_crash_loop{model}`` (1 once the supervisor gave up restarting);
 * record sinks: ``servehall_sink_up{sink,required}``, ``servehall_sink_refusing{sink}``,
   ``servehall_sink_queued_records{sink}``, ``servehall_sink_write_failures_total{sink}``,
@@ -221,6 +224,11 @@ _ENGINE_OPS_FAMILIES: dict[str, _Family] = {
         _C,
         "servehall_engine_oom_kills",
         "Engine worker processes killed by the kernel's OOM killer",
+    ),
+    "busy_silences": _Family(
+        _C,
+        "servehall_engine_busy_silences",
+        "Heartbeat silences of the model's worker forgiven because /proc showed it busy",
     ),
     "crash_loop": _Family(
         _G,
@@ -493,9 +501,10 @@ class _EngineOpsFamilies:
         self.f = _scraped(_ENGINE_OPS_FAMILIES)
 
     def add_supervision(self, model: list[str], engine: object) -> None:
-        """Start time, last exit, OOM kills and crash loop of ``engine`` (attributes an
-        engine may offer: ``started_at`` (Unix s), ``last_exit_reason``, ``oom_kills``,
-        ``crash_looping``; :class:`~servehall.worker.client.ProcessEngine` offers all)."""
+        """Start time, last exit, OOM kills, busy silences and crash loop of ``engine``
+        (attributes an engine may offer: ``started_at`` (Unix s), ``last_exit_reason``,
+        ``oom_kills``, ``busy_silences``, ``crash_looping``;
+        :class:`~servehall.worker.client.ProcessEngine` offers all)."""
         started = getattr(engine, "started_at", None)
         if started:
             self.f["start"].add_metric(model, float(started))
@@ -505,13 +514,20 @@ class _EngineOpsFamilies:
         oom = getattr(engine, "oom_kills", None)
         if oom is not None:
             self.f["oom"].add_metric(model, float(oom))
+        busy = getattr(engine, "busy_silences", None)
+        if busy is not None:
+            self.f["busy_silences"].add_metric(model, float(busy))
         loop = getattr(engine, "crash_looping", None)
         if loop is not None:
             self.f["crash_loop"].add_metric(model, 1.0 if loop else 0.0)
 
     def add_stats(self, model: list[str], engine: object, s: EngineStats) -> None:
-        """Device memory and prefix-cache counters from one ``EngineStats``."""
-        if s.device_memory_total_bytes:
+        """Device memory and prefix-cache counters from one ``EngineStats`` (its
+        per-device rows when it has them, else its one device's pair)."""
+        for device, used, total in s.devices:
+            self.f["mem_total"].add_metric([*model, device], float(total))
+            self.f["mem_used"].add_metric([*model, device], float(used))
+        if s.device_memory_total_bytes and not s.devices:
             device = _device_of(engine)
             self.f["mem_total"].add_metric([*model, device], float(s.device_memory_total_bytes))
             self.f["mem_used"].add_metric([*model, device], float(s.device_memory_used_bytes or 0))

@@ -323,3 +323,29 @@ def test_record_only_rules_never_delay_output() -> None:
     for i, piece in enumerate(chunked("plain words only " * 10, 1)):
         sent += flt.feed(piece).text
         assert i + 1 - len(sent) <= len("forbidden phrase") + 2
+
+
+def test_results_state_the_input_they_consumed() -> None:
+    """``consumed``: the original characters released so far; on a block, the start of
+    the match — also after a redaction of different length (the host counts the
+    completion tokens of that text only)."""
+    b = book(
+        rules=[
+            {"name": "no-forbidden", "keywords": ["forbidden phrase"]},
+            {"name": "red-model", "keywords": ["model"], "action": "redact"},
+        ]
+    )
+    start = TEXT.index("forbidden")
+    for size in (1, 3, 7, 200):
+        flt = stream_of(b)  # type: ignore[arg-type]
+        sent, last = "", 0
+        for chunk in chunked(TEXT, size):
+            r = flt.feed(chunk)
+            sent += r.text
+            if r.consumed is not None:
+                assert r.consumed >= last
+                last = r.consumed
+            if r.blocked:
+                break
+        assert r.blocked and r.consumed == start, size
+        assert "model" not in sent and sent.endswith("said: this is a ")

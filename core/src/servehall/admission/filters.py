@@ -75,11 +75,19 @@ class StreamFilterResult:
         verdicts: decisions made on this feed.
         blocked: True ends the stream with ``finish_reason: "content_filter"`` after
             ``text`` is sent; the engine request is aborted.
+        consumed: how many characters of the filter's input (counted from the start of
+            the stream) the text let through so far, this result's included, stands
+            for; on a block, where the input was cut. The host counts the completion
+            tokens of that input only (usage, records and rate limits charge what the
+            client received). None: not said; the host then takes the text let through
+            as a copy of the input after the last stated point (exact for a filter that
+            never rewrites text).
     """
 
     text: str
     verdicts: tuple[FilterVerdict, ...] = ()
     blocked: bool = False
+    consumed: int | None = None
 
 
 @runtime_checkable

@@ -2,8 +2,9 @@
 fields, which the pydantic models cannot say (all 400 ``invalid_request_error`` with
 ``param`` naming the field, OpenAI's envelope):
 
-* ``tools[i].function.parameters`` must be a valid JSON Schema (checked with
-  ``jsonschema``'s meta-schema for its ``$schema``, 2020-12 by default) of an object;
+* ``tools[i].function.parameters`` must be a valid JSON Schema (checked by
+  :func:`~servehall.structured.schema.check_json_schema`, against the meta-schema of its
+  ``$schema``, 2020-12 by default) of an object;
 * function names are unique;
 * ``tool_choice`` ``required`` or a named function needs ``tools``, and the name must
   be one of them;
@@ -21,14 +22,15 @@ from typing import Any
 
 from servehall.api.wire import ChatCompletionRequest, NamedToolChoice, ToolMessage
 from servehall.errors import InvalidRequestError
+from servehall.structured.schema import check_json_schema
 from servehall.tools.plan import TOOLS_CODE, FunctionTool, ToolChoiceKind, ToolPlan
 
 
 def check_parameters(schema: dict[str, Any], param: str) -> None:
-    """400 naming ``param`` unless ``schema`` is a valid JSON Schema of an object."""
-    from jsonschema import SchemaError
-    from jsonschema.validators import validator_for
-
+    """400 naming ``param`` unless ``schema`` is a valid JSON Schema of an object (the
+    one checker, :func:`~servehall.structured.schema.check_json_schema`, validity and
+    shape only: what a grammar cannot enforce is refused only for the tools whose schema
+    constrains decoding, in :meth:`~servehall.tools.plan.ToolPlan.constraint`)."""
     declared = schema.get("type")
     if declared is not None and declared != "object":
         raise InvalidRequestError(
@@ -36,19 +38,7 @@ def check_parameters(schema: dict[str, Any], param: str) -> None:
             param=param,
             code=TOOLS_CODE,
         )
-    try:
-        validator_for(schema).check_schema(schema)
-    except SchemaError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
-        raise InvalidRequestError(
-            f"Invalid JSON Schema at {where}: {exc.message[:300]}",
-            param=param,
-            code=TOOLS_CODE,
-        ) from None
-    except Exception as exc:  # e.g. an unhashable "$schema" value: still the client's
-        raise InvalidRequestError(
-            f"Invalid JSON Schema: {type(exc).__name__}", param=param, code=TOOLS_CODE
-        ) from None
+    check_json_schema(schema, param, decoding=False, code=TOOLS_CODE)
 
 
 def tool_plan(req: ChatCompletionRequest) -> ToolPlan:

@@ -17,7 +17,14 @@ class WorkerSettings(BaseModel):
 
     Attributes:
         heartbeat_interval_s: how often the worker reports (heartbeat with its stats).
-        heartbeat_timeout_s: a worker silent for this long is declared dead.
+        heartbeat_timeout_s: a worker silent for this long is declared dead, unless
+            ``/proc`` shows it busy (:mod:`servehall.worker.liveness`); a stopped worker
+            (SIGSTOP) is declared dead after this long whatever it was doing.
+        busy_timeout_s: a silent worker that ``/proc`` shows busy (a thread runnable or
+            in a device/disk wait, or its CPU time advancing: starved of CPU by other
+            processes, or computing with the GIL held) is declared dead only after this
+            long (or ``heartbeat_timeout_s`` when that is longer). Linux only: elsewhere
+            ``heartbeat_timeout_s`` applies to every silence.
         loop_timeout_s: a worker whose event loop has not refreshed its health snapshot
             for this long stops sending heartbeats (its heartbeat thread would otherwise
             vouch for a wedged loop), so it is declared dead ``heartbeat_timeout_s``
@@ -65,6 +72,7 @@ class WorkerSettings(BaseModel):
 
     heartbeat_interval_s: float = Field(default=0.1, gt=0, le=10)
     heartbeat_timeout_s: float = Field(default=1.0, gt=0)
+    busy_timeout_s: float = Field(default=30.0, gt=0)
     loop_timeout_s: float = Field(default=10.0, gt=0)
     step_timeout_s: float = Field(default=30.0, gt=0)
     start_timeout_s: float = Field(default=600.0, gt=0)

@@ -120,9 +120,12 @@ class EngineStats:
     """A point-in-time view of an engine, for metrics and ``/health``.
 
     ``kv_cache_blocks_*`` count KV-cache pages; ``device_memory_*`` are bytes (None when
-    the device cannot report them); ``prefix_cache_*`` are cumulative prompt tokens looked
-    up in / found in the prefix cache since the engine started (None when the engine has
-    no prefix cache or cannot tell).
+    the device cannot report them) of the engine's one device (named by
+    ``model_info.extra["device"]``); ``devices`` are ``(device, used bytes, total bytes)``
+    per device for an engine on several devices (or one that names them itself; when
+    given, metrics use these rows instead of ``device_memory_*``); ``prefix_cache_*`` are
+    cumulative prompt tokens looked up in / found in the prefix cache since the engine
+    started (None when the engine has no prefix cache or cannot tell).
     """
 
     running: int
@@ -134,6 +137,7 @@ class EngineStats:
     prefix_cache_queries: int | None = None
     prefix_cache_hits: int | None = None
     grammar: GrammarStats | None = None
+    devices: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def kv_cache_usage(self) -> float:

@@ -9,17 +9,26 @@ see tool-call text like any other) and splits it into content and tool-call piec
 Whenever the choice ends before the engine finished (stop string, output filter block,
 cancellation because the client went away) the engine request is aborted, freeing its KV
 cache.
+
+``completion_tokens`` (usage, records, rate limits) counts the tokens of the text the
+client was given (:class:`~servehall.serving.ledger.TokenLedger`): with stop strings or
+output filters each delta is detokenized token by token, so each token's text is known
+whatever the engine merged into one delta; tokens count as their text is released, on an
+output filter's block only those whose text lies before the cut (the filters' stated
+``consumed`` positions, mapped back through the chain), at the engine's end or a stop
+string all of them. Identical greedy requests therefore count the same streamed and not.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from servehall.admission.filters import FilterVerdict, OutputStreamFilter
+from servehall.admission.filters import FilterVerdict, OutputStreamFilter, StreamFilterResult
 from servehall.engines.contract import Engine, SamplingParams, TokenDelta
 from servehall.engines.kit import DeltaStream
 from servehall.errors import (
@@ -28,6 +37,7 @@ from servehall.errors import (
     InvalidRequestError,
     ServehallError,
 )
+from servehall.serving.ledger import TokenLedger
 from servehall.text.detokenize import IncrementalDetokenizer
 from servehall.text.stops import StopMatcher
 from servehall.tools.calls import ToolCall, ToolCallDelta, ToolCallStream, assemble, merge_deltas
@@ -85,52 +95,105 @@ class ChoiceStream:
     tools: ToolCallStream | None = None
     content_parts: list[str] = field(default_factory=list)
     call_deltas: list[ToolCallDelta] = field(default_factory=list)
+    ledger: TokenLedger = field(default_factory=TokenLedger)
+    """The produced tokens and the text they made; ``completion_tokens`` is its count."""
+    #: per output filter: cumulative (output chars, input chars stated) after each result
+    _outs: list[list[int]] = field(default_factory=list)
+    _ins: list[list[int]] = field(default_factory=list)
+    _stopped_chars: int = 0
+    """Characters of text past the stop strings so far (the output filters' input)."""
 
-    def _filter(self, text: str, final: bool) -> tuple[str, bool]:
+    def _filter(self, text: str, final: bool) -> tuple[str, bool, int]:
+        """``text`` through the output filters: (text to send, blocked, the position in
+        the filters' input text that what was sent so far stands for)."""
+        if not self._outs:
+            self._outs = [[] for _ in self.filters]
+            self._ins = [[] for _ in self.filters]
         out = text
-        for f in self.filters:
+        for i, f in enumerate(self.filters):
             pieces = []
             if out:
                 r = f.feed(out)
                 pieces.append(r.text)
                 self.verdicts.extend(r.verdicts)
+                self._mark(i, r)
                 if r.blocked:
-                    return "".join(pieces), True
+                    return "".join(pieces), True, self._input_position(i)
             if final:
                 r = f.finish()
                 pieces.append(r.text)
                 self.verdicts.extend(r.verdicts)
+                self._mark(i, r)
                 if r.blocked:
-                    return "".join(pieces), True
+                    return "".join(pieces), True, self._input_position(i)
             out = "".join(pieces)
-        return out, False
+        return out, False, self._input_position(len(self.filters) - 1)
+
+    def _mark(self, i: int, r: StreamFilterResult) -> None:
+        """Note filter ``i``'s result: its output so far and the input it stands for."""
+        outs, ins = self._outs[i], self._ins[i]
+        out_end = (outs[-1] if outs else 0) + len(r.text)
+        last_in = ins[-1] if ins else 0
+        in_end = r.consumed if r.consumed is not None else last_in + len(r.text)
+        if out_end != (outs[-1] if outs else 0) or in_end != last_in:
+            outs.append(out_end)
+            ins.append(max(in_end, last_in))
+
+    def _input_position(self, i: int) -> int:
+        """The position in the filter chain's input that filter ``i``'s released text
+        stands for: its stated input position, mapped back through the filters before it
+        (exact at the ends of their results and inside a result copied one to one; inside
+        a rewritten result, the text after the position is taken as copied)."""
+        pos = self._ins[i][-1] if self._ins[i] else 0
+        for j in range(i - 1, -1, -1):
+            outs, ins = self._outs[j], self._ins[j]
+            k = bisect.bisect_left(outs, pos)
+            if k == len(outs):
+                pos = ins[-1] if ins else 0
+                continue
+            o0, i0 = (outs[k - 1], ins[k - 1]) if k else (0, 0)
+            if outs[k] == pos:
+                pos = ins[k]
+            elif outs[k] - o0 == ins[k] - i0:
+                pos = i0 + (pos - o0)
+            else:  # a rewritten piece: taken as rewritten before the position
+                pos = max(i0, ins[k] - (outs[k] - pos))
+        return pos
 
     def _text(self, token_ids: Sequence[int], last: bool) -> tuple[str, bool]:
         """The text ``token_ids`` add (``last``: the engine's final delta), after stop
-        strings; ``(text, stopped)``. Counts the completion tokens: with stop strings, a
-        delta of several tokens (a worker's merged steps, a slow reader's backlog) is fed
-        token by token, so that only the tokens up to the one completing a stop string
-        count — as if they had come one per delta."""
+        strings; ``(text, stopped)``. Notes the tokens in the ledger: with stop strings or
+        output filters, a delta of several tokens (a worker's merged steps, a slow
+        reader's backlog) is detokenized token by token, so that each token's text is
+        known — a stop string counts the tokens up to the one completing it, a block the
+        tokens before the cut, as if they had come one per delta."""
         stops = self.stops
-        groups = [token_ids] if stops is None or len(token_ids) <= 1 else [(t,) for t in token_ids]
+        fine = stops is not None or bool(self.filters)
+        groups = [token_ids] if not fine or len(token_ids) <= 1 else [(t,) for t in token_ids]
         parts: list[str] = []
         stopped = False
+        ledger = self.ledger
         for group in groups:
-            self.completion_tokens += len(group)
             piece = self.detok.feed(group) if group else ""
+            ledger.produce(len(group), piece)
             if stops is not None:
                 piece, stopped = stops.feed(piece)
             parts.append(piece)
-            if stopped:
-                return "".join(parts), True
+            if stopped:  # later tokens of the group are not produced: never counted
+                return self._passed("".join(parts)), True
         if last:
             tail = self.detok.finish()
+            ledger.produce(0, tail)
             if stops is not None:
                 tail, stopped = stops.feed(tail)
                 if not stopped:
                     tail += stops.flush()
             parts.append(tail)
-        return "".join(parts), stopped
+        return self._passed("".join(parts)), stopped
+
+    def _passed(self, text: str) -> str:
+        self._stopped_chars += len(text)
+        return text
 
     async def events(self) -> AsyncGenerator[ChoiceEvent, None]:
         """Run the engine request and yield text deltas; aborts it if cut short."""
@@ -159,10 +222,17 @@ class ChoiceStream:
                     finish = "stop"
                 if finish is None and delta.finish_reason is not None:
                     finish = _FINISH.get(delta.finish_reason, "stop")
+                released = self._stopped_chars
                 if self.filters:
-                    text, blocked = self._filter(text, final=finish is not None)
+                    text, blocked, released = self._filter(text, final=finish is not None)
                     if blocked:
                         finish = "content_filter"
+                if finish is not None and finish != "content_filter":
+                    # the engine's end, or a stop string (its tokens count, as upstream)
+                    self.ledger.release_all()
+                else:
+                    self.ledger.release(released)
+                self.completion_tokens = self.ledger.counted
                 if text:
                     self.text_parts.append(text)
                 calls: list[ToolCallDelta] | None = None

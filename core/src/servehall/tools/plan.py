@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from servehall.engines.contract import StructuredConstraint
 from servehall.errors import InvalidRequestError
+from servehall.structured.schema import check_json_schema
 from servehall.tools.calls import IdFactory, ToolCallStream, new_call_id
 from servehall.tools.forced import REQUIRED_FORMAT, NamedCallStream
 from servehall.tools.parsers import ToolParser
@@ -109,14 +110,16 @@ class ToolPlan:
         """The decoding constraint this plan needs (see the module docstring), or None.
 
         Raises:
-            InvalidRequestError (param ``tools``): two tools define one ``$defs`` name
-                differently (``required`` needs them at the schema root).
+            InvalidRequestError: code ``invalid_tools``: a schema the grammar cannot
+                enforce (param ``tools[i].function.parameters``, by the checker of
+                ``response_format``); two tools define one ``$defs`` name differently
+                (param ``tools``; ``required`` needs them at the schema root).
         """
         if not self.active:
             return None
         if self.choice == "named":
-            tool = next(t for t in self.tools if t.name == self.named)
-            return StructuredConstraint(json_schema=_dumps(tool.schema))
+            i = next(i for i, t in enumerate(self.tools) if t.name == self.named)
+            return StructuredConstraint(json_schema=_dumps(self.checked_schema(i)))
         if self.choice == "required":
             return StructuredConstraint(json_schema=_dumps(self.required_schema()))
         if self.parallel and not any(t.strict for t in self.tools):
@@ -127,11 +130,11 @@ class ToolPlan:
                 "begin": parser.call_begin(t.name),
                 "content": {
                     "type": "json_schema",
-                    "json_schema": t.schema if t.strict else ANY_OBJECT,
+                    "json_schema": self.checked_schema(i) if t.strict else ANY_OBJECT,
                 },
                 "end": parser.end,
             }
-            for t in self.tools
+            for i, t in enumerate(self.tools)
         ]
         tag = {
             "type": "structural_tag",
@@ -145,12 +148,27 @@ class ToolPlan:
         }
         return StructuredConstraint(structural_tag=_dumps(tag))
 
+    def checked_schema(self, i: int) -> Any:
+        """Tool ``i``'s arguments schema as it constrains decoding: checked and
+        normalised by :func:`~servehall.structured.schema.check_json_schema` (the
+        checker of ``response_format``).
+
+        Raises:
+            InvalidRequestError: param ``tools[i].function.parameters``, code
+                ``invalid_tools``.
+        """
+        return check_json_schema(
+            self.tools[i].schema, f"tools[{i}].function.parameters", code=TOOLS_CODE
+        )
+
     def required_schema(self) -> dict[str, Any]:
-        """The JSON Schema of ``tool_choice: "required"`` output (module docstring)."""
+        """The JSON Schema of ``tool_choice: "required"`` output (module docstring), of
+        the checked tool schemas (:meth:`checked_schema`)."""
         defs: dict[str, dict[str, Any]] = {}
         items = []
-        for t in self.tools:
-            params = dict(t.schema)
+        for i, t in enumerate(self.tools):
+            checked = self.checked_schema(i)
+            params = dict(checked) if isinstance(checked, dict) else {}
             for key in ("$defs", "definitions"):
                 hoisted = defs.setdefault(key, {})
                 for name, sub in (params.pop(key, None) or {}).items():

@@ -285,6 +285,7 @@ class ProcessEngine(WorkerSupervisor):
             prefix_cache_queries=hb.prefix_cache_queries,
             prefix_cache_hits=hb.prefix_cache_hits,
             grammar=None if hb.grammar is None else GrammarStats(*hb.grammar),
+            devices=hb.devices,
         )
 
     # --- what the supervisor asks of the client ------------------------------------------

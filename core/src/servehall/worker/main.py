@@ -486,6 +486,7 @@ class _Worker:
                     s.grammar.compile_seconds_sum,
                     s.grammar.compile_buckets,
                 ),
+                tuple(s.devices),
             )
         except Exception as exc:
             beat = Heartbeat(0, 0, 0, 0, None, None, False, f"stats raised {exc}")

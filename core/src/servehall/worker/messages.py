@@ -86,6 +86,8 @@ class Heartbeat(msgspec.Struct, tag="hb", array_like=True):
     prefix_cache_hits: int | None = None
     # the engine's grammar cache: hits, misses, compile seconds sum, cumulative buckets
     grammar: tuple[int, int, float, tuple[int, ...]] | None = None
+    # (device, used bytes, total bytes) per device (EngineStats.devices)
+    devices: tuple[tuple[str, int, int], ...] = ()
 
 
 class WorkerReady(msgspec.Struct, tag="ready", array_like=True):

@@ -8,6 +8,11 @@ Supervision (``[[models]] worker``, :class:`~servehall.config.worker.WorkerSetti
   its own, so a busy worker event loop is not mistaken for a dead one) and stalled
   steps (requests in flight but no step output for ``step_timeout_s``), polled every
   0.1 s;
+* an overdue heartbeat is judged with the kernel's view of the worker
+  (:mod:`servehall.worker.liveness`): a stopped worker (SIGSTOP) is lost (reason
+  ``stopped``); a busy one (starved of CPU, or computing) is forgiven up to
+  ``busy_timeout_s`` (counted in :attr:`WorkerSupervisor.busy_silences`); an asleep one
+  is lost (``heartbeat_timeout``);
 * when it is lost, every in-flight request ends at once with ``finish_reason="error"``
   and ``code="engine_unavailable"`` (the host answers 503 + ``Retry-After``, or one SSE
   error event then ``[DONE]``); ``health()`` turns false with the reason;
@@ -49,6 +54,7 @@ from typing import Any
 from servehall.config.models import ModelConfig
 from servehall.config.worker import WorkerSettings
 from servehall.worker.exits import describe_exit, oom_kill_count, with_stderr
+from servehall.worker.liveness import ProcSample, liveness
 from servehall.worker.main import WorkerSpec, worker_main
 from servehall.worker.messages import (
     Heartbeat,
@@ -65,6 +71,7 @@ RESTART_REASONS = (
     "crashed",
     "oom_killed",
     "heartbeat_timeout",
+    "stopped",
     "step_stalled",
     "start_failed",
     "probe_failed",
@@ -139,6 +146,8 @@ class WorkerSupervisor:
         self._hb: Heartbeat | None = None
         self._counters = (0, 0, 0)
         self._last_hb = 0.0
+        self._silence_sample: tuple[float, ProcSample | None] = (-1.0, None)
+        self._forgiven_hb = -1.0  # the _last_hb of the silence last forgiven as busy
         self._hb_grace_until = 0.0  # no heartbeat verdict before (monotonic s)
         self._last_progress = 0.0
         self._up_since = 0.0
@@ -153,6 +162,9 @@ class WorkerSupervisor:
         """The kind (a :data:`RESTART_REASONS` value) of the last loss, "" before any."""
         self.oom_kills = 0
         """Workers killed by the OOM killer (``servehall_engine_oom_kills_total``)."""
+        self.busy_silences = 0
+        """Heartbeat silences forgiven because the worker was busy
+        (``servehall_engine_busy_silences_total``): one per silence."""
 
     # --- state -------------------------------------------------------------------------
 
@@ -444,7 +456,18 @@ class WorkerSupervisor:
             now < self._hb_grace_until or self._reports_pending(gen)
         ):
             return  # this process was behind, not the worker: read its reports first
-        if silent > s.heartbeat_timeout_s:
+        verdict = "unknown"
+        if silent > s.heartbeat_timeout_s / 2 and gen is not None and gen.proc is not None:
+            verdict = self._look(gen.proc.pid)
+        if silent > s.heartbeat_timeout_s and verdict == "stopped":
+            self._lost("stopped", f"worker stopped (SIGSTOP?) and silent for {silent:.1f} s")
+        elif silent > max(s.heartbeat_timeout_s, s.busy_timeout_s) and verdict == "busy":
+            self._lost(
+                "heartbeat_timeout",
+                f"worker missed heartbeats for {silent:.1f} s while busy "
+                f"(busy_timeout_s={s.busy_timeout_s:g})",
+            )
+        elif silent > s.heartbeat_timeout_s and verdict != "busy":
             self._lost("heartbeat_timeout", f"worker missed heartbeats for {silent:.1f} s")
         elif stalled:
             self._lost(
@@ -454,6 +477,30 @@ class WorkerSupervisor:
             )
         elif self._consecutive and now - self._up_since > s.crash_loop_window_s:
             self._consecutive = 0  # stayed up long enough: back to the first delay
+
+    def _look(self, pid: int) -> str:
+        """The liveness verdict on the silent worker ``pid``; counts and logs a silence
+        forgiven as busy once (the CPU-time baseline is the previous look at the same
+        silence)."""
+        since, previous = self._silence_sample
+        verdict, sample = liveness(pid, previous if since == self._last_hb else None)
+        self._silence_sample = (self._last_hb, sample)
+        silent = time.monotonic() - self._last_hb
+        if (
+            verdict == "busy"
+            and silent > self.settings.heartbeat_timeout_s
+            and self._forgiven_hb != self._last_hb
+        ):
+            self._forgiven_hb = self._last_hb
+            self.busy_silences += 1
+            log.warning(
+                "model %s: worker silent for %.1f s but busy (starved of CPU or computing): "
+                "not restarted before busy_timeout_s=%g",
+                self.name,
+                silent,
+                self.settings.busy_timeout_s,
+            )
+        return verdict
 
     @staticmethod
     def _reports_pending(gen: _Generation | None) -> bool:

@@ -13,6 +13,9 @@ across tokens or SSE chunks is caught before any part of it is sent:
 * enforced **block** → the text before the match is released and the result has
   ``blocked=True`` (the host ends the choice with ``finish_reason: "content_filter"``
   and aborts the engine request); every later call returns nothing, blocked;
+* every result that releases text states ``consumed``, the offset in the original text
+  released up to (on a block, the start of the match): the host counts the completion
+  tokens of that text only;
 * enforced **redact** → the matched original characters are replaced by the rule's
   replacement; the release point moves past the whole match;
 * **flag** and monitored rules → verdicts only. They never delay output: they judge
@@ -208,7 +211,9 @@ class SafetyStreamFilter:
             metrics.count(verdicts)
         if not out and not verdicts and block is None:
             return _EMPTY
-        return StreamFilterResult(out, verdicts, block is not None)
+        # consumed: the input released so far (original characters; a redaction's
+        # replacement stands for the characters it replaced; on a block, the cut)
+        return StreamFilterResult(out, verdicts, block is not None, consumed=release)
 
     def _trim(self) -> None:
         """Drop the judged prefix of the normalised buffer (amortised)."""

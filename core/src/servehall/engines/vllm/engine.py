@@ -9,7 +9,12 @@ detokenizes. vLLM loads the model's tokenizer only to compile structured-output 
 ``AsyncLLM.abort``, which frees the request's KV blocks in the engine core's next step.
 ``health()`` is ``AsyncLLM.check_health()``; ``stats()`` comes from vLLM's scheduler
 statistics (a stat logger of ours: running, waiting, KV-cache usage, prefix-cache
-queries and hits), recorded once per engine step.
+queries and hits, summed since start), recorded once per engine step, plus the device
+memory of each CUDA/ROCm device the model runs on (``torch.cuda.mem_get_info`` in this
+process, at most once a second: device-wide figures, so they include vLLM's engine-core
+process; the first read creates a CUDA context in this process). On the CPU build no
+device memory is reported: vLLM's KV cache there is a fixed ``kv_cache_space_gib``
+of host RAM, shown by the KV-cache usage.
 
 Structured output (:class:`~servehall.StructuredConstraint`) maps one to one onto vLLM's
 ``StructuredOutputsParams`` (``json``, ``regex``, ``choice``, ``grammar``,
@@ -24,7 +29,8 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from servehall.config.models import ModelConfig
@@ -122,6 +128,83 @@ class _Stats:
         self.kv_blocks_total = 1
         self.prefix_queries = 0
         self.prefix_hits = 0
+        self.prefix_seen = False  # vLLM reported prefix-cache stats (prefix caching is on)
+
+
+def record_scheduler_stats(stats: _Stats, scheduler_stats: Any) -> None:
+    """Copy one step's vLLM ``SchedulerStats`` into ``stats``: running and waiting
+    requests and KV-cache usage as they are; the step's prefix-cache ``queries`` and
+    ``hits`` (tokens; vLLM reports them per step, None when prefix caching is off) added
+    to the totals since start."""
+    stats.running = scheduler_stats.num_running_reqs
+    stats.waiting = scheduler_stats.num_waiting_reqs
+    stats.kv_usage = float(scheduler_stats.kv_cache_usage)
+    pc = getattr(scheduler_stats, "prefix_cache_stats", None)
+    if pc is not None:
+        stats.prefix_seen = True
+        stats.prefix_queries += int(pc.queries)
+        stats.prefix_hits += int(pc.hits)
+
+
+def engine_stats(stats: _Stats, devices: tuple[tuple[str, int, int], ...] = ()) -> EngineStats:
+    """``EngineStats`` from the recorded vLLM stats: KV blocks used (usage × total) and
+    total, prefix-cache totals (None until vLLM reported any: prefix caching off), and
+    ``devices`` as given (:func:`cuda_devices`)."""
+    total = max(stats.kv_blocks_total, 1)
+    used = min(total, round(stats.kv_usage * total))
+    return EngineStats(
+        running=stats.running,
+        waiting=stats.waiting,
+        kv_cache_blocks_used=used,
+        kv_cache_blocks_total=total,
+        prefix_cache_queries=stats.prefix_queries if stats.prefix_seen else None,
+        prefix_cache_hits=stats.prefix_hits if stats.prefix_seen else None,
+        devices=devices,
+    )
+
+
+def cuda_devices(count: int) -> tuple[tuple[str, int, int], ...]:
+    """``(device, used bytes, total bytes)`` of the first ``count`` visible CUDA (or ROCm)
+    devices, from ``torch.cuda.mem_get_info`` (device-wide: every process on it); ()
+    when torch or a device is missing or the driver call fails."""
+    try:
+        import torch
+
+        n = min(count, torch.cuda.device_count())
+        rows = []
+        for i in range(n):
+            free, total = torch.cuda.mem_get_info(i)
+            rows.append((f"cuda:{i}", int(total - free), int(total)))
+        return tuple(rows)
+    except Exception:
+        return ()
+
+
+class _DeviceMemory:
+    """The device rows of :func:`cuda_devices`, read at most every ``every_s`` seconds
+    (``stats()`` runs with each heartbeat); always () on a CPU backend."""
+
+    def __init__(
+        self,
+        backend: str,
+        count: int,
+        every_s: float = 1.0,
+        read: Callable[[int], tuple[tuple[str, int, int], ...]] = cuda_devices,
+    ) -> None:
+        self.on_gpu = backend in ("cuda", "rocm")
+        self.count = count
+        self.every_s = every_s
+        self.read = read
+        self.rows: tuple[tuple[str, int, int], ...] = ()
+        self.at = -float("inf")
+
+    def get(self) -> tuple[tuple[str, int, int], ...]:
+        if not self.on_gpu:
+            return ()
+        now = time.monotonic()
+        if now - self.at >= self.every_s:
+            self.rows, self.at = self.read(self.count), now
+        return self.rows
 
 
 def _stats_logger_factory(stats: _Stats) -> Any:
@@ -140,15 +223,8 @@ def _stats_logger_factory(stats: _Stats) -> Any:
             *args: Any,
             **kwargs: Any,
         ) -> None:
-            if scheduler_stats is None:
-                return
-            stats.running = scheduler_stats.num_running_reqs
-            stats.waiting = scheduler_stats.num_waiting_reqs
-            stats.kv_usage = float(scheduler_stats.kv_cache_usage)
-            pc = getattr(scheduler_stats, "prefix_cache_stats", None)
-            if pc is not None:
-                stats.prefix_queries += int(pc.queries)
-                stats.prefix_hits += int(pc.hits)
+            if scheduler_stats is not None:
+                record_scheduler_stats(stats, scheduler_stats)
 
         def log_engine_initialized(self) -> None:
             blocks = self.vllm_config.cache_config.num_gpu_blocks
@@ -210,6 +286,9 @@ class VllmEngine:
             self._dtype = default_dtype  # type: ignore[assignment]
         self._llm: Any = None
         self._stats = _Stats()
+        self._devices = _DeviceMemory(
+            self.backend, self.options.tensor_parallel_size * self.options.pipeline_parallel_size
+        )
         self._streams: dict[str, DeltaStream] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._closing: set[asyncio.Task[None]] = set()
@@ -375,17 +454,11 @@ class VllmEngine:
         return EngineHealth(True)
 
     def stats(self) -> EngineStats:
-        """vLLM's scheduler stats of its last step: running, waiting, KV blocks used
-        (usage × total) and total. Device memory is not reported (None)."""
-        s = self._stats
-        total = max(s.kv_blocks_total, 1)
-        used = min(total, round(s.kv_usage * total))
-        return EngineStats(
-            running=s.running,
-            waiting=s.waiting,
-            kv_cache_blocks_used=used,
-            kv_cache_blocks_total=total,
-        )
+        """vLLM's scheduler stats of its last step (running, waiting, KV blocks used
+        (usage × total) and total), its prefix-cache totals, and on CUDA/ROCm each
+        device's memory (module docstring; none on the CPU build)."""
+        devices = self._devices.get() if self._state == "up" else ()
+        return engine_stats(self._stats, devices)
 
     @property
     def fatal(self) -> bool:
