@@ -1,4 +1,4 @@
-"""``servehall bench serve | engine | compare`` (Typer), registered by the core's
+"""``servehall bench serve | engine | compare | soak`` (Typer), registered by the core's
 ``servehall.defaults.commands``.
 
 Every failure the user can cause (an unreachable URL, a refused key, an unknown model,
@@ -535,3 +535,123 @@ def compare_command(
             plot_runs(plot, [(r.target.label, r.result.outputs, r.result.duration_s) for r in runs])
 
     run_cli(main)
+
+
+# --- bench soak --------------------------------------------------------------------------
+
+
+@bench_app.command("soak")
+def soak_command(
+    duration: Annotated[
+        float, typer.Option("--duration", "-d", help="Seconds of traffic.")
+    ] = 120.0,
+    clients: Annotated[int, typer.Option("--clients", help="Concurrent clients.")] = 8,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url", help="A running server (default: start `servehall serve` in --workdir)."
+        ),
+    ] = None,
+    config: ConfigOpt = None,
+    demo: Annotated[
+        bool,
+        typer.Option(
+            "--demo/--no-demo",
+            help="Serve the demo model (with --config: on top of it) when the soak starts "
+            "the server.",
+        ),
+    ] = True,
+    api_key: Annotated[
+        str | None,
+        typer.Option("--api-key", envvar="OPENAI_API_KEY", help="Bearer key (or $OPENAI_API_KEY)."),
+    ] = None,
+    model: Annotated[str, typer.Option("--model", "-m", help="The model field.")] = "demo",
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", help="max_tokens of the plain shapes.")
+    ] = 8,
+    seed: Seed = 0,
+    schemas: Annotated[
+        int, typer.Option("--schemas", help="JSON Schemas to generate with hypothesis.")
+    ] = 150,
+    faults: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--faults",
+            help="worker-kill (SIGKILL the engine worker) or worker-stop (SIGSTOP it for "
+            "5 s); repeat for several. 503s are allowed during each fault's window.",
+        ),
+    ] = None,
+    fault_interval: Annotated[
+        float | None,
+        typer.Option("--fault-interval", help="Seconds between faults (default: spread evenly)."),
+    ] = None,
+    db_url: Annotated[
+        str | None,
+        typer.Option("--db-url", help="The database to check (default: the config's)."),
+    ] = None,
+    workdir: Annotated[
+        Path | None,
+        typer.Option("--workdir", help="Where a started server runs (default: a temp dir)."),
+    ] = None,
+    pid: Annotated[
+        list[int] | None,
+        typer.Option("--pid", help="Server process(es) to sample RSS of, with --url."),
+    ] = None,
+    rss_bound: Annotated[
+        float, typer.Option("--rss-bound-mib", help="Most RSS growth allowed (MiB).")
+    ] = 512.0,
+    output_json: OutputJson = None,
+) -> None:
+    """Accounting soak: every request shape (recorded client-library bodies, hostile
+    inputs, generated schemas, client disconnects) from concurrent clients, optional
+    faults, then invariants I1-I6 after a clean stop; exit 1 on any violation."""
+    from servehall.bench.soak.run import FAULTS, SoakError, SoakOptions, run_soak
+
+    def check() -> SoakOptions:
+        if duration <= 0:
+            raise UsageError(f"--duration must be positive (got {duration:g})")
+        if clients < 1:
+            raise UsageError(f"--clients must be at least 1 (got {clients})")
+        if max_tokens < 1:
+            raise UsageError(f"--max-tokens must be at least 1 (got {max_tokens})")
+        bad = [f for f in faults or [] if f not in FAULTS]
+        if bad:
+            raise UsageError(f"unknown fault {bad[0]!r}; known: {', '.join(FAULTS)}")
+        if faults and url is not None:
+            raise UsageError("--faults needs a server the soak starts (no --url)")
+        if url is None and not demo and config is None:
+            raise UsageError("give --url, --config or --demo")
+        return SoakOptions(
+            duration_s=duration,
+            clients=clients,
+            url=url,
+            config=config,
+            demo=demo and url is None,
+            api_key=api_key,
+            model=model,
+            max_tokens=max_tokens,
+            seed=seed,
+            schemas=schemas,
+            faults=tuple(faults or ()),
+            fault_interval_s=fault_interval,
+            db_url=db_url,
+            workdir=workdir,
+            pids=tuple(pid or ()),
+            rss_bound_mib=rss_bound,
+            output_json=output_json,
+        )
+
+    opts = checked(check)
+
+    async def main() -> int:
+        from servehall.bench.soak.invariants import exit_status
+
+        try:
+            results = await run_soak(opts)
+        except SoakError as exc:
+            raise TargetError(str(exc)) from None
+        return exit_status(results)
+
+    code = run_cli(main)
+    if code:
+        raise typer.Exit(code)

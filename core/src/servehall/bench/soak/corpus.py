@@ -1,0 +1,380 @@
+"""The soak's fixed inputs: malformed and hostile request bodies, JSON Schemas generated
+with hypothesis, and the bodies real client libraries send (``data/sdk_bodies_*.json``,
+recorded with ``record_sdk.py``).
+
+Every function returns :class:`Shape` values ready to send; the model name is filled in
+at build time. None of these may get a 5xx: a bad input is a 4xx envelope.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """One request to send.
+
+    Attributes:
+        name: what it is, for the report (``chat_stream``, ``bad_json``...).
+        path: the URL path.
+        body: the JSON body, or None when ``raw`` is sent instead.
+        raw: bytes sent as is (malformed bodies).
+        content_type: the request's ``content-type``.
+        disconnect: read the first SSE event, then leave (a client disconnect).
+    """
+
+    name: str
+    path: str
+    body: dict[str, Any] | None = None
+    raw: bytes | None = None
+    content_type: str = "application/json"
+    disconnect: bool = False
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.body and self.body.get("stream") is True)
+
+    def content(self) -> bytes:
+        """The bytes of the request body."""
+        if self.raw is not None:
+            return self.raw
+        return json.dumps(self.body).encode()
+
+
+def _chat(model: str, **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": "Hi"}], **extra}
+
+
+def hostile_shapes(model: str) -> list[Shape]:
+    """Malformed JSON, wrong types, out-of-range numbers, unknown models, bad schemas,
+    bad tools and odd encodings (a fixed corpus; every one must be a 4xx)."""
+    out: list[Shape] = []
+
+    def raw(name: str, data: bytes, ctype: str = "application/json", path: str = CHAT) -> None:
+        out.append(Shape(name, path, raw=data, content_type=ctype))
+
+    def body(name: str, b: dict[str, Any], path: str = CHAT) -> None:
+        out.append(Shape(name, path, body=b))
+
+    raw("bad_json", b"{not json")
+    raw("empty_body", b"")
+    raw("json_array", b"[1, 2, 3]")
+    raw("json_string", b'"hello"')
+    raw("truncated_json", b'{"model": "' + model.encode() + b'", "messages": [')
+    raw("bad_utf8", b'{"model": "\xff\xfe", "messages": []}')
+    raw(
+        "nul_in_json",
+        b'{"model": "demo\\u0000", "messages": [{"role": "user", "content": "\\u0000"}]}',
+    )
+    raw("lone_surrogate", b'{"model": "x", "messages": [{"role": "user", "content": "\\ud800"}]}')
+    raw("text_plain", json.dumps(_chat(model)).encode(), ctype="text/plain")
+    raw("deep_nesting", b"[" * 5000 + b"]" * 5000)
+    raw("huge_number", b'{"model": "m", "max_tokens": 1' + b"0" * 400 + b"}", path=COMPLETIONS)
+    raw("nan_literal", b'{"model": "m", "prompt": "a", "temperature": NaN}', path=COMPLETIONS)
+    raw("duplicate_keys", b'{"model": "m", "model": 5, "prompt": "a"}', path=COMPLETIONS)
+    body("no_model", {"messages": [{"role": "user", "content": "Hi"}]})
+    body("unknown_model", _chat("no-such-model-\u00e9\u2603", max_tokens=2))
+    body("model_wrong_type", {"model": 5, "messages": [{"role": "user", "content": "Hi"}]})
+    body("messages_empty", _chat(model) | {"messages": []})
+    body("messages_not_list", _chat(model) | {"messages": "Hi"})
+    body("bad_role", _chat(model) | {"messages": [{"role": "wizard", "content": "Hi"}]})
+    body("content_int", _chat(model) | {"messages": [{"role": "user", "content": 5}]})
+    body(
+        "bad_part", _chat(model) | {"messages": [{"role": "user", "content": [{"type": "image"}]}]}
+    )
+    body("max_tokens_negative", _chat(model, max_tokens=-1))
+    body("max_tokens_zero", _chat(model, max_tokens=0))
+    body("max_tokens_huge", _chat(model, max_tokens=2**63))
+    body("max_tokens_float", _chat(model, max_tokens=1.5))
+    body("max_tokens_string", _chat(model, max_tokens="8"))
+    body("temperature_negative", _chat(model, temperature=-1, max_tokens=2))
+    body("temperature_huge", _chat(model, temperature=1e308, max_tokens=2))
+    body("top_p_zero", _chat(model, top_p=0, max_tokens=2))
+    body("n_zero", _chat(model, n=0, max_tokens=2))
+    body("n_huge", _chat(model, n=10**6, max_tokens=2))
+    body("seed_huge", _chat(model, seed=2**80, max_tokens=2))
+    body("stop_too_many", _chat(model, stop=["a", "b", "c", "d", "e"] * 10, max_tokens=2))
+    body("stop_empty_string", _chat(model, stop=[""], max_tokens=2))
+    body("stop_wrong_type", _chat(model, stop=5, max_tokens=2))
+    body("stream_string", _chat(model, stream="yes", max_tokens=2))
+    body("stream_options_bad", _chat(model, stream=True, stream_options={"include_usage": "y"}))
+    body("logit_bias", _chat(model, logit_bias={"5": 100}, max_tokens=2))
+    body("logprobs", _chat(model, logprobs=True, top_logprobs=2, max_tokens=2))
+    body("priority_huge", _chat(model, priority=10**30, max_tokens=2))
+    body("unknown_field", _chat(model, frobnicate=True, max_tokens=2))
+    body("prompt_list_2", {"model": model, "prompt": ["a", "b"], "max_tokens": 2}, COMPLETIONS)
+    body("prompt_tokens_ids", {"model": model, "prompt": [1, 2, 3], "max_tokens": 2}, COMPLETIONS)
+    body("prompt_missing", {"model": model, "max_tokens": 2}, COMPLETIONS)
+    body("echo_string", {"model": model, "prompt": "a", "echo": "y"}, COMPLETIONS)
+    body("chat_on_completions", _chat(model, max_tokens=2), COMPLETIONS)
+    # tools
+    fn = {"name": "f", "parameters": {"type": "object"}}
+    body("tools_not_list", _chat(model, tools={"type": "function"}))
+    body("tool_no_function", _chat(model, tools=[{"type": "function"}]))
+    body("tool_bad_name", _chat(model, tools=[{"type": "function", "function": {"name": "a b!"}}]))
+    body(
+        "tool_choice_unknown",
+        _chat(
+            model,
+            tools=[{"type": "function", "function": fn}],
+            tool_choice={"type": "function", "function": {"name": "g"}},
+        ),
+    )
+    body(
+        "tool_choice_bad_string",
+        _chat(model, tools=[{"type": "function", "function": fn}], tool_choice="sometimes"),
+    )
+    body("tool_choice_without_tools", _chat(model, tool_choice="required"))
+    body(
+        "tool_params_not_object",
+        _chat(
+            model,
+            tools=[{"type": "function", "function": {"name": "f", "parameters": [1]}}],
+            tool_choice="required",
+        ),
+    )
+    body(
+        "tool_call_no_id",
+        _chat(model)
+        | {
+            "messages": [
+                {"role": "user", "content": "Hi"},
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {"type": "function", "function": {"name": "f", "arguments": "{}"}}
+                    ],
+                },
+            ]
+        },
+    )
+    # structured output
+    body("rf_bad_type", _chat(model, response_format={"type": "yaml"}))
+    body("rf_not_object", _chat(model, response_format="json"))
+    body("rf_schema_missing", _chat(model, response_format={"type": "json_schema"}))
+    body(
+        "rf_schema_name_bad",
+        _chat(
+            model,
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "a b", "schema": {"type": "object"}},
+            },
+        ),
+    )
+    for i, schema in enumerate(BAD_SCHEMAS):
+        rf = {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
+        body(f"rf_bad_schema_{i}", _chat(model, response_format=rf, max_tokens=4))
+        body(
+            f"guided_json_bad_{i}",
+            {"model": model, "prompt": "a", "max_tokens": 4, "guided_json": schema},
+            COMPLETIONS,
+        )
+    body("guided_regex_bad", {"model": model, "prompt": "a", "guided_regex": "(["}, COMPLETIONS)
+    body(
+        "guided_regex_huge",
+        {"model": model, "prompt": "a", "max_tokens": 2, "guided_regex": "(a|b)" * 3000},
+        COMPLETIONS,
+    )
+    body("guided_choice_empty", {"model": model, "prompt": "a", "guided_choice": []}, COMPLETIONS)
+    body(
+        "guided_choice_types",
+        {"model": model, "prompt": "a", "guided_choice": [1, None]},
+        COMPLETIONS,
+    )
+    body(
+        "guided_two_kinds",
+        {"model": model, "prompt": "a", "guided_regex": "a", "guided_choice": ["a"]},
+        COMPLETIONS,
+    )
+    body(
+        "guided_grammar_bad",
+        {"model": model, "prompt": "a", "guided_grammar": "root ::= ("},
+        COMPLETIONS,
+    )
+    body(
+        "structured_outputs_bad",
+        {"model": model, "prompt": "a", "structured_outputs": {"json": 5}},
+        COMPLETIONS,
+    )
+    return out
+
+
+BAD_SCHEMAS: list[Any] = [
+    {"$schema": {}},
+    {"$schema": [1]},
+    {"$schema": "http://json-schema.org/draft-07/schema#", "$defs": {"a": {"type": 5}}},
+    {"$schema": "http://json-schema.org/draft-07/schema#", "$defs": {"a": {"minimum": "x"}}},
+    {"type": "object", "$defs": [1, 2]},
+    {"type": "nosuchtype"},
+    {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}},
+    {"$ref": "#"},
+    {"type": "string", "pattern": "(["},
+    {"type": "integer", "minimum": 5, "maximum": 1},
+    {"type": "array", "minItems": 10**9},
+    {"type": "string", "maxLength": -1},
+    {"enum": []},
+    {"allOf": [{"type": "string"}, {"type": "integer"}]},
+    {"properties": "nope"},
+    {"required": "a"},
+    5,
+    "object",
+    [],
+    None,
+]
+"""Schemas that are wrong in form or meaning; the server must answer each with a 4xx
+(the first four are issue 33's 500s)."""
+
+
+def generated_schemas(count: int, seed: int = 0) -> list[Any]:
+    """``count`` JSON Schemas (valid and hostile) drawn with hypothesis, deterministic for
+    ``seed``; empty when hypothesis is not installed (a dev dependency)."""
+    try:
+        from hypothesis import HealthCheck, given, settings
+        from hypothesis import strategies as st
+    except ImportError:
+        return []
+    names = st.sampled_from(["a", "b", "x_1", "€", "$ref", "", "a" * 70])
+    scalars = st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**70), 2**70),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(max_size=8),
+    )
+    types = st.sampled_from(
+        ["object", "array", "string", "integer", "number", "boolean", "null", "bogus"]
+    )
+
+    def extend(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+        kw = st.fixed_dictionaries(
+            {},
+            optional={
+                "type": st.one_of(types, st.lists(types, max_size=3), scalars),
+                "properties": st.one_of(st.dictionaries(names, children, max_size=4), scalars),
+                "items": st.one_of(children, scalars),
+                "required": st.one_of(st.lists(names, max_size=3), scalars),
+                "enum": st.lists(scalars, max_size=4),
+                "const": scalars,
+                "anyOf": st.lists(children, max_size=3),
+                "oneOf": st.lists(children, max_size=3),
+                "allOf": st.lists(children, max_size=3),
+                "not": children,
+                "$defs": st.one_of(st.dictionaries(names, children, max_size=3), scalars),
+                "definitions": st.dictionaries(names, children, max_size=2),
+                "$ref": st.sampled_from(
+                    ["#", "#/$defs/a", "#/definitions/b", "http://x/y", "#/nope"]
+                ),
+                "minimum": scalars,
+                "maximum": scalars,
+                "minLength": st.integers(-5, 10**6),
+                "maxLength": scalars,
+                "minItems": st.integers(-5, 10**6),
+                "maxItems": scalars,
+                "pattern": st.sampled_from(["^a+$", "([", "\\d{2,}", "(a|b)*c", "x{99999}"]),
+                "format": st.sampled_from(["date-time", "email", "uuid", "nope"]),
+                "additionalProperties": st.one_of(st.booleans(), children),
+                "$schema": st.one_of(
+                    st.sampled_from(
+                        [
+                            "http://json-schema.org/draft-07/schema#",
+                            "https://json-schema.org/draft/2020-12/schema",
+                        ]
+                    ),
+                    scalars,
+                    st.lists(scalars, max_size=2),
+                    st.just({}),
+                ),
+            },
+        )
+        return kw
+
+    base = st.one_of(st.just({}), st.builds(lambda t: {"type": t}, types), scalars)
+    strategy = st.recursive(base, extend, max_leaves=12)
+    found: list[Any] = []
+
+    @settings(
+        max_examples=count,
+        database=None,
+        derandomize=True,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(strategy)
+    def collect(schema: Any) -> None:
+        found.append(schema)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        collect()
+    # derandomize gives one sequence; the seed rotates it so runs can differ
+    k = seed % len(found) if found else 0
+    return found[k:] + found[:k]
+
+
+def schema_shapes(model: str, schemas: list[Any]) -> list[Shape]:
+    """Each schema as ``response_format`` (json_schema), ``guided_json`` and a required
+    tool's ``parameters``, in turn."""
+    out: list[Shape] = []
+    for i, schema in enumerate(schemas):
+        kind = i % 3
+        if kind == 0:
+            rf = {"type": "json_schema", "json_schema": {"name": "gen", "schema": schema}}
+            out.append(Shape("gen_schema_rf", CHAT, _chat(model, response_format=rf, max_tokens=8)))
+        elif kind == 1:
+            b = {
+                "model": model,
+                "prompt": "{",
+                "max_tokens": 8,
+                "guided_json": schema,
+                "stream": i % 2 == 0,
+            }
+            out.append(Shape("gen_schema_guided_json", COMPLETIONS, b))
+        else:
+            tool = {"type": "function", "function": {"name": "gen", "parameters": schema}}
+            b = _chat(model, tools=[tool], tool_choice="required", max_tokens=8)
+            out.append(Shape("gen_schema_tool", CHAT, b))
+    return out
+
+
+def sdk_shapes(model: str) -> list[Shape]:
+    """The recorded client-library bodies (``data/sdk_bodies_*.json``), with ``model``
+    and a short ``max_tokens``."""
+    out: list[Shape] = []
+    data_dir = resources.files("servehall.bench.soak") / "data"
+    for entry in sorted(data_dir.iterdir(), key=lambda p: p.name):
+        if not (entry.name.startswith("sdk_bodies_") and entry.name.endswith(".json")):
+            continue
+        rec = json.loads(entry.read_text(encoding="utf-8"))
+        lib = rec["library"]
+        for item in rec["bodies"]:
+            body = dict(item["body"])
+            if "model" in body:
+                body["model"] = model
+            for key in ("max_tokens", "max_completion_tokens"):
+                if isinstance(body.get(key), int):
+                    body[key] = min(body[key], 16)
+            if "max_tokens" not in body and "max_completion_tokens" not in body:
+                body["max_tokens"] = 16
+            path = "/v1" + item["path"].split("/v1", 1)[-1]
+            out.append(Shape(f"sdk_{lib}_{item['name']}", path, body))
+    return out
+
+
+def sdk_libraries() -> list[str]:
+    """``library version`` of each recording shipped with the soak."""
+    out = []
+    data_dir = resources.files("servehall.bench.soak") / "data"
+    for entry in sorted(data_dir.iterdir(), key=lambda p: p.name):
+        if entry.name.startswith("sdk_bodies_") and entry.name.endswith(".json"):
+            rec = json.loads(entry.read_text(encoding="utf-8"))
+            out.append(f"{rec['library']} {rec['version']} ({len(rec['bodies'])} bodies)")
+    return out

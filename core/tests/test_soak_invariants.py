@@ -1,0 +1,207 @@
+"""The soak's invariant checks (servehall.bench.soak.invariants): each one passes on
+good data and fails on the data it exists to catch; the traffic mix and corpus are
+deterministic and complete."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from servehall.bench.soak.corpus import BAD_SCHEMAS, generated_schemas, hostile_shapes, sdk_shapes
+from servehall.bench.soak.invariants import (
+    FaultWindow,
+    LeftoverFile,
+    Observation,
+    Rejection,
+    Row,
+    check_audit,
+    check_no_5xx,
+    check_no_leftovers,
+    check_one_row_each,
+    check_rows_match,
+    check_rss,
+    exit_status,
+    rss_growth_mib,
+)
+from servehall.bench.soak.mix import Mix
+from servehall.bench.soak.run import leftover_files
+
+
+def obs(status: int = 200, rid: str | None = "r1", **kw: object) -> Observation:
+    o = Observation("chat", "/v1/chat/completions", 10.0, 11.0, status, request_id=rid)
+    for k, v in kw.items():
+        setattr(o, k, v)
+    return o
+
+
+# --- I1 ----------------------------------------------------------------------------------
+
+
+def test_i1_passes_on_2xx_and_4xx() -> None:
+    r = check_no_5xx([obs(200), obs(400), obs(404), obs(499, disconnected=True)])
+    assert r.ok and r.checked == 4
+
+
+def test_i1_fails_on_a_500_a_503_and_a_stream_error_event() -> None:
+    r = check_no_5xx([obs(500), obs(503), obs(200, stream_error=500), obs(200, stream_error=400)])
+    assert len(r.violations) == 3
+    assert exit_status([r]) == 1
+
+
+def test_i1_fails_on_no_answer_and_on_a_cut_stream() -> None:
+    r = check_no_5xx([obs(0, None, error="ReadTimeout"), obs(200, error="RemoteProtocolError")])
+    assert len(r.violations) == 2
+
+
+def test_i1_allows_503_only_inside_a_declared_fault_window() -> None:
+    window = FaultWindow("worker-kill", 10.5, 12.0)
+    outside = obs(503)
+    outside.started, outside.ended = 20.0, 21.0
+    r = check_no_5xx([obs(503), obs(0, None, error="x"), outside], [window])
+    assert r.violations == ["chat /v1/chat/completions: status 503 (r1; None)"]
+    assert any("503 during worker-kill" in n for n in r.notes)
+    # a 500 is never allowed, fault or not
+    assert not check_no_5xx([obs(500)], [window]).ok
+
+
+# --- I2 ----------------------------------------------------------------------------------
+
+
+def test_i2_passes_with_exactly_one_row_each() -> None:
+    r = check_one_row_each([obs(rid="a"), obs(rid="b")], ["a", "b"])
+    assert r.ok and r.checked == 2
+
+
+def test_i2_fails_on_a_missing_row_a_duplicate_and_a_response_without_id() -> None:
+    r = check_one_row_each([obs(rid="a"), obs(rid="b"), obs(500, None)], ["b", "b"])
+    assert len(r.violations) == 3
+    assert any("a (status 200): no row" in v for v in r.violations)
+    assert any("2 rows" in v for v in r.violations)
+    assert any("without x-request-id" in v for v in r.violations)
+
+
+def test_i2_a_rejected_record_explains_a_missing_row() -> None:
+    r = check_one_row_each([obs(rid="a")], [], rejected_ids={"a"})
+    assert r.ok and "explained" in r.notes[0]
+
+
+def test_i2_no_answer_needs_no_id() -> None:
+    assert check_one_row_each([obs(0, None, error="ConnectError")], []).ok
+
+
+# --- I3 ----------------------------------------------------------------------------------
+
+
+def test_i3_passes_when_status_and_usage_agree() -> None:
+    rows = {"a": Row("a", 200, 5, 8), "b": Row("b", 400, 0, 0), "c": Row("c", 499, 5, 2)}
+    observed = [obs(rid="a", usage=(5, 8)), obs(400, "b"), obs(200, "c", disconnected=True)]
+    r = check_rows_match(observed, rows)
+    assert r.ok and r.checked == 3
+
+
+def test_i3_fails_on_a_different_status_or_token_count() -> None:
+    rows = {"a": Row("a", 200, 5, 7), "b": Row("b", 500, 0, 0)}
+    r = check_rows_match([obs(rid="a", usage=(5, 8)), obs(400, "b")], rows)
+    assert len(r.violations) == 2
+    assert "client usage (5, 8), row (5, 7)" in r.violations[0]
+    assert "client got 400, row says 500" in r.violations[1]
+
+
+# --- I4 ----------------------------------------------------------------------------------
+
+
+def test_i4_passes_with_nothing_left_or_explained_rejections() -> None:
+    assert check_no_leftovers([], []).ok
+    q = LeftoverFile("q.jsonl", "quarantine", 2, 2)
+    r = check_no_leftovers([q, LeftoverFile("s.jsonl", "spill", 0, 0)], [Rejection("a", "bad")])
+    assert r.ok
+
+
+def test_i4_fails_on_a_spill_file_with_records_and_unexplained_rejections() -> None:
+    r = check_no_leftovers(
+        [LeftoverFile("s.jsonl", "spill", 3, 0), LeftoverFile("q.jsonl", "quarantine", 2, 1)],
+        [Rejection("a", None)],
+    )
+    assert len(r.violations) == 3
+
+
+def test_leftover_files_reads_spill_and_quarantine_files(tmp_path: Path) -> None:
+    (tmp_path / "servehall-spill-sql.jsonl").write_text('{"request_id": "a"}\n{}\n')
+    q = [{"request_id": "b", "error": "bad value"}, {"record": {"request_id": "c"}}]
+    (tmp_path / "servehall-quarantine-sql.jsonl").write_text(
+        "\n".join(json.dumps(x) for x in q) + "\n"
+    )
+    (tmp_path / "server.log").write_text("x\n")
+    files, rejections = leftover_files([tmp_path])
+    by_kind = {f.kind: f for f in files}
+    assert by_kind["spill"].records == 2
+    assert (by_kind["quarantine"].records, by_kind["quarantine"].explained) == (2, 1)
+    assert rejections == [Rejection("b", "bad value"), Rejection("c", None)]
+    assert not check_no_leftovers(files, rejections).ok
+
+
+# --- I5 ----------------------------------------------------------------------------------
+
+
+def test_i5_follows_the_exit_status_of_audit_verify() -> None:
+    assert check_audit(0, "OK: 2 audit event(s), chain intact\n").ok
+    bad = check_audit(1, "FAIL: event 3: hash mismatch")
+    assert not bad.ok and "hash mismatch" in bad.violations[0]
+    assert not check_audit(None, "TimeoutExpired").ok
+
+
+# --- I6 ----------------------------------------------------------------------------------
+
+MIB = 2**20
+
+
+def test_i6_counts_growth_after_the_warm_up() -> None:
+    # caches fill during the warm-up (to 900 MiB), then flat: no growth
+    samples = [(0.0, 500 * MIB), (5.0, 900 * MIB), (20.0, 880 * MIB), (40.0, 905 * MIB)]
+    assert rss_growth_mib(samples, 10.0) == (900.0, 5.0)
+    r = check_rss(samples, 64, warmup_s=10.0)
+    assert r.ok and "growth after warm-up +5 MiB" in r.notes[0]
+
+
+def test_i6_fails_on_steady_growth() -> None:
+    samples = [(float(t), (500 + 10 * t) * MIB) for t in range(0, 100)]
+    r = check_rss(samples, 256, warmup_s=25.0)
+    assert not r.ok and "RSS grew by" in r.violations[0]
+
+
+def test_i6_is_skipped_without_samples() -> None:
+    r = check_rss([], 256)
+    assert r.ok and r.skipped is not None and "SKIP" in r.lines()[0]
+
+
+# --- the mix and corpus ---------------------------------------------------------------------
+
+
+def test_the_mix_is_deterministic_and_holds_every_category() -> None:
+    a, b = Mix("demo", schemas=30, seed=4), Mix("demo", schemas=30, seed=4)
+    counts = a.counts()
+    assert all(counts[c] > 0 for c in ("valid", "sdk", "hostile", "schemas", "disconnect"))
+    draws = [a.draw() for _ in range(200)]
+    assert draws == [b.draw() for _ in range(200)]
+    assert {c for c, _ in draws} == set(counts)
+
+
+def test_the_corpus_covers_the_issue_schemas_and_names_are_unique() -> None:
+    assert {"$schema": {}} in BAD_SCHEMAS and {"$schema": [1]} in BAD_SCHEMAS
+    names = [s.name for s in hostile_shapes("demo")]
+    assert len(names) == len(set(names))
+    assert all(s.content() is not None for s in hostile_shapes("demo"))
+
+
+def test_generated_schemas_are_deterministic() -> None:
+    one = generated_schemas(25, seed=1)
+    assert len(one) == 25 and one == generated_schemas(25, seed=1)
+    json.dumps(one)  # every schema can be sent
+
+
+def test_recorded_sdk_bodies_are_loaded_with_the_model_replaced() -> None:
+    shapes = sdk_shapes("m-1")
+    libs = {s.name.split("_")[1] for s in shapes}
+    assert "openai" in libs
+    assert all(s.body is not None and s.body.get("model") == "m-1" for s in shapes)
+    assert all(s.path in ("/v1/chat/completions", "/v1/completions") for s in shapes)
