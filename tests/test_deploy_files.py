@@ -6,6 +6,7 @@ deploy/servehall.toml is a valid config (``config check``) with shared limits.""
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -121,3 +122,23 @@ def test_inference_pool_example_selects_the_deployment() -> None:
     refs |= {s["pluginRef"] for s in epp["dataLayer"]["sources"]}
     refs |= {x["pluginRef"] for s in epp["dataLayer"]["sources"] for x in s["extractors"]}
     assert refs <= names, refs - names
+
+
+def test_dashboard_panels_are_laid_out_and_show_rejected_records() -> None:
+    """deploy/grafana: unique panel ids, no two panels overlap, and the records
+    quarantine counter has a panel (issue 33: a rejected row is visible)."""
+    board = json.loads((DEPLOY / "grafana" / "servehall.json").read_text())
+    panels = board["panels"]
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids)), ids
+    cells: dict[tuple[int, int], str] = {}
+    for p in panels:
+        g = p["gridPos"]
+        assert g["x"] + g["w"] <= 24, p["title"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{p['title']} overlaps {cells[(x, y)]}"
+                cells[(x, y)] = p["title"]
+    exprs = {t["expr"]: p for p in panels for t in p.get("targets", [])}
+    (rejected,) = [p for e, p in exprs.items() if "servehall_records_rejected_total" in e]
+    assert "quarantine" in rejected["description"]
