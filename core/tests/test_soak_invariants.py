@@ -7,7 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from servehall.bench.soak.corpus import BAD_SCHEMAS, generated_schemas, hostile_shapes, sdk_shapes
+from servehall.bench.soak.corpus import (
+    generated_schemas,
+    hostile_shapes,
+    schema_shapes,
+    sdk_shapes,
+)
 from servehall.bench.soak.invariants import (
     FaultWindow,
     LeftoverFile,
@@ -25,6 +30,7 @@ from servehall.bench.soak.invariants import (
 )
 from servehall.bench.soak.mix import Mix
 from servehall.bench.soak.run import leftover_files
+from servehall.testing.bad_schemas import BAD_SCHEMAS, DRAFT_07
 
 
 def obs(status: int = 200, rid: str | None = "r1", **kw: object) -> Observation:
@@ -187,16 +193,47 @@ def test_the_mix_is_deterministic_and_holds_every_category() -> None:
 
 
 def test_the_corpus_covers_the_issue_schemas_and_names_are_unique() -> None:
-    assert {"$schema": {}} in BAD_SCHEMAS and {"$schema": [1]} in BAD_SCHEMAS
-    names = [s.name for s in hostile_shapes("demo")]
+    issue_33 = [
+        {"$schema": {}},
+        {"$schema": [1]},
+        {"$schema": DRAFT_07, "$defs": {"a": {"type": 5}}},
+        {"$schema": DRAFT_07, "$defs": {"a": {"type": "integer", "minimum": "x"}}},
+    ]
+    schemas = [s for s, _ in BAD_SCHEMAS]
+    assert all(s in schemas for s in issue_33)
+    shapes = hostile_shapes("demo")
+    names = [s.name for s in shapes]
     assert len(names) == len(set(names))
-    assert all(s.content() is not None for s in hostile_shapes("demo"))
+    assert all(s.content() is not None for s in shapes)
+    # the soak sends the shared corpus, each schema in every field that carries one
+    sent = [s.body for s in shapes if s.name.startswith("schema_bad_") and s.body]
+    for schema in issue_33:
+        fields = [
+            b
+            for b in sent
+            if schema
+            in (
+                b.get("guided_json"),
+                (b.get("structured_outputs") or {}).get("json"),
+                ((b.get("response_format") or {}).get("json_schema") or {}).get("schema"),
+                ((b.get("tools") or [{}])[0].get("function") or {}).get("parameters"),
+            )
+        ]
+        assert len(fields) == 4, schema
 
 
 def test_generated_schemas_are_deterministic() -> None:
     one = generated_schemas(25, seed=1)
     assert len(one) == 25 and one == generated_schemas(25, seed=1)
     json.dumps(one)  # every schema can be sent
+    shapes = schema_shapes("demo", one)
+    assert {s.name for s in shapes} == {
+        "gen_schema_rf",
+        "gen_schema_guided_json",
+        "gen_schema_structured_outputs",
+        "gen_schema_tool",
+    }
+    assert any(s.stream for s in shapes) and not all(s.stream for s in shapes)
 
 
 def test_recorded_sdk_bodies_are_loaded_with_the_model_replaced() -> None:

@@ -1,5 +1,7 @@
-"""The soak's fixed inputs: malformed and hostile request bodies, JSON Schemas generated
-with hypothesis, and the bodies real client libraries send (``data/sdk_bodies_*.json``,
+"""The soak's fixed inputs: malformed and hostile request bodies (the malformed and
+unenforceable JSON Schemas of :mod:`servehall.testing.bad_schemas`, in every field that
+carries a schema), JSON Schemas generated with that module's hypothesis strategy, and the
+bodies real client libraries send (``data/sdk_bodies_*.json``,
 recorded with ``record_sdk.py``).
 
 Every function returns :class:`Shape` values ready to send; the model name is filled in
@@ -13,6 +15,13 @@ import warnings
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
+
+from servehall.testing.bad_schemas import (
+    BAD_SCHEMAS,
+    UNENFORCEABLE_SCHEMAS,
+    json_schemas,
+    schema_bodies,
+)
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -170,12 +179,16 @@ def hostile_shapes(model: str) -> list[Shape]:
             },
         ),
     )
-    for i, schema in enumerate(BAD_SCHEMAS):
-        rf = {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
-        body(f"rf_bad_schema_{i}", _chat(model, response_format=rf, max_tokens=4))
+    for group, corpus in (("bad", BAD_SCHEMAS), ("unenforceable", UNENFORCEABLE_SCHEMAS)):
+        for i, (schema, _why) in enumerate(corpus):
+            for param, b in schema_bodies(schema, model):
+                body(f"schema_{group}_{i}_{_FIELD_NAMES[param]}", b)
+    for i, value in enumerate(NOT_SCHEMAS):
+        rf = {"type": "json_schema", "json_schema": {"name": "s", "schema": value}}
+        body(f"rf_not_a_schema_{i}", _chat(model, response_format=rf, max_tokens=4))
         body(
-            f"guided_json_bad_{i}",
-            {"model": model, "prompt": "a", "max_tokens": 4, "guided_json": schema},
+            f"guided_json_not_a_schema_{i}",
+            {"model": model, "prompt": "a", "max_tokens": 4, "guided_json": value},
             COMPLETIONS,
         )
     body("guided_regex_bad", {"model": model, "prompt": "a", "guided_regex": "(["}, COMPLETIONS)
@@ -208,97 +221,29 @@ def hostile_shapes(model: str) -> list[Shape]:
     return out
 
 
-BAD_SCHEMAS: list[Any] = [
-    {"$schema": {}},
-    {"$schema": [1]},
-    {"$schema": "http://json-schema.org/draft-07/schema#", "$defs": {"a": {"type": 5}}},
-    {"$schema": "http://json-schema.org/draft-07/schema#", "$defs": {"a": {"minimum": "x"}}},
-    {"type": "object", "$defs": [1, 2]},
-    {"type": "nosuchtype"},
-    {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}},
-    {"$ref": "#"},
-    {"type": "string", "pattern": "(["},
-    {"type": "integer", "minimum": 5, "maximum": 1},
-    {"type": "array", "minItems": 10**9},
-    {"type": "string", "maxLength": -1},
-    {"enum": []},
-    {"allOf": [{"type": "string"}, {"type": "integer"}]},
-    {"properties": "nope"},
-    {"required": "a"},
-    5,
-    "object",
-    [],
-    None,
-]
-"""Schemas that are wrong in form or meaning; the server must answer each with a 4xx
-(the first four are issue 33's 500s)."""
+NOT_SCHEMAS: list[Any] = [5, "object", [], None, True]
+"""Values that are not a schema object where one is expected (the malformed and
+unenforceable schema objects are :mod:`servehall.testing.bad_schemas`'s)."""
+
+_FIELD_NAMES = {
+    "response_format.json_schema.schema": "rf",
+    "guided_json": "guided_json",
+    "structured_outputs.json": "structured_outputs",
+    "tools[0].function.parameters": "tool",
+}
+"""A short name for each field :func:`~servehall.testing.bad_schemas.schema_bodies`
+fills, for the shape names."""
 
 
 def generated_schemas(count: int, seed: int = 0) -> list[Any]:
-    """``count`` JSON Schemas (valid and hostile) drawn with hypothesis, deterministic for
-    ``seed``; empty when hypothesis is not installed (a dev dependency)."""
+    """``count`` JSON Schemas (valid and malformed) drawn from
+    :func:`servehall.testing.bad_schemas.json_schemas`, deterministic for ``seed``;
+    empty when hypothesis is not installed (a dev dependency)."""
     try:
         from hypothesis import HealthCheck, given, settings
-        from hypothesis import strategies as st
     except ImportError:
         return []
-    names = st.sampled_from(["a", "b", "x_1", "€", "$ref", "", "a" * 70])
-    scalars = st.one_of(
-        st.none(),
-        st.booleans(),
-        st.integers(-(2**70), 2**70),
-        st.floats(allow_nan=False, allow_infinity=False),
-        st.text(max_size=8),
-    )
-    types = st.sampled_from(
-        ["object", "array", "string", "integer", "number", "boolean", "null", "bogus"]
-    )
-
-    def extend(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
-        kw = st.fixed_dictionaries(
-            {},
-            optional={
-                "type": st.one_of(types, st.lists(types, max_size=3), scalars),
-                "properties": st.one_of(st.dictionaries(names, children, max_size=4), scalars),
-                "items": st.one_of(children, scalars),
-                "required": st.one_of(st.lists(names, max_size=3), scalars),
-                "enum": st.lists(scalars, max_size=4),
-                "const": scalars,
-                "anyOf": st.lists(children, max_size=3),
-                "oneOf": st.lists(children, max_size=3),
-                "allOf": st.lists(children, max_size=3),
-                "not": children,
-                "$defs": st.one_of(st.dictionaries(names, children, max_size=3), scalars),
-                "definitions": st.dictionaries(names, children, max_size=2),
-                "$ref": st.sampled_from(
-                    ["#", "#/$defs/a", "#/definitions/b", "http://x/y", "#/nope"]
-                ),
-                "minimum": scalars,
-                "maximum": scalars,
-                "minLength": st.integers(-5, 10**6),
-                "maxLength": scalars,
-                "minItems": st.integers(-5, 10**6),
-                "maxItems": scalars,
-                "pattern": st.sampled_from(["^a+$", "([", "\\d{2,}", "(a|b)*c", "x{99999}"]),
-                "format": st.sampled_from(["date-time", "email", "uuid", "nope"]),
-                "additionalProperties": st.one_of(st.booleans(), children),
-                "$schema": st.one_of(
-                    st.sampled_from(
-                        [
-                            "http://json-schema.org/draft-07/schema#",
-                            "https://json-schema.org/draft/2020-12/schema",
-                        ]
-                    ),
-                    scalars,
-                    st.lists(scalars, max_size=2),
-                    st.just({}),
-                ),
-            },
-        )
-        return kw
-
-    base = st.one_of(st.just({}), st.builds(lambda t: {"type": t}, types), scalars)
-    strategy = st.recursive(base, extend, max_leaves=12)
+    strategy = json_schemas(max_leaves=12)
     found: list[Any] = []
 
     @settings(
@@ -321,27 +266,16 @@ def generated_schemas(count: int, seed: int = 0) -> list[Any]:
 
 
 def schema_shapes(model: str, schemas: list[Any]) -> list[Shape]:
-    """Each schema as ``response_format`` (json_schema), ``guided_json`` and a required
-    tool's ``parameters``, in turn."""
+    """Each schema in one of the fields that carry a schema (``response_format``,
+    ``guided_json``, ``structured_outputs``, a forced tool's ``parameters``: the bodies of
+    :func:`servehall.testing.bad_schemas.schema_bodies`), in turn; every other one
+    streamed."""
     out: list[Shape] = []
     for i, schema in enumerate(schemas):
-        kind = i % 3
-        if kind == 0:
-            rf = {"type": "json_schema", "json_schema": {"name": "gen", "schema": schema}}
-            out.append(Shape("gen_schema_rf", CHAT, _chat(model, response_format=rf, max_tokens=8)))
-        elif kind == 1:
-            b = {
-                "model": model,
-                "prompt": "{",
-                "max_tokens": 8,
-                "guided_json": schema,
-                "stream": i % 2 == 0,
-            }
-            out.append(Shape("gen_schema_guided_json", COMPLETIONS, b))
-        else:
-            tool = {"type": "function", "function": {"name": "gen", "parameters": schema}}
-            b = _chat(model, tools=[tool], tool_choice="required", max_tokens=8)
-            out.append(Shape("gen_schema_tool", CHAT, b))
+        bodies = schema_bodies(schema, model)
+        param, b = bodies[i % len(bodies)]
+        b = {**b, "stream": (i // len(bodies)) % 2 == 1}
+        out.append(Shape(f"gen_schema_{_FIELD_NAMES[param]}", CHAT, b))
     return out
 
 
