@@ -33,7 +33,7 @@ from servehall.db.testing import (
     require_pg,
     run_sql,
 )
-from servehall.records.chain import verify_chain
+from servehall.records.chain import append_events, verify_chain
 from servehall.records.codec import dumps, from_json
 from servehall.records.quarantine import count_rejected
 from servehall.records.runner import SinkRunner
@@ -269,3 +269,40 @@ async def test_the_pos_file_of_another_spill_file_is_ignored(url: str, tmp_path:
         await r.close()
     assert await request_ids(url) == ["req-0", "req-1", "req-2"]
     await accept_rows(url)  # no trigger: still fine
+
+
+async def test_a_batch_replayed_after_its_commit_is_chained_once(url: str, tmp_path: Path) -> None:
+    """The crash between a replayed batch's commit and its ``<spill>.pos`` update: the
+    same lines are replayed again. Each audit event has its own id (kept in the spill
+    file; derived from the line for a line written before ids existed), the append skips
+    an id already stored, and the chain stays valid."""
+    spill = tmp_path / "spill.jsonl"
+    events = [AuditEvent(action=f"e.{i}", at=_rec(0).received_at) for i in range(3)]
+    legacy = json.loads(dumps(AuditEvent("e.old", at=events[0].at)))
+    del legacy["event_id"]
+    lines = "".join(dumps(ev) + "\n" for ev in events) + json.dumps(legacy) + "\n"
+    for replay in range(2):  # the second replay: the same file, no position saved
+        spill.write_text(lines + dumps(AuditEvent(f"new.{replay}", at=events[0].at)) + "\n")
+        r = runner(url, tmp_path)
+        await r.start()
+        try:
+            await wait_for(lambda: not spill.exists())
+        finally:
+            await r.close()
+    rows = await run_sql(url, "SELECT action, event_id FROM audit_event ORDER BY id")
+    assert [x.action for x in rows] == ["e.0", "e.1", "e.2", "e.old", "new.0", "new.1"]
+    assert [x.event_id for x in rows[:3]] == [ev.event_id for ev in events]
+    engine = create_db_engine(url)
+    try:
+        res = await verify_chain(engine)
+        assert res.ok and res.checked == 6, res
+        # the same event twice in one batch, then the whole batch again: one copy
+        again = [AuditEvent("twice", at=events[0].at)] * 2
+        async with engine.begin() as conn:
+            assert await append_events(conn, again) == 1
+        async with engine.begin() as conn:
+            assert await append_events(conn, again + events) == 0
+        res = await verify_chain(engine)
+    finally:
+        await engine.dispose()
+    assert res.ok and res.checked == 7, res

@@ -110,8 +110,16 @@ class AuditEventRow(DbBase):
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64), unique=True)
+    #: The event's own id (``AuditEvent.event_id``; NULL on rows written before
+    #: migration 0009): an append skips an id already stored, so a replayed batch is
+    #: chained once. Not part of the hashed content.
+    event_id: Mapped[str | None] = mapped_column(String(64))
 
-    __table_args__ = (Index(None, "at"), Index(None, "action", "at"))
+    __table_args__ = (
+        Index(None, "at"),
+        Index(None, "action", "at"),
+        Index(None, "event_id", unique=True),
+    )
 
 
 class AuditChainHead(DbBase):

@@ -13,6 +13,12 @@ two writers can never fork the chain. On PostgreSQL the wait for the head is bou
 (``idle_in_transaction_session_timeout``; see :class:`servehall.db.engine.DbTimeouts`),
 so one stalled replica cannot stop the others. The head also records the last id and the event
 count, so deleting rows from the end is detected too.
+
+Each event carries its own id (``event_id``, unique; not part of the hashed content). An
+append skips an event whose id is already stored (``INSERT … ON CONFLICT (event_id) DO
+NOTHING`` on SQLite and PostgreSQL) and chains the next one to the last row actually
+written, so a spill batch replayed after a crash that cut it off between its commit and
+the saved replay position is chained once and the chain stays valid.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, func, insert, select, update
+from sqlalchemy import Insert, Table, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from servehall.db.models import GENESIS_HASH, AuditChainHead, AuditEventRow
@@ -51,28 +58,59 @@ def chain_hash(prev_hash: str, content: bytes) -> str:
     return hashlib.sha256(prev_hash.encode("ascii") + content).hexdigest()
 
 
-async def append_events(conn: AsyncConnection, events: Sequence[AuditEvent]) -> None:
-    """Append ``events`` to the chain inside the caller's transaction on ``conn``.
+def _insert_once(dialect: str, values: dict[str, Any]) -> Insert:
+    """``INSERT`` of one audit row that does nothing when its ``event_id`` is stored."""
+    if dialect == "postgresql":
+        return (
+            postgresql.insert(_T)
+            .values(**values)
+            .on_conflict_do_nothing(index_elements=[_T.c.event_id])
+        )
+    if dialect == "sqlite":
+        return (
+            sqlite.insert(_T)
+            .values(**values)
+            .on_conflict_do_nothing(index_elements=[_T.c.event_id])
+        )
+    return insert(_T).values(**values)
+
+
+async def append_events(conn: AsyncConnection, events: Sequence[AuditEvent]) -> int:
+    """Append ``events`` to the chain inside the caller's transaction on ``conn``; an
+    event whose ``event_id`` is already stored (a replay) is skipped.
 
     Every event must have ``at`` set. Blocks while another writer holds the head.
+
+    Returns:
+        How many events were appended (``len(events)`` less the skipped ones).
     """
     if not events:
-        return
+        return 0
     # Take the head's lock first (before any read), so the tail we read is the latest.
     await conn.execute(update(_H).where(_H.c.id == 1).values(events=_H.c.events + 0))
-    head = (await conn.execute(select(_H.c.last_hash, _H.c.events).where(_H.c.id == 1))).one()
-    prev, count = str(head.last_hash), int(head.events)
-    last_id = 0
+    head = (
+        await conn.execute(select(_H.c.last_hash, _H.c.events, _H.c.last_id).where(_H.c.id == 1))
+    ).one()
+    prev, count, last_id = str(head.last_hash), int(head.events), int(head.last_id)
+    appended = 0
+    dialect = conn.dialect.name
     for ev in events:
         f = audit_row(ev)
         h = chain_hash(prev, canonical(f["at"], f["actor"], f["action"], f["target"], f["details"]))
-        res = await conn.execute(insert(_T).values(**f, prev_hash=prev, hash=h).returning(_T.c.id))
-        last_id = int(res.scalar_one())
+        values = {**f, "event_id": ev.event_id, "prev_hash": prev, "hash": h}
+        res = await conn.execute(_insert_once(dialect, values).returning(_T.c.id))
+        new_id = res.scalar_one_or_none()
+        if new_id is None:  # this event is in the chain already
+            continue
+        last_id = int(new_id)
         prev = h
         count += 1
-    await conn.execute(
-        update(_H).where(_H.c.id == 1).values(last_id=last_id, last_hash=prev, events=count)
-    )
+        appended += 1
+    if appended:
+        await conn.execute(
+            update(_H).where(_H.c.id == 1).values(last_id=last_id, last_hash=prev, events=count)
+        )
+    return appended
 
 
 @dataclass(frozen=True, slots=True)

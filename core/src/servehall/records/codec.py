@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import asdict
@@ -154,7 +155,7 @@ def to_json(record: Record) -> dict[str, Any]:
         row["finished_at"] = iso_utc(record.finished_at) if record.finished_at else None
         return {"type": "request", **row}
     ev = audit_fields(record) if record.at else {**asdict(record), "at": None}
-    out = {"type": "audit", **ev}
+    out = {"type": "audit", **ev, "event_id": record.event_id}
     if record.at is not None:
         out["at"] = iso_utc(record.at)
     return out
@@ -177,11 +178,18 @@ def from_json(data: dict[str, Any]) -> Record:
         return RequestRecord(**{k: v for k, v in data.items() if k in known})
     if kind == "audit":
         at = data.get("at")
+        event_id = data.get("event_id")
+        if not isinstance(event_id, str) or not event_id:
+            # a line written before events had ids: an id derived from its content, so
+            # replaying the same line twice still appends it once
+            canon = json.dumps(data, sort_keys=True, ensure_ascii=False, default=str)
+            event_id = hashlib.sha256(canon.encode("utf-8")).hexdigest()
         return AuditEvent(
             action=data["action"],
             actor=data.get("actor", "system"),
             target=data.get("target"),
             details=data.get("details") or {},
             at=parse_iso(at) if at else None,
+            event_id=event_id[:64],
         )
     raise ValueError(f"unknown record type {kind!r}")

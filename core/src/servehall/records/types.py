@@ -6,6 +6,7 @@ No record ever carries an API key, JWT or other secret.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -68,6 +69,9 @@ class AuditEvent:
     ``actor`` is a principal id (or ``"system"``), ``action`` a dotted verb such as
     ``key.created``, ``config.loaded``, ``auth.failed``; ``details`` is JSON-able and
     holds no secret. ``prev_hash``/``hash`` are filled by the audit chain writer.
+    ``event_id`` (a UUID4, hex, drawn when the event is made and kept in the spill file)
+    identifies the event: the chain stores an id once, so a replayed event is not
+    appended twice.
     """
 
     action: str
@@ -75,6 +79,7 @@ class AuditEvent:
     target: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
     at: datetime | None = None
+    event_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 Record = RequestRecord | AuditEvent
