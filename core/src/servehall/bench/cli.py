@@ -577,8 +577,32 @@ def soak_command(
         list[str] | None,
         typer.Option(
             "--faults",
-            help="worker-kill (SIGKILL the engine worker) or worker-stop (SIGSTOP it for "
-            "5 s); repeat for several. 503s are allowed during each fault's window.",
+            help="worker-kill (SIGKILL the engine worker), worker-stop (SIGSTOP it for "
+            "5 s), db-stop (SIGSTOP the PostgreSQL server for 5 s), db-restart (restart "
+            "it), redis-restart (run --redis-restart-cmd); repeat for several. 503s are "
+            "allowed during each fault's window. Database faults need PostgreSQL.",
+        ),
+    ] = None,
+    db_pid: Annotated[
+        int | None,
+        typer.Option(
+            "--db-pid",
+            help="PostgreSQL postmaster pid for db-stop/db-restart (default: the parent "
+            "of the database's pg_backend_pid(), on this machine).",
+        ),
+    ] = None,
+    db_restart_cmd: Annotated[
+        str | None,
+        typer.Option(
+            "--db-restart-cmd",
+            help="Shell command for db-restart (default: pg_ctl restart -m fast on the "
+            "postmaster's data directory, as its owner).",
+        ),
+    ] = None,
+    redis_restart_cmd: Annotated[
+        str | None,
+        typer.Option(
+            "--redis-restart-cmd", help="Shell command for redis-restart (required by it)."
         ),
     ] = None,
     fault_interval: Annotated[
@@ -605,7 +629,13 @@ def soak_command(
     """Accounting soak: every request shape (recorded client-library bodies, hostile
     inputs, generated schemas, client disconnects) from concurrent clients, optional
     faults, then invariants I1-I6 after a clean stop; exit 1 on any violation."""
-    from servehall.bench.soak.run import FAULTS, SoakError, SoakOptions, run_soak
+    from servehall.bench.soak.run import (
+        FAULTS,
+        SoakError,
+        SoakOptions,
+        check_fault_options,
+        run_soak,
+    )
 
     def check() -> SoakOptions:
         if duration <= 0:
@@ -621,7 +651,7 @@ def soak_command(
             raise UsageError("--faults needs a server the soak starts (no --url)")
         if url is None and not demo and config is None:
             raise UsageError("give --url, --config or --demo")
-        return SoakOptions(
+        opts = SoakOptions(
             duration_s=duration,
             clients=clients,
             url=url,
@@ -634,12 +664,20 @@ def soak_command(
             schemas=schemas,
             faults=tuple(faults or ()),
             fault_interval_s=fault_interval,
+            db_pid=db_pid,
+            db_restart_cmd=db_restart_cmd,
+            redis_restart_cmd=redis_restart_cmd,
             db_url=db_url,
             workdir=workdir,
             pids=tuple(pid or ()),
             rss_bound_mib=rss_bound,
             output_json=output_json,
         )
+        try:
+            check_fault_options(opts)
+        except SoakError as exc:
+            raise UsageError(str(exc)) from None
+        return opts
 
     opts = checked(check)
 

@@ -27,6 +27,19 @@ from typing import Any, TextIO
 import httpx
 
 from servehall.bench.soak.corpus import Shape, sdk_libraries
+from servehall.bench.soak.faults import (
+    DB_FAULTS,
+    FAULTS,
+    STOP_S,
+    FaultError,
+    FaultTargets,
+    check_faults,
+    pg_ctl_restart,
+    postmaster_pid,
+    redis_urls,
+    run_shell,
+    stop_processes,
+)
 from servehall.bench.soak.invariants import (
     FaultWindow,
     InvariantResult,
@@ -43,9 +56,7 @@ from servehall.bench.soak.invariants import (
 )
 from servehall.bench.soak.mix import Mix
 
-FAULTS = ("worker-kill", "worker-stop")
-"""Declared faults: SIGKILL the engine worker; SIGSTOP it for a few seconds (the
-supervisor's heartbeat check restarts it), then SIGCONT."""
+__all__ = ["FAULTS", "SoakError", "SoakOptions", "run_soak"]
 
 
 class SoakError(Exception):
@@ -68,6 +79,9 @@ class SoakOptions:
     schemas: int = 150
     faults: tuple[str, ...] = ()
     fault_interval_s: float | None = None
+    db_pid: int | None = None
+    db_restart_cmd: str | None = None
+    redis_restart_cmd: str | None = None
     db_url: str | None = None
     workdir: Path | None = None
     pids: tuple[int, ...] = ()
@@ -272,6 +286,7 @@ class Traffic:
     observations: list[Observation] = field(default_factory=list)
     by_category: Counter[str] = field(default_factory=Counter)
     faults: list[FaultWindow] = field(default_factory=list)
+    fault_errors: list[str] = field(default_factory=list)
     rss: list[tuple[float, int]] = field(default_factory=list)
     duration_s: float = 0.0
 
@@ -314,7 +329,11 @@ async def _ready(base_url: str, timeout: float) -> None:
 
 
 async def _inject_faults(
-    opts: SoakOptions, server: Server | None, traffic: Traffic, out: TextIO
+    opts: SoakOptions,
+    server: Server | None,
+    targets: FaultTargets,
+    traffic: Traffic,
+    out: TextIO,
 ) -> None:
     if not opts.faults or server is None:
         return
@@ -327,25 +346,105 @@ async def _inject_faults(
             return
         fault = opts.faults[i % len(opts.faults)]
         i += 1
-        pids = worker_pids(server.process.pid)
         start = time.monotonic()
-        if fault == "worker-kill":
-            for p in pids:
-                with contextlib.suppress(OSError):
-                    os.kill(p, signal.SIGKILL)
-        elif fault == "worker-stop":
-            for p in pids:
-                with contextlib.suppress(OSError):
-                    os.kill(p, signal.SIGSTOP)
-            await asyncio.sleep(5.0)
-            for p in pids:
-                with contextlib.suppress(OSError):
-                    os.kill(p, signal.SIGCONT)
+        try:
+            what = await _inject(fault, server, targets)
+        except FaultError as exc:
+            traffic.fault_errors.append(f"{fault}: {exc}")
+            print(f"fault {fault} not injected: {exc}", file=out)
+            what = "failed"
         await asyncio.sleep(1.0)
         await _ready(server.base_url, 120.0)
         end = time.monotonic() + 3.0  # requests answered just after readiness
         traffic.faults.append(FaultWindow(fault, start, end))
-        print(f"fault {fault} (pids {pids}): window {end - start:.1f} s", file=out)
+        print(f"fault {fault} ({what}): window {end - start:.1f} s", file=out)
+
+
+async def _inject(fault: str, server: Server, targets: FaultTargets) -> str:
+    """Inject one fault (see :mod:`servehall.bench.soak.faults`); what it acted on."""
+    if fault in ("worker-kill", "worker-stop"):
+        pids = worker_pids(server.process.pid)
+        if fault == "worker-kill":
+            for p in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(p, signal.SIGKILL)
+        else:
+            await stop_processes(pids, STOP_S)
+        return f"pids {pids}"
+    if fault == "db-stop":
+        assert targets.db_pid is not None
+        pids = process_tree(targets.db_pid)
+        await stop_processes(pids, STOP_S)
+        return f"postmaster {targets.db_pid} and {len(pids) - 1} children stopped {STOP_S:g} s"
+    if fault == "db-restart":
+        if targets.db_restart_cmd:
+            await asyncio.to_thread(run_shell, targets.db_restart_cmd, targets.log)
+            return f"ran {targets.db_restart_cmd!r}"
+        assert targets.db_pid is not None
+        old = targets.db_pid
+        _, targets.db_pid = await asyncio.to_thread(pg_ctl_restart, old, targets.log)
+        return f"pg_ctl restart: postmaster {old} -> {targets.db_pid}"
+    assert fault == "redis-restart" and targets.redis_restart_cmd
+    await asyncio.to_thread(run_shell, targets.redis_restart_cmd, targets.log)
+    return f"ran {targets.redis_restart_cmd!r}"
+
+
+def planned_database_url(opts: SoakOptions) -> str | None:
+    """The database the soak's server will write to, before it starts (a started
+    ``--demo`` without ``--config`` gets a SQLite file); None when unknown."""
+    if opts.db_url:
+        return opts.db_url
+    if opts.config is not None:
+        from servehall.config.settings import load_settings
+
+        return load_settings(opts.config).database.url.get_secret_value()
+    return "sqlite+aiosqlite:///servehall.db" if opts.url is None else None
+
+
+def check_fault_options(opts: SoakOptions) -> None:
+    """Refuse the faults this deployment cannot have (SoakError with the reason)."""
+    if not opts.faults:
+        return
+    redis: list[str] = []
+    if opts.config is not None and "redis-restart" in opts.faults:
+        from servehall.config.settings import load_settings
+
+        redis = redis_urls(load_settings(opts.config))
+    try:
+        check_faults(
+            opts.faults,
+            starts_server=opts.url is None,
+            db_url=planned_database_url(opts),
+            redis=redis,
+            db_pid=opts.db_pid,
+            redis_restart_cmd=opts.redis_restart_cmd,
+        )
+    except FaultError as exc:
+        raise SoakError(str(exc)) from None
+
+
+async def fault_targets(opts: SoakOptions, workdir: Path, out: TextIO) -> FaultTargets:
+    """The processes and commands the faults act on; the postmaster is found from the
+    database when a database fault needs it and ``--db-pid`` is not given."""
+    targets = FaultTargets(
+        db_pid=opts.db_pid,
+        db_restart_cmd=opts.db_restart_cmd,
+        redis_restart_cmd=opts.redis_restart_cmd,
+        log=workdir / "faults.log",
+    )
+    needs_pid = "db-stop" in opts.faults or (
+        "db-restart" in opts.faults and not opts.db_restart_cmd
+    )
+    if DB_FAULTS & set(opts.faults) and needs_pid and targets.db_pid is None:
+        url = planned_database_url(opts)
+        assert url is not None
+        try:
+            targets.db_pid = await postmaster_pid(url)
+        except FaultError as exc:
+            raise SoakError(str(exc)) from None
+    if targets.db_pid is not None:
+        print(f"database faults act on postmaster {targets.db_pid}", file=out)
+    return targets
 
 
 # --- after the stop --------------------------------------------------------------------
@@ -481,12 +580,12 @@ def summarize_traffic(traffic: Traffic) -> list[str]:
 
 async def run_soak(opts: SoakOptions, out: TextIO = sys.stdout) -> list[InvariantResult]:
     """Run the soak and check the invariants; the printed report goes to ``out``."""
-    for f in opts.faults:
-        if f not in FAULTS:
-            raise SoakError(f"unknown fault {f!r}; known: {', '.join(FAULTS)}")
     if opts.url is None and not opts.demo and opts.config is None:
         raise SoakError("give --url, --config or --demo")
+    check_fault_options(opts)
     workdir = opts.workdir or Path(tempfile.mkdtemp(prefix="servehall-soak-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    targets = await fault_targets(opts, workdir, out)
     server: Server | None = None
     if opts.url is None:
         print(f"starting servehall serve in {workdir}", file=out)
@@ -506,7 +605,7 @@ async def run_soak(opts: SoakOptions, out: TextIO = sys.stdout) -> list[Invarian
     stop = asyncio.Event()
     t0 = time.monotonic()
     sampler = asyncio.create_task(_sample_rss(pids, traffic, t0, stop)) if pids else None
-    faults = asyncio.create_task(_inject_faults(opts, server, traffic, out))
+    faults = asyncio.create_task(_inject_faults(opts, server, targets, traffic, out))
     try:
         await _clients(opts, base_url, mix, traffic)
     finally:
@@ -523,6 +622,11 @@ async def run_soak(opts: SoakOptions, out: TextIO = sys.stdout) -> list[Invarian
     for line in summarize_traffic(traffic):
         print(line, file=out)
     results = [check_no_5xx(traffic.observations, traffic.faults)]
+    if opts.faults:
+        injected = InvariantResult("F", "declared faults injected", checked=len(traffic.faults))
+        injected.violations += traffic.fault_errors
+        injected.notes += [f"{w.name}: window {w.end - w.start:.1f} s" for w in traffic.faults]
+        results.append(injected)
     results += await _record_checks(opts, server, traffic)
     results.append(check_rss(traffic.rss, opts.rss_bound_mib, warmup_s=_warmup(opts)))
     for r in results:
