@@ -130,3 +130,16 @@ def test_a_stopped_process_group_is_always_continued() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_postmaster_is_found_from_the_database() -> None:
+    """Only read, never signalled: the parent of the backend of a connection to the
+    shared test server is its postmaster (the process ``db-stop`` would stop)."""
+    from servehall.bench.soak.faults import postmaster_pid
+    from servehall.db.testing import require_pg
+
+    pid = asyncio.run(postmaster_pid(require_pg()))
+    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert cmd[0].endswith(b"postgres"), cmd
+    with pytest.raises(FaultError, match="cannot ask the database"):
+        asyncio.run(postmaster_pid("postgresql+asyncpg://u:p@127.0.0.1:1/nope"))

@@ -167,16 +167,18 @@ async def postmaster_pid(db_url: str) -> int:
     from servehall.db.engine import create_db_engine
 
     engine = create_db_engine(db_url)
+    status: str | None = None
     try:
         async with engine.connect() as conn:
             backend = int((await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one())
+            # read while the connection is open: the backend exits when it closes
+            with contextlib.suppress(OSError):
+                status = Path(f"/proc/{backend}/status").read_text()
     except Exception as exc:
         raise FaultError(f"db faults: cannot ask the database for its pid: {exc}") from None
     finally:
         await engine.dispose()
-    try:
-        status = Path(f"/proc/{backend}/status").read_text()
-    except OSError:
+    if status is None:
         raise FaultError(
             f"db faults: the database's backend pid {backend} is not a process on this "
             "machine (a remote or containerised server); give --db-pid or --db-restart-cmd"
