@@ -629,8 +629,8 @@ def soak_command(
     """Accounting soak: every request shape (recorded client-library bodies, hostile
     inputs, generated schemas, client disconnects) from concurrent clients, optional
     faults, then invariants I1-I6 after a clean stop; exit 1 on any violation."""
+    from servehall.bench.soak.faults import FAULTS
     from servehall.bench.soak.run import (
-        FAULTS,
         SoakError,
         SoakOptions,
         check_fault_options,

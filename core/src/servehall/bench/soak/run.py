@@ -29,7 +29,6 @@ import httpx
 from servehall.bench.soak.corpus import Shape, sdk_libraries
 from servehall.bench.soak.faults import (
     DB_FAULTS,
-    FAULTS,
     STOP_S,
     FaultError,
     FaultTargets,
@@ -55,8 +54,6 @@ from servehall.bench.soak.invariants import (
     check_rss,
 )
 from servehall.bench.soak.mix import Mix
-
-__all__ = ["FAULTS", "SoakError", "SoakOptions", "run_soak"]
 
 
 class SoakError(Exception):
