@@ -68,6 +68,8 @@ def test_database_faults_on_postgresql_are_accepted(tmp_path: Path) -> None:
     assert database_kind(PG) == "postgresql" and database_kind("sqlite:///a") == "sqlite"
     with pytest.raises(FaultError, match="--db-pid must be a process id"):
         check_faults(["db-stop"], starts_server=True, db_url=PG, db_pid=0)
+    with pytest.raises(FaultError, match="--fault-stop must be in"):
+        check_faults(["db-stop"], starts_server=True, db_url=PG, stop_s=0)
 
 
 def test_redis_restart_needs_redis_and_its_command(tmp_path: Path) -> None:

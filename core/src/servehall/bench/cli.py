@@ -578,11 +578,15 @@ def soak_command(
         typer.Option(
             "--faults",
             help="worker-kill (SIGKILL the engine worker), worker-stop (SIGSTOP it for "
-            "5 s), db-stop (SIGSTOP the PostgreSQL server for 5 s), db-restart (restart "
+            "--fault-stop s), db-stop (SIGSTOP the PostgreSQL server as long), db-restart (restart "
             "it), redis-restart (run --redis-restart-cmd); repeat for several. 503s are "
             "allowed during each fault's window. Database faults need PostgreSQL.",
         ),
     ] = None,
+    fault_stop: Annotated[
+        float,
+        typer.Option("--fault-stop", help="Seconds worker-stop and db-stop last."),
+    ] = 5.0,
     db_pid: Annotated[
         int | None,
         typer.Option(
@@ -664,6 +668,7 @@ def soak_command(
             schemas=schemas,
             faults=tuple(faults or ()),
             fault_interval_s=fault_interval,
+            fault_stop_s=fault_stop,
             db_pid=db_pid,
             db_restart_cmd=db_restart_cmd,
             redis_restart_cmd=redis_restart_cmd,

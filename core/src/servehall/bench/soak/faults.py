@@ -1,10 +1,11 @@
 """The soak's declared faults: what each one does, which deployments allow it, and how.
 
 * ``worker-kill``: SIGKILL the engine worker (the supervisor restarts it).
-* ``worker-stop``: SIGSTOP the worker for :data:`STOP_S` seconds (the heartbeat check
+* ``worker-stop``: SIGSTOP the worker for ``--fault-stop`` seconds (default
+  :data:`STOP_S`; the heartbeat check
   restarts it), then SIGCONT.
 * ``db-stop``: SIGSTOP the PostgreSQL server — the postmaster and every process under it
-  — for :data:`STOP_S` seconds, then SIGCONT. The postmaster is ``--db-pid``, or found
+  — for ``--fault-stop`` seconds, then SIGCONT. The postmaster is ``--db-pid``, or found
   from the soak's database: the parent of the backend that answers
   ``SELECT pg_backend_pid()`` (the server must run on this machine).
 * ``db-restart``: restart the PostgreSQL server: ``--db-restart-cmd`` (a shell command),
@@ -37,7 +38,8 @@ FAULTS = ("worker-kill", "worker-stop", "db-stop", "db-restart", "redis-restart"
 
 DB_FAULTS = frozenset({"db-stop", "db-restart"})
 STOP_S = 5.0
-"""How long ``worker-stop`` and ``db-stop`` keep their processes stopped (seconds)."""
+"""How long ``worker-stop`` and ``db-stop`` keep their processes stopped by default
+(seconds; ``--fault-stop``)."""
 
 
 class FaultError(Exception):
@@ -107,6 +109,7 @@ def check_faults(
     redis: Sequence[str] = (),
     db_pid: int | None = None,
     redis_restart_cmd: str | None = None,
+    stop_s: float = STOP_S,
 ) -> None:
     """Refuse faults this deployment cannot have, with a one-line reason.
 
@@ -116,6 +119,7 @@ def check_faults(
         db_url: the database the server writes to (None: unknown).
         redis: where the config uses Redis (:func:`redis_urls`).
         db_pid, redis_restart_cmd: the options of the same names.
+        stop_s: ``--fault-stop``, seconds a stop fault lasts.
 
     Raises:
         FaultError: an unknown fault, a fault without a server the soak starts, a
@@ -143,6 +147,8 @@ def check_faults(
                 f"{which} needs a PostgreSQL database; the soak's is "
                 f"{kind or 'unknown'} (give --config with a postgresql [database] url)"
             )
+    if not 0 < stop_s <= 600:
+        raise FaultError(f"--fault-stop must be in (0, 600] seconds (got {stop_s:g})")
     if db_pid is not None and db_pid <= 0:
         raise FaultError(f"--db-pid must be a process id (got {db_pid})")
     if "redis-restart" in faults:

@@ -76,6 +76,7 @@ class SoakOptions:
     schemas: int = 150
     faults: tuple[str, ...] = ()
     fault_interval_s: float | None = None
+    fault_stop_s: float = STOP_S
     db_pid: int | None = None
     db_restart_cmd: str | None = None
     redis_restart_cmd: str | None = None
@@ -345,7 +346,7 @@ async def _inject_faults(
         i += 1
         start = time.monotonic()
         try:
-            what = await _inject(fault, server, targets)
+            what = await _inject(fault, server, targets, opts.fault_stop_s)
         except FaultError as exc:
             traffic.fault_errors.append(f"{fault}: {exc}")
             print(f"fault {fault} not injected: {exc}", file=out)
@@ -357,7 +358,7 @@ async def _inject_faults(
         print(f"fault {fault} ({what}): window {end - start:.1f} s", file=out)
 
 
-async def _inject(fault: str, server: Server, targets: FaultTargets) -> str:
+async def _inject(fault: str, server: Server, targets: FaultTargets, stop_s: float) -> str:
     """Inject one fault (see :mod:`servehall.bench.soak.faults`); what it acted on."""
     if fault in ("worker-kill", "worker-stop"):
         pids = worker_pids(server.process.pid)
@@ -366,13 +367,13 @@ async def _inject(fault: str, server: Server, targets: FaultTargets) -> str:
                 with contextlib.suppress(OSError):
                     os.kill(p, signal.SIGKILL)
         else:
-            await stop_processes(pids, STOP_S)
+            await stop_processes(pids, stop_s)
         return f"pids {pids}"
     if fault == "db-stop":
         assert targets.db_pid is not None
         pids = process_tree(targets.db_pid)
-        await stop_processes(pids, STOP_S)
-        return f"postmaster {targets.db_pid} and {len(pids) - 1} children stopped {STOP_S:g} s"
+        await stop_processes(pids, stop_s)
+        return f"postmaster {targets.db_pid} and {len(pids) - 1} children stopped {stop_s:g} s"
     if fault == "db-restart":
         if targets.db_restart_cmd:
             await asyncio.to_thread(run_shell, targets.db_restart_cmd, targets.log)
@@ -415,6 +416,7 @@ def check_fault_options(opts: SoakOptions) -> None:
             redis=redis,
             db_pid=opts.db_pid,
             redis_restart_cmd=opts.redis_restart_cmd,
+            stop_s=opts.fault_stop_s,
         )
     except FaultError as exc:
         raise SoakError(str(exc)) from None
