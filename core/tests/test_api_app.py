@@ -82,6 +82,7 @@ class KeyAuth:
 async def test_auth_applies_to_every_route(tok_dir: Path) -> None:
     engine = ScriptedEngine(_script(tok_dir))
     host = make_host(tok_dir, engine, plugins=[("keyauth", KeyAuth())])
+    refused_ids: list[str] = []
     async with await _client(host) as c:
         for path, method in [
             ("/v1/models", "GET"),
@@ -96,6 +97,7 @@ async def test_auth_applies_to_every_route(tok_dir: Path) -> None:
                 r = await c.request(method, path, headers=headers, json={})
                 assert r.status_code == 401, (path, auth)
                 assert r.headers["www-authenticate"] == "Bearer"
+                refused_ids.append(r.headers["x-request-id"])
                 assert r.json()["error"]["type"] == "authentication_error"
         assert (await c.get("/health/live")).status_code == 200
         good = {"authorization": "Bearer good"}
@@ -114,6 +116,8 @@ async def test_auth_applies_to_every_route(tok_dir: Path) -> None:
         assert r.status_code == 200
     recs = host.records.records
     assert [r.status_code for r in recs].count(401) == 24
+    # each refusal's x-request-id names its record (the soak's I2 matches them)
+    assert refused_ids == [r.request_id for r in recs if r.status_code == 401]
     assert recs[-1].principal_id == "k1" and recs[-1].tenant == "t1"
     assert recs[-2].status_code == 404
 

@@ -12,7 +12,8 @@ which routes exist). The principal goes to ``scope["state"]["principal"]``
   another ``ServehallError`` (403, 429 …) keeps its status; any other exception from a
   plugin fails closed as 401 (logged), never a 500.
 
-Each refusal writes one request record (status 401/403/429, no principal).
+Each refusal writes one request record (status 401/403/429, or 503 when the key store
+cannot answer; no principal), and its response carries that record's ``x-request-id``.
 """
 
 from __future__ import annotations
@@ -83,7 +84,9 @@ class AuthMiddleware:
             client[0] if client else None,
         )
         ctx.trace(api.tracing, request_span(scope))
-        await error_response(exc)(scope, receive, send)
+        resp = error_response(exc)
+        resp.headers["x-request-id"] = ctx.request_id
+        await resp(scope, receive, send)
         ctx.finish(exc.status, error_code=exc.code)
         if scope.get("method") not in ("GET", "HEAD", "OPTIONS"):
             await drain_body(receive)
