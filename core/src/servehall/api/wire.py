@@ -320,7 +320,12 @@ TemplateKwargs = Annotated[
 class TokenizeCompletionRequest(_Model):
     """``POST /tokenize`` with a ``prompt``: its ids as ``/v1/completions`` feeds them to
     the model (``add_special_tokens`` adds what the tokenizer adds, e.g. BOS; default
-    true). ``model`` may be left out: the first served model the caller may use."""
+    true). ``model`` may be left out: the first served model the caller may use.
+    ``messages`` makes it a :class:`TokenizeChatRequest` (both is refused)."""
+
+    model_config = ConfigDict(
+        extra="ignore", json_schema_extra={"not": {"required": ["messages"]}}
+    )
 
     model: StrictText | None = None
     prompt: StrictText
@@ -339,18 +344,23 @@ class TokenizeChatRequest(_Model):
     tokenizer's own special tokens on top of the template's; ``chat_template_kwargs`` are
     extra template variables (not the names in :data:`RESERVED_TEMPLATE_KWARGS`). The
     rules across fields are the route's (:mod:`servehall.api.tokenize`); the schema
-    states the first one (``not`` both true)."""
+    states them too (no ``prompt``; not both true)."""
 
     model_config = ConfigDict(
         extra="ignore",
         json_schema_extra={
-            "not": {
-                "required": ["add_generation_prompt", "continue_final_message"],
-                "properties": {
-                    "add_generation_prompt": {"const": True},
-                    "continue_final_message": {"const": True},
+            "allOf": [
+                {"not": {"required": ["prompt"]}},
+                {
+                    "not": {
+                        "required": ["add_generation_prompt", "continue_final_message"],
+                        "properties": {
+                            "add_generation_prompt": {"const": True},
+                            "continue_final_message": {"const": True},
+                        },
+                    }
                 },
-            }
+            ]
         },
     )
 
