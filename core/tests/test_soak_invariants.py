@@ -89,6 +89,15 @@ def test_i2_no_answer_needs_no_id() -> None:
     assert check_one_row_each([obs(0, None, error="ConnectError")], []).ok
 
 
+def test_i2_leaves_out_the_routes_that_record_nothing() -> None:
+    tok = [obs(200, None, path="/tokenize"), obs(400, None, path="/detokenize")]
+    r = check_one_row_each([obs(rid="a"), *tok], ["a"])
+    assert r.ok and r.checked == 1
+    assert any("2 answer(s)" in n and "not recorded" in n for n in r.notes)
+    r = check_one_row_each([obs(200, "x", path="/tokenize")], [])
+    assert len(r.violations) == 1 and "records nothing" in r.violations[0]
+
+
 # --- I3 ----------------------------------------------------------------------------------
 
 
@@ -190,6 +199,11 @@ def test_the_corpus_covers_the_issue_schemas_and_names_are_unique() -> None:
     assert {"$schema": {}} in BAD_SCHEMAS and {"$schema": [1]} in BAD_SCHEMAS
     names = [s.name for s in hostile_shapes("demo")]
     assert len(names) == len(set(names))
+    paths = {s.path for s in hostile_shapes("demo")}
+    assert {"/tokenize", "/detokenize"} <= paths
+    valid = Mix("demo", schemas=1).categories["valid"]
+    assert {"/tokenize", "/detokenize"} <= {s.path for s in valid}
+    assert len({s.name for s in valid}) == len(valid)
     assert all(s.content() is not None for s in hostile_shapes("demo"))
 
 

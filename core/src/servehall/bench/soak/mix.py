@@ -15,6 +15,8 @@ from typing import Any
 from servehall.bench.soak.corpus import (
     CHAT,
     COMPLETIONS,
+    DETOKENIZE,
+    TOKENIZE,
     Shape,
     generated_schemas,
     hostile_shapes,
@@ -49,8 +51,9 @@ PERSON_SCHEMA: dict[str, Any] = {
 def valid_shapes(model: str, max_tokens: int) -> list[Shape]:
     """The valid request shapes: chat and completions, plain and streamed (with and
     without ``include_usage``), ``n=2``, stops, tools with every ``tool_choice``,
-    ``response_format`` json_object/json_schema, guided regex/choice/json, and
-    ``structured_outputs``."""
+    ``response_format`` json_object/json_schema, guided regex/choice/json,
+    ``structured_outputs``; ``/tokenize`` (prompt, messages, tools, a continued final
+    message, no model) and ``/detokenize``."""
     mt = max_tokens
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me"}]
     usage = {"include_usage": True}
@@ -144,6 +147,26 @@ def valid_shapes(model: str, max_tokens: int) -> list[Shape]:
         Shape(name, COMPLETIONS, {"model": model, "prompt": "Once upon", "max_tokens": mt} | extra)
         for name, extra in comp.items()
     ]
+    tok: dict[str, dict[str, Any]] = {
+        "tokenize_prompt": {"prompt": "Once upon a time \u00e9\u4e2d\U0001f600"},
+        "tokenize_prompt_strs": {
+            "prompt": "Once upon",
+            "add_special_tokens": False,
+            "return_token_strs": True,
+        },
+        "tokenize_chat": {"messages": msgs},
+        "tokenize_chat_tools": {"messages": msgs, "tools": [WEATHER_TOOL], "tool_choice": "auto"},
+        "tokenize_chat_continue": {
+            "messages": [*msgs, {"role": "assistant", "content": "Once"}],
+            "continue_final_message": True,
+        },
+        "tokenize_no_model": {"prompt": "Once upon", "model": None},
+    }
+    out += [
+        Shape(name, TOKENIZE, {k: v for k, v in ({"model": model} | extra).items() if v is not None})
+        for name, extra in tok.items()
+    ]
+    out.append(Shape("detokenize", DETOKENIZE, {"model": model, "tokens": [10, 20, 30, 40]}))
     return out
 
 
