@@ -63,7 +63,11 @@ def random_strings(n: int, seed: int) -> list[str]:
     kinds = list(POOLS)
     out = []
     for _ in range(n):
-        parts = [rng.choice(POOLS["cjk"]), rng.choice(POOLS["emoji"]), rng.choice(POOLS["combining"])]
+        parts = [
+            rng.choice(POOLS["cjk"]),
+            rng.choice(POOLS["emoji"]),
+            rng.choice(POOLS["combining"]),
+        ]
         parts += [rng.choice(POOLS[rng.choice(kinds)]) for _ in range(rng.randint(0, 37))]
         rng.shuffle(parts)
         out.append("".join(parts))
@@ -86,7 +90,9 @@ def test_random_unicode_round_trips(client: httpx.Client) -> None:
     strings = random_strings(100, SEED)
     assert len(set(strings)) == 100
     for s in strings:
-        r = client.post("/tokenize", json={"model": "demo", "prompt": s, "add_special_tokens": False})
+        r = client.post(
+            "/tokenize", json={"model": "demo", "prompt": s, "add_special_tokens": False}
+        )
         assert r.status_code == 200, r.text
         assert r.http_version == "HTTP/2"
         body = r.json()
@@ -142,7 +148,12 @@ def test_chat_counts_what_chat_completions_report(client: httpx.Client) -> None:
     [
         ("/tokenize", {"model": "demo"}, 400, "prompt"),
         ("/tokenize", {"model": "demo", "prompt": ["a"]}, 400, "prompt"),
-        ("/tokenize", {"model": "demo", "prompt": "a", "add_special_tokens": 1}, 400, "add_special_tokens"),
+        (
+            "/tokenize",
+            {"model": "demo", "prompt": "a", "add_special_tokens": 1},
+            400,
+            "add_special_tokens",
+        ),
         ("/tokenize", {"model": "nope", "prompt": "a"}, 404, "model"),
         ("/detokenize", {"model": "demo", "tokens": [1, "x"]}, 400, "tokens"),
         ("/detokenize", {"model": "demo", "tokens": [5, 10**9]}, 400, "tokens[1]"),

@@ -32,8 +32,9 @@ def tok_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def bos_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo tokenizer's recipe (byte-level BPE, a post-processor that prepends BOS)."""
-    from servehall.demo.tokenizer import DEMO_CHAT_TEMPLATE, train_tokenizer, write_tokenizer_files
     from text_fixtures import CORPUS
+
+    from servehall.demo.tokenizer import DEMO_CHAT_TEMPLATE, train_tokenizer, write_tokenizer_files
 
     out = tmp_path_factory.mktemp("bos")
     tok = train_tokenizer(list(CORPUS))
@@ -101,9 +102,7 @@ async def test_chat_ids_are_the_chat_routes(tok_dir: Path) -> None:
             assert (await c.post("/v1/chat/completions", json=chat)).status_code == 200
             assert r.json()["tokens"] == engine.prompts[-1], extra
         turns = [ChatTurn("system", "Be brief."), ChatTurn("user", "Hello world")]
-        r = await c.post(
-            "/tokenize", json={"messages": MSGS, "add_generation_prompt": False}
-        )
+        r = await c.post("/tokenize", json={"messages": MSGS, "add_generation_prompt": False})
         assert r.json()["tokens"] == tok.render_chat(turns, add_generation_prompt=False)
         assert r.json()["tokens"] != engine.prompts[-1]
         r = await c.post("/detokenize", json={"tokens": engine.prompts[-1]})
@@ -157,7 +156,11 @@ BAD: list[tuple[str, dict[str, Any], str | None]] = [
         {"messages": MSGS, "continue_final_message": True, "add_generation_prompt": True},
         "continue_final_message",
     ),
-    ("/tokenize", {"messages": MSGS, "chat_template_kwargs": {"tools": []}}, "chat_template_kwargs"),
+    (
+        "/tokenize",
+        {"messages": MSGS, "chat_template_kwargs": {"tools": []}},
+        "chat_template_kwargs",
+    ),
     ("/tokenize", {"messages": MSGS, "chat_template_kwargs": {"a b": 1}}, "chat_template_kwargs"),
     ("/tokenize", {"messages": MSGS, "chat_template_kwargs": [1]}, "chat_template_kwargs"),
     ("/tokenize", {"messages": MSGS, "tool_choice": "required"}, "tool_choice"),
@@ -256,7 +259,9 @@ async def test_guarded_like_the_inference_routes(tok_dir: Path) -> None:
             assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
             r = await c.post(path, json={**body, "model": "m"}, headers=other)
             assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
-            r = await c.post(path, json={**body, "model": "m"}, headers={"authorization": "Bearer admin"})
+            r = await c.post(
+                path, json={**body, "model": "m"}, headers={"authorization": "Bearer admin"}
+            )
             assert r.status_code == 403 and r.json()["error"]["code"] == "insufficient_scope"
     # refused credentials are recorded by the auth middleware, as on every route
     assert [r.status_code for r in host.records.records] == [401] * 4

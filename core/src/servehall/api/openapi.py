@@ -93,9 +93,7 @@ def _inference(
 def _tokenizer_paths(max_token_id: int | None) -> dict[str, Any]:
     """``/tokenize`` (a prompt or messages: one of the two request schemas) and
     ``/detokenize``."""
-    tokenize_body = {
-        "oneOf": [_ref(m.TokenizeCompletionRequest), _ref(m.TokenizeChatRequest)]
-    }
+    tokenize_body = {"oneOf": [_ref(m.TokenizeCompletionRequest), _ref(m.TokenizeChatRequest)]}
     return {
         "/tokenize": {
             "post": {

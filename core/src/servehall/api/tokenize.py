@@ -91,9 +91,7 @@ class TokenizerEndpoint:
             raw = await read_body(request, api.host.settings.server.max_body_bytes)
             body_read = True
             body = parse_json_object(raw)
-            response = await self.handler(
-                api, principal, request.headers.get(VERSION_HEADER), body
-            )
+            response = await self.handler(api, principal, request.headers.get(VERSION_HEADER), body)
         except ClientDisconnect:
             return
         except ServehallError as exc:
@@ -153,8 +151,7 @@ def _check_chat_fields(req: TokenizeChatRequest) -> None:
     for key in req.chat_template_kwargs or {}:
         if key in RESERVED_TEMPLATE_KWARGS or not _KWARG_NAME.match(key):
             raise InvalidRequestError(
-                f"chat_template_kwargs may not set {key[:64]!r} (reserved, or not an "
-                "identifier).",
+                f"chat_template_kwargs may not set {key[:64]!r} (reserved, or not an identifier).",
                 param="chat_template_kwargs",
             )
 
@@ -200,7 +197,9 @@ async def tokenize(
     if isinstance(req, TokenizeChatRequest):
         ids = await _chat_ids(served, req)
     elif len(req.prompt) > LONG_TEXT:
-        ids = await run_heavy(tok.encode_plain, req.prompt, add_special_tokens=req.add_special_tokens)
+        ids = await run_heavy(
+            tok.encode_plain, req.prompt, add_special_tokens=req.add_special_tokens
+        )
     else:
         ids = tok.encode_plain(req.prompt, add_special_tokens=req.add_special_tokens)
     out = TokenizeResponse(

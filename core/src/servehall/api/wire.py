@@ -323,9 +323,7 @@ class TokenizeCompletionRequest(_Model):
     true). ``model`` may be left out: the first served model the caller may use.
     ``messages`` makes it a :class:`TokenizeChatRequest` (both is refused)."""
 
-    model_config = ConfigDict(
-        extra="ignore", json_schema_extra={"not": {"required": ["messages"]}}
-    )
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"not": {"required": ["messages"]}})
 
     model: StrictText | None = None
     prompt: StrictText

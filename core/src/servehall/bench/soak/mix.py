@@ -160,12 +160,9 @@ def valid_shapes(model: str, max_tokens: int) -> list[Shape]:
             "messages": [*msgs, {"role": "assistant", "content": "Once"}],
             "continue_final_message": True,
         },
-        "tokenize_no_model": {"prompt": "Once upon", "model": None},
     }
-    out += [
-        Shape(name, TOKENIZE, {k: v for k, v in ({"model": model} | extra).items() if v is not None})
-        for name, extra in tok.items()
-    ]
+    out += [Shape(name, TOKENIZE, {"model": model} | extra) for name, extra in tok.items()]
+    out.append(Shape("tokenize_no_model", TOKENIZE, {"prompt": "Once upon"}))
     out.append(Shape("detokenize", DETOKENIZE, {"model": model, "tokens": [10, 20, 30, 40]}))
     return out
 
