@@ -189,7 +189,9 @@ def test_i6_is_skipped_without_samples() -> None:
 def test_the_mix_is_deterministic_and_holds_every_category() -> None:
     a, b = Mix("demo", schemas=30, seed=4), Mix("demo", schemas=30, seed=4)
     counts = a.counts()
-    assert all(counts[c] > 0 for c in ("valid", "sdk", "hostile", "schemas", "disconnect"))
+    assert all(
+        counts[c] > 0 for c in ("valid", "tokenizer", "sdk", "hostile", "schemas", "disconnect")
+    )
     draws = [a.draw() for _ in range(200)]
     assert draws == [b.draw() for _ in range(200)]
     assert {c for c, _ in draws} == set(counts)
@@ -201,9 +203,9 @@ def test_the_corpus_covers_the_issue_schemas_and_names_are_unique() -> None:
     assert len(names) == len(set(names))
     paths = {s.path for s in hostile_shapes("demo")}
     assert {"/tokenize", "/detokenize"} <= paths
-    valid = Mix("demo", schemas=1).categories["valid"]
-    assert {"/tokenize", "/detokenize"} <= {s.path for s in valid}
-    assert len({s.name for s in valid}) == len(valid)
+    tok = Mix("demo", schemas=1).categories["tokenizer"]
+    assert {s.path for s in tok} == {"/tokenize", "/detokenize"}
+    assert len({s.name for s in tok}) == len(tok)
     assert all(s.content() is not None for s in hostile_shapes("demo"))
 
 
