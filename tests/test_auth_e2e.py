@@ -694,6 +694,8 @@ def test_every_route_needs_a_credential(
     paths = {p for _, p in table}
     assert {
         "/v1/chat/completions",
+        "/tokenize",
+        "/detokenize",
         "/v1/models",
         "/admin/keys",
         "/admin/keys/{key_id}/rotate",

@@ -95,6 +95,15 @@ def test_i2_no_answer_needs_no_id() -> None:
     assert check_one_row_each([obs(0, None, error="ConnectError")], []).ok
 
 
+def test_i2_leaves_out_the_routes_that_record_nothing() -> None:
+    tok = [obs(200, None, path="/tokenize"), obs(400, None, path="/detokenize")]
+    r = check_one_row_each([obs(rid="a"), *tok], ["a"])
+    assert r.ok and r.checked == 1
+    assert any("2 answer(s)" in n and "not recorded" in n for n in r.notes)
+    r = check_one_row_each([obs(200, "x", path="/tokenize")], [])
+    assert len(r.violations) == 1 and "records nothing" in r.violations[0]
+
+
 # --- I3 ----------------------------------------------------------------------------------
 
 
@@ -186,7 +195,9 @@ def test_i6_is_skipped_without_samples() -> None:
 def test_the_mix_is_deterministic_and_holds_every_category() -> None:
     a, b = Mix("demo", schemas=30, seed=4), Mix("demo", schemas=30, seed=4)
     counts = a.counts()
-    assert all(counts[c] > 0 for c in ("valid", "sdk", "hostile", "schemas", "disconnect"))
+    assert all(
+        counts[c] > 0 for c in ("valid", "tokenizer", "sdk", "hostile", "schemas", "disconnect")
+    )
     draws = [a.draw() for _ in range(200)]
     assert draws == [b.draw() for _ in range(200)]
     assert {c for c, _ in draws} == set(counts)
@@ -220,6 +231,11 @@ def test_the_corpus_covers_the_issue_schemas_and_names_are_unique() -> None:
             )
         ]
         assert len(fields) == 4, schema
+    paths = {s.path for s in shapes}
+    assert {"/tokenize", "/detokenize"} <= paths
+    tok = Mix("demo", schemas=1).categories["tokenizer"]
+    assert {s.path for s in tok} == {"/tokenize", "/detokenize"}
+    assert len({s.name for s in tok}) == len(tok)
 
 
 def test_generated_schemas_are_deterministic() -> None:

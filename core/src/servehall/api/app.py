@@ -7,6 +7,7 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Route
 
 from servehall.api import admin_config, routes
+from servehall.api import tokenize as tokenizer_routes
 from servehall.api.access_log import AccessLogMiddleware
 from servehall.api.auth import AuthMiddleware
 from servehall.api.errors import install_handlers
@@ -43,6 +44,16 @@ def create_app(
         Route("/v1/models/{model:path}", routes.retrieve_model, methods=["GET"]),
         Route("/v1/chat/completions", InferenceEndpoint("chat"), methods=["POST"]),
         Route("/v1/completions", InferenceEndpoint("completion"), methods=["POST"]),
+        Route(
+            "/tokenize",
+            tokenizer_routes.TokenizerEndpoint(tokenizer_routes.tokenize),
+            methods=["POST"],
+        ),
+        Route(
+            "/detokenize",
+            tokenizer_routes.TokenizerEndpoint(tokenizer_routes.detokenize),
+            methods=["POST"],
+        ),
         Route("/metrics", routes.metrics, methods=["GET"]),
         Route("/openapi.json", routes.openapi, methods=["GET"]),
         Route("/admin/config", admin_config.get_config, methods=["GET"]),

@@ -90,6 +90,38 @@ def _inference(
     }
 
 
+def _tokenizer_paths(max_token_id: int | None) -> dict[str, Any]:
+    """``/tokenize`` (a prompt or messages: one of the two request schemas) and
+    ``/detokenize``."""
+    tokenize_body = {"oneOf": [_ref(m.TokenizeCompletionRequest), _ref(m.TokenizeChatRequest)]}
+    return {
+        "/tokenize": {
+            "post": {
+                "summary": "Token ids of a prompt or of a chat as the model sees it",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": tokenize_body}},
+                },
+                "responses": {
+                    "200": {"description": "The ids", "content": _json(m.TokenizeResponse)},
+                    **_errors(),
+                },
+            }
+        },
+        "/detokenize": {
+            "post": {
+                "summary": "The text of token ids"
+                + (f" (0 to {max_token_id})" if max_token_id is not None else ""),
+                "requestBody": {"required": True, "content": _json(m.DetokenizeRequest)},
+                "responses": {
+                    "200": {"description": "The text", "content": _json(m.DetokenizeResponse)},
+                    **_errors(),
+                },
+            }
+        },
+    }
+
+
 def _cap(prop: dict[str, Any] | None, maximum: int) -> None:
     if prop is None:
         return
@@ -104,8 +136,18 @@ def _restrict_requests(
     unsupported: Iterable[str],
     models: Sequence[str],
     max_model_len: int | None,
+    max_token_id: int | None = None,
 ) -> None:
     drop = set(unsupported)
+    for name in ("TokenizeCompletionRequest", "TokenizeChatRequest", "DetokenizeRequest"):
+        props = defs.get(name, {}).get("properties", {})
+        if models and "model" in props:
+            for branch in props["model"].get("anyOf", [props["model"]]):
+                if branch.get("type") == "string":
+                    branch["enum"] = list(models)
+    if max_token_id is not None:
+        tokens = defs.get("DetokenizeRequest", {}).get("properties", {}).get("tokens", {})
+        _cap(tokens.get("items"), max_token_id)
     for name in ("ChatCompletionRequest", "CompletionRequest"):
         props = defs.get(name, {}).get("properties", {})
         for field in drop:
@@ -127,6 +169,7 @@ def openapi_document(
     public_paths: Iterable[str] = (),
     models: Sequence[str] = (),
     max_model_len: int | None = None,
+    max_token_id: int | None = None,
 ) -> dict[str, Any]:
     """The document for one server (stable for a given version and configuration).
 
@@ -139,6 +182,8 @@ def openapi_document(
         models: the served model names: ``model`` becomes an ``enum`` of them.
         max_model_len: the largest served context: ``max_tokens`` above it - 1 can never
             be served, so the schema's maximum says so.
+        max_token_id: the largest token id every served model's vocabulary holds:
+            ``/detokenize``'s ``tokens`` items are bounded by it.
         unsupported: optional sampling fields (``top_k``, ``min_p`` …) that some served
             engine refuses; they are left out of the request schemas.
         bearer_auth: an authentication plugin is enabled: declare ``Authorization:
@@ -153,6 +198,11 @@ def openapi_document(
         m.Completion,
         m.ModelList,
         m.ModelCard,
+        m.TokenizeCompletionRequest,
+        m.TokenizeChatRequest,
+        m.TokenizeResponse,
+        m.DetokenizeRequest,
+        m.DetokenizeResponse,
         m.ErrorResponse,
     ]
     _, defs = models_json_schema(
@@ -164,7 +214,7 @@ def openapi_document(
     )
     defs = copy.deepcopy(defs)
     schemas: dict[str, Any] = defs.get("$defs", {})
-    _restrict_requests(schemas, max_n, unsupported, models, max_model_len)
+    _restrict_requests(schemas, max_n, unsupported, models, max_model_len, max_token_id)
     health = {
         "get": {
             "summary": "",
@@ -188,6 +238,7 @@ def openapi_document(
             "/v1/completions": _inference(
                 m.CompletionRequest, m.Completion, m.Completion, "Create a text completion"
             ),
+            **_tokenizer_paths(max_token_id),
             "/v1/models": {
                 "get": {
                     "summary": "Models the caller may use",

@@ -4,15 +4,16 @@ and the chat turns the tokenizer's chat template renders."""
 from __future__ import annotations
 
 from servehall.api.tools import template_arguments
-from servehall.api.wire import ChatCompletionRequest, CompletionRequest, ToolMessage
+from servehall.api.wire import ChatPromptRequest, CompletionRequest, ToolMessage
 from servehall.text.tokenizer import ChatTurn
 
 
-def prompt_texts(req: ChatCompletionRequest | CompletionRequest) -> tuple[list[str], list[int]]:
+def prompt_texts(req: ChatPromptRequest | CompletionRequest) -> tuple[list[str], list[int]]:
     """Every text part of the prompt and the index of the message it belongs to.
 
-    A completion request has one part (owner 0); a chat request one per string content
-    or per content part of each message, in order.
+    A completion request has one part (owner 0); a chat request (``/v1/chat/completions``
+    or ``/tokenize`` with messages) one per string content or per content part of each
+    message, in order.
     """
     if isinstance(req, CompletionRequest):
         return [req.prompt_text()], [0]
@@ -29,7 +30,7 @@ def prompt_texts(req: ChatCompletionRequest | CompletionRequest) -> tuple[list[s
     return texts, owners
 
 
-def chat_turns(req: ChatCompletionRequest, texts: list[str], owners: list[int]) -> list[ChatTurn]:
+def chat_turns(req: ChatPromptRequest, texts: list[str], owners: list[int]) -> list[ChatTurn]:
     """One :class:`ChatTurn` per message, its (possibly filtered) parts joined by newlines.
 
     ``texts``/``owners`` are :func:`prompt_texts`' output after input filters; the

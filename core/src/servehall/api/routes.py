@@ -106,6 +106,9 @@ async def openapi(request: Request) -> Response:
             public_paths=host.settings.server.auth_allow_paths,
             models=sorted(host.served_names()),
             max_model_len=max((m.max_model_len for m in host.models.values()), default=None),
+            max_token_id=min(
+                (m.tokenizer.vocab_size - 1 for m in host.models.values()), default=None
+            ),
         )
         request.app.state.openapi = doc
     return JSONResponse(doc)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from servehall.api.wire import ChatCompletionRequest, NamedToolChoice, ToolMessage
+from servehall.api.wire import ChatPromptRequest, NamedToolChoice, ToolMessage
 from servehall.errors import InvalidRequestError
 from servehall.structured.schema import check_json_schema
 from servehall.tools.plan import TOOLS_CODE, FunctionTool, ToolChoiceKind, ToolPlan
@@ -41,7 +41,7 @@ def check_parameters(schema: dict[str, Any], param: str) -> None:
     check_json_schema(schema, param, decoding=False, code=TOOLS_CODE)
 
 
-def tool_plan(req: ChatCompletionRequest) -> ToolPlan:
+def tool_plan(req: ChatPromptRequest) -> ToolPlan:
     """The request's :class:`~servehall.tools.plan.ToolPlan` (``choice`` ``none`` when it
     has no tools), after the checks of the module docstring.
 
@@ -88,7 +88,7 @@ def tool_plan(req: ChatCompletionRequest) -> ToolPlan:
     return ToolPlan(tuple(tools), choice, named, parallel)
 
 
-def _check_tool_messages(req: ChatCompletionRequest) -> None:
+def _check_tool_messages(req: ChatPromptRequest) -> None:
     ids: set[str] = set()
     for i, m in enumerate(req.messages):
         if m.role == "assistant" and m.tool_calls:

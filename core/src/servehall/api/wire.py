@@ -270,6 +270,144 @@ class CompletionRequest(_SamplingFields):
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
 
 
+# --- /tokenize and /detokenize (vLLM's extension routes) --------------------------------
+
+StrictBool = Annotated[bool, Field(strict=True)]
+TokenId = Annotated[int, Field(strict=True, ge=0, le=2**63 - 1), _INTEGRAL]
+
+#: ``apply_chat_template`` parameters that ``chat_template_kwargs`` may not set (they
+#: are the request's own fields, or would change what the call returns or which template
+#: runs).
+RESERVED_TEMPLATE_KWARGS = frozenset(
+    {
+        "conversation",
+        "messages",
+        "tools",
+        "documents",
+        "chat_template",
+        "add_generation_prompt",
+        "continue_final_message",
+        "tokenize",
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "return_dict",
+        "return_assistant_tokens_mask",
+        "tokenizer_kwargs",
+        "processor_kwargs",
+    }
+)
+
+
+#: What a ``chat_template_kwargs`` key must match (an ASCII identifier).
+TEMPLATE_KWARG_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+TemplateKwargs = Annotated[
+    dict[str, Any],
+    Field(
+        json_schema_extra={
+            "propertyNames": {
+                "pattern": TEMPLATE_KWARG_NAME,
+                "not": {"enum": sorted(RESERVED_TEMPLATE_KWARGS)},
+            }
+        }
+    ),
+]
+"""``chat_template_kwargs``: its keys are checked by the route (the schema states it)."""
+
+
+class TokenizeCompletionRequest(_Model):
+    """``POST /tokenize`` with a ``prompt``: its ids as ``/v1/completions`` feeds them to
+    the model (``add_special_tokens`` adds what the tokenizer adds, e.g. BOS; default
+    true). ``model`` may be left out: the first served model the caller may use.
+    ``messages`` makes it a :class:`TokenizeChatRequest` (both is refused)."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"not": {"required": ["messages"]}})
+
+    model: StrictText | None = None
+    prompt: StrictText
+    add_special_tokens: StrictBool = True
+    return_token_strs: StrictBool | None = False
+
+
+class TokenizeChatRequest(_Model):
+    """``POST /tokenize`` with ``messages``: the ids of the rendered chat template, as
+    ``/v1/chat/completions`` builds them for the same ``messages``, ``tools`` and
+    ``tool_choice`` (tools are rendered unless ``tool_choice`` is ``none``).
+
+    ``add_generation_prompt`` (default true, false with ``continue_final_message``) ends
+    with the assistant header; ``continue_final_message`` ends inside the last message
+    instead (both true is refused); ``add_special_tokens`` (default false) adds the
+    tokenizer's own special tokens on top of the template's; ``chat_template_kwargs`` are
+    extra template variables (not the names in :data:`RESERVED_TEMPLATE_KWARGS`). The
+    rules across fields are the route's (:mod:`servehall.api.tokenize`); the schema
+    states them too (no ``prompt``; not both true)."""
+
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={
+            "allOf": [
+                {"not": {"required": ["prompt"]}},
+                {
+                    "not": {
+                        "required": ["add_generation_prompt", "continue_final_message"],
+                        "properties": {
+                            "add_generation_prompt": {"const": True},
+                            "continue_final_message": {"const": True},
+                        },
+                    }
+                },
+            ]
+        },
+    )
+
+    model: StrictText | None = None
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    add_generation_prompt: StrictBool | None = None
+    continue_final_message: StrictBool = False
+    add_special_tokens: StrictBool = False
+    return_token_strs: StrictBool | None = False
+    chat_template_kwargs: TemplateKwargs | None = None
+    tools: Annotated[list[ToolDefinition], Field(max_length=128)] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: StrictBool | None = None
+
+    @property
+    def generation_prompt(self) -> bool:
+        """Whether the rendering ends with the assistant header."""
+        if self.add_generation_prompt is None:
+            return not self.continue_final_message
+        return self.add_generation_prompt
+
+
+#: A chat request whose messages and tools render a prompt (the chat template's input).
+ChatPromptRequest = ChatCompletionRequest | TokenizeChatRequest
+
+
+class TokenizeResponse(BaseModel):
+    """``/tokenize``'s answer: the ids, their count, the model's context length and
+    (``return_token_strs``) each id's token as the vocabulary spells it."""
+
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str] | None = None
+
+
+class DetokenizeRequest(_Model):
+    """``POST /detokenize``: ``tokens`` (ids of the model's vocabulary) to text."""
+
+    model: StrictText | None = None
+    tokens: list[TokenId]
+
+
+class DetokenizeResponse(BaseModel):
+    """``/detokenize``'s answer: the text of the ids, special tokens written out."""
+
+    prompt: str
+
+
 # --- responses -------------------------------------------------------------------------
 
 

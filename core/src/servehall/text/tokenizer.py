@@ -119,9 +119,47 @@ class TextTokenizer:
         """Ids of trusted template text, special tokens recognised, nothing added."""
         return list(self._special.encode(text, add_special_tokens=False).ids)
 
-    def decode(self, ids: Sequence[int]) -> str:
-        """Text of ``ids`` without special tokens."""
-        return str(self._special.decode(list(ids), skip_special_tokens=True))
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        """Text of ``ids``, without special tokens unless ``skip_special_tokens`` is False
+        (then each special token is its text, e.g. ``<s>``). Every id must be one of the
+        vocabulary's (:meth:`first_unknown_id`)."""
+        return str(self._special.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
+    @property
+    def vocab_size(self) -> int:
+        """Ids run from 0 to ``vocab_size - 1`` (added tokens included); an id in that
+        range may still name no token (:meth:`first_unknown_id`)."""
+        return int(self._special.get_vocab_size(with_added_tokens=True))
+
+    def first_unknown_id(self, ids: Sequence[int]) -> int | None:
+        """The position in ``ids`` of the first id that names no token of this tokenizer
+        (negative, ``vocab_size`` or more, or a gap in the vocabulary); None when every
+        id is known."""
+        size = self.vocab_size
+        to_token = self._special.id_to_token
+        for k, i in enumerate(ids):
+            if not 0 <= i < size or to_token(i) is None:
+                return k
+        return None
+
+    def token_strings(self, ids: Sequence[int]) -> list[str]:
+        """Each id's token as the vocabulary spells it (``convert_ids_to_tokens``: a
+        byte-level BPE token is written in its byte alphabet, ``Ġ`` for a space; a
+        special token is its text). Every id must be known (:meth:`first_unknown_id`)."""
+        to_token = self._special.id_to_token
+        return [str(to_token(i)) for i in ids]
+
+    def with_special_tokens(self, ids: Sequence[int]) -> list[int]:
+        """``ids`` with what the tokenizer's post-processor adds around one sequence
+        (BOS, EOS …) added, as ``encode(text, add_special_tokens=True)`` adds them to the
+        ids of ``text``; ``ids`` unchanged for a tokenizer that adds nothing."""
+        probe = "a"
+        bare = self._plain.encode(probe, add_special_tokens=False).ids
+        full = self._plain.encode(probe, add_special_tokens=True).ids
+        for start in range(len(full) - len(bare) + 1):
+            if full[start : start + len(bare)] == bare:
+                return [*full[:start], *ids, *full[start + len(bare) :]]
+        return list(ids)
 
     def render_chat(
         self,
@@ -129,8 +167,11 @@ class TextTokenizer:
         tools: Sequence[dict[str, Any]] | None = None,
         *,
         template_kwargs: Mapping[str, Any] | None = None,
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
     ) -> list[int]:
-        """Prompt ids for a conversation, ending with the assistant generation prompt.
+        """Prompt ids for a conversation, ending with the assistant generation prompt
+        (unless ``add_generation_prompt`` is False).
 
         The ids are those of ``apply_chat_template(..., tokenize=True)``: the template is
         rendered with the real contents and the whole text is tokenized at once (so a
@@ -149,6 +190,10 @@ class TextTokenizer:
             tools: the request's tools, or None.
             template_kwargs: extra variables for the template, passed to
                 ``apply_chat_template`` as keyword arguments.
+            add_generation_prompt: end with the template's assistant header.
+            continue_final_message: end inside the last message, open for the model to
+                continue it (transformers' ``continue_final_message``; the template's
+                text after that message's content is cut).
 
         Raises:
             InvalidRequestError (param ``messages``): the model has no chat template, or
@@ -169,6 +214,10 @@ class TextTokenizer:
         extra = dict(template_kwargs or {})
         if tools:
             extra["tools"] = list(tools)
+        if not add_generation_prompt:
+            extra["add_generation_prompt"] = False
+        if continue_final_message:
+            extra["continue_final_message"] = True
         rendered = self._apply_template([t.template_message(t.content) for t in turns], extra)
         spans = self._content_spans(turns, rendered, extra)
         if spans is None:
@@ -183,7 +232,7 @@ class TextTokenizer:
     def _apply_template(self, conv: list[dict[str, Any]], extra: dict[str, Any]) -> str:
         try:
             rendered = self.hf.apply_chat_template(
-                conv, tokenize=False, add_generation_prompt=True, **extra
+                conv, tokenize=False, **{"add_generation_prompt": True, **extra}
             )
         except Exception as exc:  # jinja2 TemplateError from raise_exception, etc.
             reason = str(exc).strip()[:300] or type(exc).__name__

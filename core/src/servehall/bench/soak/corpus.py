@@ -25,6 +25,8 @@ from servehall.testing.bad_schemas import (
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
+TOKENIZE = "/tokenize"
+DETOKENIZE = "/detokenize"
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +220,54 @@ def hostile_shapes(model: str) -> list[Shape]:
         {"model": model, "prompt": "a", "structured_outputs": {"json": 5}},
         COMPLETIONS,
     )
+    # /tokenize and /detokenize
+    msgs = [{"role": "user", "content": "Hi"}]
+    raw("tokenize_bad_json", b'{"prompt": ', path=TOKENIZE)
+    raw("detokenize_text_plain", b'{"tokens": [1]}', ctype="text/plain", path=DETOKENIZE)
+    body("tokenize_neither", {"model": model}, TOKENIZE)
+    body("tokenize_both", {"model": model, "prompt": "a", "messages": msgs}, TOKENIZE)
+    body("tokenize_prompt_int", {"model": model, "prompt": 5}, TOKENIZE)
+    body("tokenize_prompt_ids", {"model": model, "prompt": [1, 2]}, TOKENIZE)
+    body("tokenize_unknown_model", {"model": "no-such-model", "prompt": "a"}, TOKENIZE)
+    body(
+        "tokenize_special_string",
+        {"model": model, "prompt": "a", "add_special_tokens": "yes"},
+        TOKENIZE,
+    )
+    body("tokenize_messages_empty", {"model": model, "messages": []}, TOKENIZE)
+    body(
+        "tokenize_bad_role",
+        {"model": model, "messages": [{"role": "wizard", "content": "x"}]},
+        TOKENIZE,
+    )
+    body(
+        "tokenize_continue_and_generation",
+        {
+            "model": model,
+            "messages": msgs,
+            "continue_final_message": True,
+            "add_generation_prompt": True,
+        },
+        TOKENIZE,
+    )
+    body(
+        "tokenize_reserved_template_kwarg",
+        {"model": model, "messages": msgs, "chat_template_kwargs": {"chat_template": "x"}},
+        TOKENIZE,
+    )
+    body(
+        "tokenize_tool_choice_without_tools",
+        {"model": model, "messages": msgs, "tool_choice": "required"},
+        TOKENIZE,
+    )
+    body("detokenize_missing", {"model": model}, DETOKENIZE)
+    body("detokenize_not_list", {"model": model, "tokens": "1 2 3"}, DETOKENIZE)
+    body("detokenize_negative", {"model": model, "tokens": [1, -5]}, DETOKENIZE)
+    body("detokenize_float", {"model": model, "tokens": [1.5]}, DETOKENIZE)
+    body("detokenize_bool", {"model": model, "tokens": [True]}, DETOKENIZE)
+    body("detokenize_out_of_vocab", {"model": model, "tokens": [1, 2**40]}, DETOKENIZE)
+    body("detokenize_huge", {"model": model, "tokens": [2**70]}, DETOKENIZE)
+    body("detokenize_unknown_model", {"model": "no-such-model", "tokens": [1]}, DETOKENIZE)
     return out
 
 

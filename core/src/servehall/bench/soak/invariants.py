@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 STATUS_CLIENT_CLOSED = 499
 """What ``request_log.status_code`` says for a client that left (nginx's code)."""
 
+UNRECORDED_PATHS = frozenset({"/tokenize", "/detokenize"})
+"""Routes that write no ``request_log`` row and send no ``x-request-id`` (they generate
+nothing; see :mod:`servehall.api.tokenize`): I2 and I3 leave their answers out."""
+
 
 @dataclass(slots=True)
 class Observation:
@@ -146,13 +150,23 @@ def check_one_row_each(
     ``row_ids`` is every ``request_id`` of the rows found for the soak's ids (one entry
     per row, so duplicates show); an id with no row that is among ``rejected_ids`` (a
     rejected record kept with its error) is explained, not a violation. A response
-    without an id is a violation unless no answer came at all."""
+    without an id is a violation unless no answer came at all. Answers of
+    :data:`UNRECORDED_PATHS` are left out (one that carries an id is a violation)."""
     counts = Counter(row_ids)
     rejected = set(rejected_ids)
     res = InvariantResult("I2", "one request_log row per x-request-id")
     explained = 0
     no_id = 0
+    unrecorded = 0
     for o in observations:
+        if o.path in UNRECORDED_PATHS:
+            unrecorded += 1
+            if o.request_id is not None:
+                res.violations.append(
+                    f"{o.shape} {o.path}: status {o.status} with x-request-id "
+                    f"{o.request_id} on a route that records nothing"
+                )
+            continue
         if o.request_id is None:
             if o.status != 0:
                 no_id += 1
@@ -169,6 +183,11 @@ def check_one_row_each(
         res.violations.append(f"{o.shape} {o.request_id} (status {o.status}): {what}")
     if explained:
         res.notes.append(f"{explained} missing row(s) explained by a rejected record")
+    if unrecorded:
+        res.notes.append(
+            f"{unrecorded} answer(s) of {', '.join(sorted(UNRECORDED_PATHS))} left out "
+            "(not recorded)"
+        )
     missing = sum(1 for v in res.violations if v.endswith(": no row"))
     if missing:
         res.notes.append(f"{missing} of {res.checked} response(s) have no row")

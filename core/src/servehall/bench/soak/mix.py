@@ -15,6 +15,8 @@ from typing import Any
 from servehall.bench.soak.corpus import (
     CHAT,
     COMPLETIONS,
+    DETOKENIZE,
+    TOKENIZE,
     Shape,
     generated_schemas,
     hostile_shapes,
@@ -49,7 +51,7 @@ PERSON_SCHEMA: dict[str, Any] = {
 def valid_shapes(model: str, max_tokens: int) -> list[Shape]:
     """The valid request shapes: chat and completions, plain and streamed (with and
     without ``include_usage``), ``n=2``, stops, tools with every ``tool_choice``,
-    ``response_format`` json_object/json_schema, guided regex/choice/json, and
+    ``response_format`` json_object/json_schema, guided regex/choice/json,
     ``structured_outputs``."""
     mt = max_tokens
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me"}]
@@ -147,6 +149,30 @@ def valid_shapes(model: str, max_tokens: int) -> list[Shape]:
     return out
 
 
+def tokenizer_shapes(model: str) -> list[Shape]:
+    """Valid ``/tokenize`` (a prompt, messages with and without tools, a continued final
+    message, no ``model``) and ``/detokenize`` requests (small ids, in every vocabulary)."""
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me"}]
+    tok: dict[str, dict[str, Any]] = {
+        "tokenize_prompt": {"prompt": "Once upon a time \u00e9\u4e2d\U0001f600"},
+        "tokenize_prompt_strs": {
+            "prompt": "Once upon",
+            "add_special_tokens": False,
+            "return_token_strs": True,
+        },
+        "tokenize_chat": {"messages": msgs},
+        "tokenize_chat_tools": {"messages": msgs, "tools": [WEATHER_TOOL], "tool_choice": "auto"},
+        "tokenize_chat_continue": {
+            "messages": [*msgs, {"role": "assistant", "content": "Once"}],
+            "continue_final_message": True,
+        },
+    }
+    out = [Shape(name, TOKENIZE, {"model": model} | extra) for name, extra in tok.items()]
+    out.append(Shape("tokenize_no_model", TOKENIZE, {"prompt": "Once upon"}))
+    out.append(Shape("detokenize", DETOKENIZE, {"model": model, "tokens": [10, 20, 30, 40]}))
+    return out
+
+
 def disconnect_shapes(model: str) -> list[Shape]:
     """Streamed requests the client leaves after the first event (long ``max_tokens``
     so that the server is still generating)."""
@@ -188,7 +214,8 @@ def disconnect_shapes(model: str) -> list[Shape]:
 
 
 WEIGHTS: dict[str, float] = {
-    "valid": 0.50,
+    "valid": 0.46,
+    "tokenizer": 0.04,
     "sdk": 0.15,
     "hostile": 0.15,
     "schemas": 0.12,
@@ -214,6 +241,7 @@ class Mix:
         gen = schema_shapes(self.model, generated_schemas(self.schemas, self.seed))
         self.categories = {
             "valid": valid_shapes(self.model, self.max_tokens),
+            "tokenizer": tokenizer_shapes(self.model),
             "sdk": sdk_shapes(self.model),
             "hostile": hostile_shapes(self.model),
             "schemas": gen,
