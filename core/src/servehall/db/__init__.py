@@ -10,10 +10,29 @@ statement/lock/idle bounds on PostgreSQL sessions: ``DbTimeouts.of(settings)``, 
 create one by connecting). Plugin migrations: see ``docs/sql.md``.
 """
 
-from servehall.db.engine import DbTimeouts, create_db_engine, database_url, safe_url
-from servehall.db.locate import describe_database, require_existing_database
+from typing import TYPE_CHECKING
+
 from servehall.db.models import DbBase
 from servehall.db.types import UTCDateTime
+from servehall.engines.lazy import lazy_names
+
+if TYPE_CHECKING:
+    from servehall.db.engine import DbTimeouts, create_db_engine, database_url, safe_url
+    from servehall.db.locate import describe_database, require_existing_database
+
+# The engine helpers load SQLAlchemy's async engine: imported on first use, so that the
+# tables (``servehall.db.models``, used by the record rows) stay a light import.
+__getattr__ = lazy_names(
+    __name__,
+    {
+        "DbTimeouts": "servehall.db.engine",
+        "create_db_engine": "servehall.db.engine",
+        "database_url": "servehall.db.engine",
+        "safe_url": "servehall.db.engine",
+        "describe_database": "servehall.db.locate",
+        "require_existing_database": "servehall.db.locate",
+    },
+)
 
 __all__ = [
     "DbBase",

@@ -21,18 +21,27 @@ import hashlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Executable, Table, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from servehall.db.models import RecordRejected
 from servehall.records.codec import clean_text, iso_utc
 from servehall.records.rows import record_kind, record_payload
 from servehall.records.types import Record, RequestRecord
 
-_T: Table = RecordRejected.__table__  # type: ignore[assignment]
+if TYPE_CHECKING:  # the async engine stays out of light imports (plugin entry points)
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+
+def _table() -> Table:
+    """The ``record_rejected`` table (imported on first use: ``servehall.db`` loads the
+    async engine, which light imports such as plugin entry points must not pull in)."""
+    from servehall.db.models import RecordRejected
+
+    return RecordRejected.__table__  # type: ignore[return-value]
+
 
 ERROR_CHARS = 2000
 """Most characters of an error message kept with a quarantined record."""
@@ -77,16 +86,17 @@ async def insert_rejected(conn: AsyncConnection, sink: str, record: Record, erro
     row = rejected_row(sink, record, error)
     stmt: Executable
     if conn.dialect.name == "postgresql":
-        stmt = pg_insert(_T).values(**row).on_conflict_do_nothing()
+        stmt = pg_insert(_table()).values(**row).on_conflict_do_nothing()
     elif conn.dialect.name == "sqlite":
-        stmt = sqlite_insert(_T).values(**row).on_conflict_do_nothing()
+        stmt = sqlite_insert(_table()).values(**row).on_conflict_do_nothing()
     else:  # pragma: no cover - the core supports SQLite and PostgreSQL
-        exists = select(_T.c.id).where(
-            _T.c.sink == row["sink"], _T.c.payload_sha256 == row["payload_sha256"]
+        table = _table()
+        exists = select(table.c.id).where(
+            table.c.sink == row["sink"], table.c.payload_sha256 == row["payload_sha256"]
         )
         if (await conn.execute(exists)).first() is not None:
             return
-        stmt = _T.insert().values(**row)
+        stmt = _table().insert().values(**row)
     await conn.execute(stmt)
 
 
@@ -106,8 +116,9 @@ def quarantine_line(sink: str, record: Record | None, error: str, raw: str | Non
 
 async def count_rejected(engine: AsyncEngine) -> dict[str, int]:
     """``{sink: quarantined records}`` in ``record_rejected`` (empty when none)."""
+    table = _table()
     async with engine.connect() as conn:
-        rows = (await conn.execute(select(_T.c.sink, func.count()).group_by(_T.c.sink))).all()
+        rows = (await conn.execute(select(table.c.sink, func.count()).group_by(table.c.sink))).all()
     return {str(sink): int(n) for sink, n in rows}
 
 

@@ -94,6 +94,7 @@ class _Generation:
         self.reports: asyncio.StreamWriter | None = None  # worker -> API (its transport)
         self.reports_fd = -1
         self.reader: asyncio.Task[None] | None = None
+        self.failing: asyncio.Task[None] | None = None  # _fail_start, kept referenced
         self.output_fd: int | None = None
         self.ready: asyncio.Future[None] | None = None
         self.info: WorkerReady | None = None
@@ -373,10 +374,21 @@ class WorkerSupervisor:
         )
         reason = with_stderr(f"worker {exit_reason}", self._stderr)
         if gen.ready is not None and not gen.ready.done():
-            gen.ready.set_exception(StartError("", reason))
+            gen.failing = asyncio.ensure_future(self._fail_start(gen, reason))
             return
         kind = "oom_killed" if "OOM killer" in exit_reason else "crashed"
         self._lost(kind, reason)
+
+    async def _fail_start(self, gen: _Generation, reason: str) -> None:
+        """The worker ended before it was ready. Its ``StartFailed`` report (written just
+        before it exits with status 3) may still be unread in the reports socket when the
+        exit is seen first: let the reader deliver what arrived (it ends at the socket's
+        end; at most 2 s) so the worker's own error wins over "exited with status 3"."""
+        if gen.reader is not None and not gen.reader.done():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(gen.reader), 2.0)
+        if gen.ready is not None and not gen.ready.done():
+            gen.ready.set_exception(StartError("", reason))
 
     async def _wait_exit(self, gen: _Generation, timeout: float) -> None:
         deadline = time.monotonic() + timeout
