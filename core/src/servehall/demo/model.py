@@ -22,7 +22,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from servehall.demo import corpus
-from servehall.demo.tokenizer import BOS, END, EOS, PAD, render_chat
+from servehall.demo.tokenizer import (
+    ASSISTANT,
+    BOS,
+    END,
+    EOS,
+    PAD,
+    render_chat,
+    render_tool_chat,
+)
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -33,10 +41,16 @@ INTERMEDIATE_SIZE = 352
 NUM_LAYERS = 4
 NUM_HEADS = 4
 NUM_KV_HEADS = 2
-TRAIN_STEPS = 160
-TRAIN_BATCH = 8
+TRAIN_STEPS = 320
+TRAIN_BATCH = 4
 TRAIN_SEQ_LEN = 96
-LEARNING_RATE = 4e-3
+LEARNING_RATE = 2e-3
+ANCHORED_ROWS = 3
+ANCHOR_CONTEXT = (24, 64)
+MASK_CONTEXT = 1
+WARMUP = 20
+"""Rows of each training batch that end just past a structured reply (the rest start
+anywhere in the corpus)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,15 +130,36 @@ def generation_config(tok: Tokenizer) -> dict[str, Any]:
     }
 
 
-def training_stream(tok: Tokenizer, seed: int) -> list[int]:
+@dataclass(frozen=True, slots=True)
+class TrainingStream:
+    """The tokenized corpus (:func:`training_stream`).
+
+    Attributes:
+        ids: every document's token ids, concatenated.
+        anchors: positions in ``ids`` where a structured reply starts (the first token
+            after ``<|assistant|>\n`` in JSON and tool chats, the ``{`` of a JSON text):
+            the decisions a briefly trained model most needs to see, so part of each
+            training batch is windows that end just past one (:func:`_train`).
+    """
+
+    ids: list[int]
+    anchors: list[int]
+
+
+STRUCTURED_KINDS = ("json", "json_chat", "tools")
+
+
+def training_stream(tok: Tokenizer, seed: int) -> TrainingStream:
     """All corpus documents tokenized and concatenated: text as ``BOS text EOS``, chats
-    rendered with the demo chat format (each reply ends with ``<|end|>``).
+    rendered with the demo chat format (each reply ends with ``<|end|>``), tool chats
+    exactly as the chat template renders them with ``tools``.
 
     Drill lines are encoded in four pieces split at random characters, so the model also
     sees words continued from a non-canonical token boundary (``... ABC`` + ``DEFGH``).
     """
     rng = random.Random(seed + 1)
     ids: list[int] = []
+    anchors: list[int] = []
     for kind, payload in corpus.documents(seed):
         if kind == "drill":
             assert isinstance(payload, str)
@@ -135,16 +170,34 @@ def training_stream(tok: Tokenizer, seed: int) -> list[int]:
             for part in parts:
                 ids += tok.encode(part, add_special_tokens=False).ids
             continue
-        if kind == "chat":
+        if kind in ("chat", "json_chat"):
             assert isinstance(payload, list)
             msgs: list[tuple[str, str]] = []
             for q, a in payload:
                 msgs += [("user", q), ("assistant", a)]
             text = render_chat(msgs)
+        elif kind == "tools":
+            assert isinstance(payload, tuple)
+            tools, messages = payload
+            text = render_tool_chat(messages, tools)
         else:
             text = f"{BOS}{payload}{EOS}"
-        ids += tok.encode(text, add_special_tokens=False).ids
-    return ids
+        enc = tok.encode(text, add_special_tokens=False)
+        if kind in STRUCTURED_KINDS:
+            marks = _reply_starts(text) if kind != "json" else [len(BOS)]
+            anchors += [len(ids) + i for i, (start, _) in enumerate(enc.offsets) if start in marks]
+        ids += enc.ids
+    return TrainingStream(ids, anchors)
+
+
+def _reply_starts(text: str) -> set[int]:
+    """Character offsets just past each ``<|assistant|>\n`` in ``text``."""
+    head = f"{ASSISTANT}\n"
+    out, at = set(), text.find(head)
+    while at >= 0:
+        out.add(at + len(head))
+        at = text.find(head, at + 1)
+    return out
 
 
 def build_weights(tok: Tokenizer, out: Path, *, seed: int, size: ModelSize = SIZES["demo"]) -> None:
@@ -175,22 +228,35 @@ def build_weights(tok: Tokenizer, out: Path, *, seed: int, size: ModelSize = SIZ
     (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
 
 
-def _train(model: Any, stream: list[int], seed: int, size: ModelSize) -> None:
-    """A short AdamW run of next-token prediction on random windows of ``stream``."""
+def _train(model: Any, stream: TrainingStream, seed: int, size: ModelSize) -> None:
+    """A short AdamW run of next-token prediction on windows of ``stream``: each batch has
+    :data:`ANCHORED_ROWS` windows that end 8-40 tokens past a random anchor (a structured
+    reply and its context), the rest start anywhere."""
     import torch
 
     rng = random.Random(seed)
-    data = torch.tensor(stream, dtype=torch.long)
+    data = torch.tensor(stream.ids, dtype=torch.long)
+    last = len(stream.ids) - TRAIN_SEQ_LEN - 1
     peak, steps = size.learning_rate, size.train_steps
     opt = torch.optim.AdamW(model.parameters(), lr=peak, weight_decay=0.0)
     model.train()
     for step in range(steps):
-        starts = [rng.randrange(0, len(stream) - TRAIN_SEQ_LEN - 1) for _ in range(TRAIN_BATCH)]
+        starts = [rng.randrange(0, last) for _ in range(TRAIN_BATCH - ANCHORED_ROWS)]
+        lead = []
+        for _ in range(ANCHORED_ROWS):
+            anchor = rng.choice(stream.anchors)
+            start = min(max(0, anchor - rng.randint(*ANCHOR_CONTEXT)), last)
+            starts.append(start)
+            lead.append(anchor - start)
         batch = torch.stack([data[s : s + TRAIN_SEQ_LEN] for s in starts])
-        lr = peak * min(1.0, (step + 1) / 20) * (1 - step / steps * 0.9)
+        labels = batch.clone()
+        if MASK_CONTEXT:
+            for row, n in enumerate(lead, start=TRAIN_BATCH - ANCHORED_ROWS):
+                labels[row, :n] = -100
+        lr = peak * min(1.0, (step + 1) / WARMUP) * (1 - step / steps * 0.9)
         for group in opt.param_groups:
             group["lr"] = lr
-        loss = model(input_ids=batch, labels=batch).loss
+        loss = model(input_ids=batch, labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

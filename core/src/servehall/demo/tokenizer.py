@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -91,6 +91,56 @@ def render_chat(messages: list[tuple[str, str]], add_generation_prompt: bool = F
     out = BOS
     for role, content in messages:
         out += f"<|{role}|>\n{content}{END}\n"
+    if add_generation_prompt:
+        out += f"{ASSISTANT}\n"
+    return out
+
+
+TOOLS_HEADER = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+TOOLS_FOOTER = (
+    "\n</tools>\n\nFor each function call, return a json object with function name "
+    "and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+)
+
+
+def render_tool_chat(
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    add_generation_prompt: bool = False,
+) -> str:
+    """Render OpenAI-shaped ``messages`` (and ``tools``) exactly as
+    :data:`DEMO_CHAT_TEMPLATE` does, without Jinja (for the training corpus; a test holds
+    the two equal). Each message has ``role`` and string ``content``; an assistant's
+    ``tool_calls`` are ``[{"function": {"name": str, "arguments": str | dict}}]``."""
+    out = BOS
+    if tools:
+        out += f"{SYSTEM}\n"
+        if messages and messages[0]["role"] == "system":
+            out += messages[0]["content"] + "\n\n"
+        out += TOOLS_HEADER
+        out += "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools)
+        out += TOOLS_FOOTER + f"{END}\n"
+    for m in messages:
+        role, content = m["role"], m["content"]
+        if role == "system" and tools:
+            continue
+        if role == "tool":
+            out += f"{USER}\n<tool_response>\n{content}\n</tool_response>{END}\n"
+        elif role == "assistant" and m.get("tool_calls"):
+            out += f"{ASSISTANT}\n{content}"
+            for call in m["tool_calls"]:
+                f = call["function"]
+                args = f["arguments"]
+                args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+                name = json.dumps(f["name"], ensure_ascii=False)
+                out += f'<tool_call>\n{{"name": {name}, "arguments": {args}}}\n</tool_call>'
+            out += f"{END}\n"
+        else:
+            out += f"<|{role}|>\n{content}{END}\n"
     if add_generation_prompt:
         out += f"{ASSISTANT}\n"
     return out
