@@ -41,7 +41,7 @@ INTERMEDIATE_SIZE = 352
 NUM_LAYERS = 4
 NUM_HEADS = 4
 NUM_KV_HEADS = 2
-TRAIN_STEPS = 320
+TRAIN_STEPS = 640
 TRAIN_BATCH = 4
 TRAIN_SEQ_LEN = 96
 LEARNING_RATE = 2e-3
@@ -146,7 +146,8 @@ class TrainingStream:
     anchors: list[int]
 
 
-STRUCTURED_KINDS = ("json", "json_chat", "tools")
+ANCHOR_WEIGHT = {"json": 1, "json_chat": 1, "tools": 2}
+"""How often each kind's anchors are listed (a tool chat's replies are drawn twice as often)."""
 
 
 def training_stream(tok: Tokenizer, seed: int) -> TrainingStream:
@@ -183,9 +184,10 @@ def training_stream(tok: Tokenizer, seed: int) -> TrainingStream:
         else:
             text = f"{BOS}{payload}{EOS}"
         enc = tok.encode(text, add_special_tokens=False)
-        if kind in STRUCTURED_KINDS:
+        if kind in ANCHOR_WEIGHT:
             marks = _reply_starts(text) if kind != "json" else [len(BOS)]
-            anchors += [len(ids) + i for i, (start, _) in enumerate(enc.offsets) if start in marks]
+            found = [len(ids) + i for i, (start, _) in enumerate(enc.offsets) if start in marks]
+            anchors += found * ANCHOR_WEIGHT[kind]
         ids += enc.ids
     return TrainingStream(ids, anchors)
 

@@ -185,7 +185,15 @@ def dump(value: Any, rng: random.Random) -> str:
 
 
 def json_object(rng: random.Random) -> str:
-    """A JSON text: an object of :func:`json_fields`, one in eight wrapped in an array."""
+    """A JSON text: an object of :func:`json_fields`, one in eight wrapped in an array;
+    one in four is instead a list of one or two tool calls as ``tool_choice: "required"``
+    constrains them (``[{"name": "get_weather", "parameters": {"city": "Paris"}}]``)."""
+    if rng.random() < 0.25:
+        calls = []
+        for _ in range(1 if rng.random() < 0.85 else 2):
+            tool = TOOLS[0] if rng.random() < 0.4 else rng.choice(TOOLS[1:])
+            calls.append({"name": tool.name, "parameters": tool.make(rng)[0]})
+        return dump(calls, rng)
     value: Any = json_fields(rng)
     if rng.random() < 0.125:
         value = [value]

@@ -26,6 +26,10 @@ END = "<|end|>"
 SPECIAL_TOKENS = (BOS, EOS, PAD, SYSTEM, USER, ASSISTANT, END)
 """Special tokens, in id order (ids 0..6)."""
 
+TAG_TOKENS = ("<tool_call>", "</tool_call>")
+"""Plain-text (not special) added tokens, one each, as Qwen 2.5 has them: the tool-call tags
+the model writes (ids after the trained vocabulary)."""
+
 VOCAB_SIZE = 2048
 """Target vocabulary size, special tokens and the 256 byte symbols included."""
 
@@ -151,7 +155,15 @@ def train_tokenizer(lines: list[str]) -> Tokenizer:
 
     Special tokens get ids 0..6 (:data:`SPECIAL_TOKENS`); a post-processor prepends BOS.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        AddedToken,
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -164,6 +176,8 @@ def train_tokenizer(lines: list[str]) -> Tokenizer:
         show_progress=False,
     )
     tok.train_from_iterator(lines, trainer=trainer)
+    if TAG_TOKENS:
+        tok.add_tokens([AddedToken(t, normalized=False, special=False) for t in TAG_TOKENS])
     bos_id = tok.token_to_id(BOS)
     tok.post_processor = processors.TemplateProcessing(
         single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, bos_id)]
