@@ -4,8 +4,12 @@ Architecture (Touvron et al., "Llama 2", 2023): RMSNorm, rotary position embeddi
 SwiGLU MLP, grouped-query attention (4 query heads, 2 KV heads), tied input/output
 embeddings; about 1.3 M parameters (``small``: 24.6 M, see :data:`SIZES`), context
 length 2048. Weights start from a seeded
-normal initialisation and take a short AdamW run (a few seconds on one CPU thread) over
-the corpus so greedy decoding produces real words rather than one repeated token.
+normal initialisation and take a short AdamW run (about ten seconds on one CPU thread) over
+the corpus so greedy decoding produces real words rather than one repeated token: 640
+steps of four 96-token windows, three of them ending just past a structured reply (a JSON
+answer, a tool call, the answer that uses a tool's result) with the loss on the reply only
+(:func:`_train`), so under constrained decoding the model closes its strings and, offered
+a tool it is asked for, often calls it (docs/api.md#the-demo-model-and-agents).
 
 Determinism: one intra-op thread, ``torch.use_deterministic_algorithms`` and a fixed seed;
 two builds with the same package versions on the same CPU give bit-identical weights.
@@ -45,12 +49,16 @@ TRAIN_STEPS = 640
 TRAIN_BATCH = 4
 TRAIN_SEQ_LEN = 96
 LEARNING_RATE = 2e-3
-ANCHORED_ROWS = 3
-ANCHOR_CONTEXT = (24, 64)
-MASK_CONTEXT = 1
 WARMUP = 20
-"""Rows of each training batch that end just past a structured reply (the rest start
-anywhere in the corpus)."""
+"""Steps of linear learning-rate warm-up."""
+ANCHORED_ROWS = 3
+"""Rows of each training batch that start shortly before a structured reply (the rest
+start anywhere in the corpus)."""
+ANCHOR_CONTEXT = (24, 64)
+"""How many tokens before its reply an anchored window starts (drawn uniformly): enough
+to hold the user's question and the end of the tools' system turn."""
+MASK_CONTEXT = True
+"""Anchored rows learn only their reply and what follows (the context's labels are -100)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +95,7 @@ SIZES: dict[str, ModelSize] = {
     # ~24.6 M parameters: big enough that the engine, not the frontend, dominates a CPU
     # (the model the platform ÷ engine budgets are judged on). Fewer training steps keep
     # the build around a minute; its text is rougher than the demo model's.
-    "small": ModelSize(512, 1408, 8, 8, 4, 40, 1.5e-3),
+    "small": ModelSize(512, 1408, 8, 8, 4, 80, 1.5e-3),
 }
 """Model sizes of ``servehall demo-model --size``."""
 
@@ -232,8 +240,9 @@ def build_weights(tok: Tokenizer, out: Path, *, seed: int, size: ModelSize = SIZ
 
 def _train(model: Any, stream: TrainingStream, seed: int, size: ModelSize) -> None:
     """A short AdamW run of next-token prediction on windows of ``stream``: each batch has
-    :data:`ANCHORED_ROWS` windows that end 8-40 tokens past a random anchor (a structured
-    reply and its context), the rest start anywhere."""
+    :data:`ANCHORED_ROWS` windows that start :data:`ANCHOR_CONTEXT` tokens before a random
+    anchor (a structured reply, learned with its context masked), the rest start
+    anywhere."""
     import torch
 
     rng = random.Random(seed)
