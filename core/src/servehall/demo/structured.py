@@ -203,7 +203,7 @@ def json_object(rng: random.Random) -> str:
 def json_chat(rng: random.Random) -> tuple[str, str]:
     """One (user, assistant) turn: a request for JSON and an object."""
     fields = json_fields(rng)
-    keys = list(fields) + ["city", "name"]
+    keys = [*fields, "city", "name"]
     ask = rng.choice(JSON_REQUESTS).format(a=keys[0], b=keys[1])
     return ask, dump(fields, rng)
 
