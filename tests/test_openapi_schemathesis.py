@@ -176,12 +176,23 @@ def test_falsy_values_are_set(plain: ServerHandle) -> None:
 
 def test_sampling_extensions_honoured_or_refused(plain: ServerHandle) -> None:
     url = plain.base_url + "/v1/completions"
-    # the demo model loops on this prompt ("F ABCDEFGH ABCDEFGH …") under greedy decoding
-    base = {"model": "demo", "prompt": "The weather today is", "max_tokens": 12}
-    greedy = httpx.post(url, json={**base, "temperature": 0}, timeout=60).json()["choices"][0][
-        "text"
-    ]
-    assert greedy.count("ABCDEFGH") > 3
+    # the first prompt the demo model loops on under greedy decoding (its drills: "red
+    # green blue red green blue …"); which one depends on the trained weights
+    base: dict[str, Any] = {}
+    greedy, word = "", ""
+    for prompt in (
+        "red green blue red green blue",
+        "Monday Tuesday Wednesday Thursday Friday Monday",
+        "The weather today is",
+        "ABCDEFGH ABCDEFGH ABC",
+    ):
+        base = {"model": "demo", "prompt": prompt, "max_tokens": 12}
+        r = httpx.post(url, json={**base, "temperature": 0}, timeout=60)
+        greedy = r.json()["choices"][0]["text"]
+        word = max(greedy.split() or [""], key=greedy.split().count)
+        if word and greedy.split().count(word) > 3:
+            break
+    assert greedy.split().count(word) > 3, greedy
     top1 = [
         httpx.post(url, json={**base, "temperature": 2, "seed": s, "top_k": 1}, timeout=60).json()
         for s in (1, 2)
@@ -189,7 +200,7 @@ def test_sampling_extensions_honoured_or_refused(plain: ServerHandle) -> None:
     assert [t["choices"][0]["text"] for t in top1] == [greedy, greedy]
     rep = httpx.post(url, json={**base, "temperature": 0, "repetition_penalty": 5.0}, timeout=60)
     assert rep.status_code == 200
-    assert rep.json()["choices"][0]["text"].count("ABCDEFGH") < greedy.count("ABCDEFGH")
+    assert rep.json()["choices"][0]["text"].split().count(word) < greedy.split().count(word)
     r = httpx.post(url, json={**base, "min_p": 0.1}, timeout=60)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["code"] == "unsupported_parameter"

@@ -4,7 +4,8 @@ template (the server's prompt is exactly the template's rendering with ``tools=`
 tool loop (call → ``role: tool`` result → final answer) streamed and not, the 400s, and
 ``servehall_tool_calls_total`` exported from the start.
 
-The demo model is random and never writes a tool call by itself. The call of the loop
+The demo model calls an offered tool by itself only some of the time (docs/api.md, "The
+demo model and agents"; measured in ``tests/test_demo_agents_e2e.py``). The call of the loop
 is forced with a named ``tool_choice`` when the engine can constrain decoding
 (``structured_output``); where it cannot, the server must refuse the forced choice with
 400 ``unsupported_parameter`` and the loop continues from the call a client would have
@@ -87,7 +88,7 @@ def test_tool_call_counters_start_at_zero(server: Any) -> None:
 def test_tool_loop_with_the_openai_client(client: Any, demo_model_dir: Path) -> None:
     import openai
 
-    # 1. the call: forced by name (the random model would not call on its own)
+    # 1. the call: forced by name (the demo model does not always call on its own)
     named = {"type": "function", "function": {"name": "get_weather"}}
     try:
         first = client.chat.completions.create(

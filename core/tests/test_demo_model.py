@@ -190,3 +190,45 @@ def test_cli_prints_path_and_reuses_build(demo_dir: Path) -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == str(demo_dir)
     assert (demo_dir / "model.safetensors").stat().st_mtime_ns == before
+
+
+def test_tool_chats_render_as_the_template_does(hf) -> None:  # type: ignore[no-untyped-def]
+    """The corpus renders its tool chats without Jinja; the served template must agree,
+    or the model learns a format it is never prompted with."""
+    import random
+
+    from servehall.demo.structured import tool_chat
+    from servehall.demo.tokenizer import render_tool_chat
+
+    tok, _ = hf
+    rng = random.Random(3)
+    for _ in range(30):
+        tools, messages = tool_chat(rng)
+        want = tok.apply_chat_template(
+            messages, tools=tools, tokenize=False, add_generation_prompt=True
+        )
+        assert render_tool_chat(messages, tools, add_generation_prompt=True) == want
+
+
+def test_structured_documents_are_valid_json() -> None:
+    import random
+
+    from servehall.demo import corpus
+    from servehall.demo.structured import json_object, tool_chat
+
+    rng = random.Random(0)
+    for _ in range(200):
+        json.loads(json_object(rng))
+        _, messages = tool_chat(rng)
+        for m in messages:
+            for call in m.get("tool_calls", []):
+                assert isinstance(json.loads(call["function"]["arguments"]), dict)
+    kinds = {kind for kind, _ in corpus.documents(0)}
+    assert kinds == {"text", "drill", "chat", "json", "json_chat", "tools"}
+
+
+def test_tool_call_tags_are_single_plain_tokens(hf) -> None:  # type: ignore[no-untyped-def]
+    tok, _ = hf
+    for tag in ("<tool_call>", "</tool_call>"):
+        ids = tok(tag, add_special_tokens=False).input_ids
+        assert len(ids) == 1 and tok.decode(ids, skip_special_tokens=True) == tag

@@ -16,6 +16,8 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
+from servehall.demo import structured
+
 SUBJECTS = (
     "the cat",
     "the dog",
@@ -153,6 +155,11 @@ DRILLS = (
 )
 
 
+STRUCTURED_SHARE = {"json": 0.3, "json_chat": 0.3, "tools": 0.5}
+"""The chance, drawn after each prose document, that a JSON text, a JSON chat and a tool
+chat follow it (each drawn on its own)."""
+
+
 def sentence(rng: random.Random) -> str:
     """One short declarative sentence, capitalised and ending with a period."""
     s = f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)}"
@@ -186,9 +193,15 @@ def drill(rng: random.Random) -> str:
 
 
 def documents(seed: int = 0, n_docs: int = 1200) -> Iterator[tuple[str, object]]:
-    """Yield ``(kind, payload)`` documents: ``("text", str)``, ``("drill", str)`` or
-    ``("chat", list[tuple[str, str]])`` (a system-less conversation of 1-2 turns).
+    """Yield ``(kind, payload)`` documents: ``("text", str)``, ``("drill", str)``,
+    ``("chat", list[tuple[str, str]])`` (a system-less conversation of 1-2 turns),
+    ``("json_chat", list[tuple[str, str]])`` (one turn asking for JSON,
+    :func:`servehall.demo.structured.json_chat`),
+    ``("json", str)`` (a JSON text, :func:`servehall.demo.structured.json_object`) or
+    ``("tools", (tools, messages))`` (:func:`servehall.demo.structured.tool_chat`).
 
+    ``n_docs`` prose documents (text, drill, chat) and, interleaved, structured ones:
+    about 0.3 JSON texts, 0.3 JSON chats and 0.5 tool chats per prose document.
     Deterministic in ``seed``.
     """
     rng = random.Random(seed)
@@ -200,16 +213,31 @@ def documents(seed: int = 0, n_docs: int = 1200) -> Iterator[tuple[str, object]]
             yield "drill", drill(rng)
         else:
             yield "chat", [chat_turn(rng) for _ in range(rng.randint(1, 2))]
+        if rng.random() < STRUCTURED_SHARE["json"]:
+            yield "json", structured.json_object(rng)
+        if rng.random() < STRUCTURED_SHARE["json_chat"]:
+            yield "json_chat", [structured.json_chat(rng)]
+        if rng.random() < STRUCTURED_SHARE["tools"]:
+            yield "tools", structured.tool_chat(rng)
 
 
 def tokenizer_corpus(seed: int = 0) -> list[str]:
-    """Plain text lines for training the BPE tokenizer (chat payloads flattened)."""
+    """Plain text lines for training the BPE tokenizer (chat payloads flattened; tool
+    chats as their rendering without the special tokens)."""
+    from servehall.demo.tokenizer import SPECIAL_TOKENS, render_tool_chat
+
     lines: list[str] = []
     for kind, payload in documents(seed):
-        if kind == "chat":
+        if kind in ("chat", "json_chat"):
             assert isinstance(payload, list)
             for q, a in payload:
                 lines += [q, a]
+        elif kind == "tools":
+            assert isinstance(payload, tuple)
+            text = render_tool_chat(payload[1], payload[0])
+            for t in SPECIAL_TOKENS:
+                text = text.replace(t, "\n")
+            lines += [line for line in text.split("\n") if line]
         else:
             assert isinstance(payload, str)
             lines.append(payload)

@@ -4,8 +4,12 @@ Architecture (Touvron et al., "Llama 2", 2023): RMSNorm, rotary position embeddi
 SwiGLU MLP, grouped-query attention (4 query heads, 2 KV heads), tied input/output
 embeddings; about 1.3 M parameters (``small``: 24.6 M, see :data:`SIZES`), context
 length 2048. Weights start from a seeded
-normal initialisation and take a short AdamW run (a few seconds on one CPU thread) over
-the corpus so greedy decoding produces real words rather than one repeated token.
+normal initialisation and take a short AdamW run (about ten seconds on one CPU thread) over
+the corpus so greedy decoding produces real words rather than one repeated token: 640
+steps of four 96-token windows, three of them ending just past a structured reply (a JSON
+answer, a tool call, the answer that uses a tool's result) with the loss on the reply only
+(:func:`_train`), so under constrained decoding the model closes its strings and, offered
+a tool it is asked for, often calls it (docs/api.md#the-demo-model-and-agents).
 
 Determinism: one intra-op thread, ``torch.use_deterministic_algorithms`` and a fixed seed;
 two builds with the same package versions on the same CPU give bit-identical weights.
@@ -22,7 +26,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from servehall.demo import corpus
-from servehall.demo.tokenizer import BOS, END, EOS, PAD, render_chat
+from servehall.demo.tokenizer import (
+    ASSISTANT,
+    BOS,
+    END,
+    EOS,
+    PAD,
+    render_chat,
+    render_tool_chat,
+)
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -33,10 +45,20 @@ INTERMEDIATE_SIZE = 352
 NUM_LAYERS = 4
 NUM_HEADS = 4
 NUM_KV_HEADS = 2
-TRAIN_STEPS = 160
-TRAIN_BATCH = 8
+TRAIN_STEPS = 640
+TRAIN_BATCH = 4
 TRAIN_SEQ_LEN = 96
-LEARNING_RATE = 4e-3
+LEARNING_RATE = 2e-3
+WARMUP = 20
+"""Steps of linear learning-rate warm-up."""
+ANCHORED_ROWS = 3
+"""Rows of each training batch that start shortly before a structured reply (the rest
+start anywhere in the corpus)."""
+ANCHOR_CONTEXT = (24, 64)
+"""How many tokens before its reply an anchored window starts (drawn uniformly): enough
+to hold the user's question and the end of the tools' system turn."""
+MASK_CONTEXT = True
+"""Anchored rows learn only their reply and what follows (the context's labels are -100)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +95,7 @@ SIZES: dict[str, ModelSize] = {
     # ~24.6 M parameters: big enough that the engine, not the frontend, dominates a CPU
     # (the model the platform ÷ engine budgets are judged on). Fewer training steps keep
     # the build around a minute; its text is rougher than the demo model's.
-    "small": ModelSize(512, 1408, 8, 8, 4, 40, 1.5e-3),
+    "small": ModelSize(512, 1408, 8, 8, 4, 80, 1.5e-3),
 }
 """Model sizes of ``servehall demo-model --size``."""
 
@@ -116,15 +138,37 @@ def generation_config(tok: Tokenizer) -> dict[str, Any]:
     }
 
 
-def training_stream(tok: Tokenizer, seed: int) -> list[int]:
+@dataclass(frozen=True, slots=True)
+class TrainingStream:
+    """The tokenized corpus (:func:`training_stream`).
+
+    Attributes:
+        ids: every document's token ids, concatenated.
+        anchors: positions in ``ids`` where a structured reply starts (the first token
+            after ``<|assistant|>\n`` in JSON and tool chats, the ``{`` of a JSON text):
+            the decisions a briefly trained model most needs to see, so part of each
+            training batch is windows that end just past one (:func:`_train`).
+    """
+
+    ids: list[int]
+    anchors: list[int]
+
+
+ANCHOR_WEIGHT = {"json": 1, "json_chat": 1, "tools": 2}
+"""How often each kind's anchors are listed (a tool chat's replies are drawn twice as often)."""
+
+
+def training_stream(tok: Tokenizer, seed: int) -> TrainingStream:
     """All corpus documents tokenized and concatenated: text as ``BOS text EOS``, chats
-    rendered with the demo chat format (each reply ends with ``<|end|>``).
+    rendered with the demo chat format (each reply ends with ``<|end|>``), tool chats
+    exactly as the chat template renders them with ``tools``.
 
     Drill lines are encoded in four pieces split at random characters, so the model also
     sees words continued from a non-canonical token boundary (``... ABC`` + ``DEFGH``).
     """
     rng = random.Random(seed + 1)
     ids: list[int] = []
+    anchors: list[int] = []
     for kind, payload in corpus.documents(seed):
         if kind == "drill":
             assert isinstance(payload, str)
@@ -135,16 +179,35 @@ def training_stream(tok: Tokenizer, seed: int) -> list[int]:
             for part in parts:
                 ids += tok.encode(part, add_special_tokens=False).ids
             continue
-        if kind == "chat":
+        if kind in ("chat", "json_chat"):
             assert isinstance(payload, list)
             msgs: list[tuple[str, str]] = []
             for q, a in payload:
                 msgs += [("user", q), ("assistant", a)]
             text = render_chat(msgs)
+        elif kind == "tools":
+            assert isinstance(payload, tuple)
+            tools, messages = payload
+            text = render_tool_chat(messages, tools)
         else:
             text = f"{BOS}{payload}{EOS}"
-        ids += tok.encode(text, add_special_tokens=False).ids
-    return ids
+        enc = tok.encode(text, add_special_tokens=False)
+        if kind in ANCHOR_WEIGHT:
+            marks = _reply_starts(text) if kind != "json" else [len(BOS)]
+            found = [len(ids) + i for i, (start, _) in enumerate(enc.offsets) if start in marks]
+            anchors += found * ANCHOR_WEIGHT[kind]
+        ids += enc.ids
+    return TrainingStream(ids, anchors)
+
+
+def _reply_starts(text: str) -> set[int]:
+    """Character offsets just past each ``<|assistant|>\n`` in ``text``."""
+    head = f"{ASSISTANT}\n"
+    out, at = set(), text.find(head)
+    while at >= 0:
+        out.add(at + len(head))
+        at = text.find(head, at + 1)
+    return out
 
 
 def build_weights(tok: Tokenizer, out: Path, *, seed: int, size: ModelSize = SIZES["demo"]) -> None:
@@ -175,22 +238,36 @@ def build_weights(tok: Tokenizer, out: Path, *, seed: int, size: ModelSize = SIZ
     (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
 
 
-def _train(model: Any, stream: list[int], seed: int, size: ModelSize) -> None:
-    """A short AdamW run of next-token prediction on random windows of ``stream``."""
+def _train(model: Any, stream: TrainingStream, seed: int, size: ModelSize) -> None:
+    """A short AdamW run of next-token prediction on windows of ``stream``: each batch has
+    :data:`ANCHORED_ROWS` windows that start :data:`ANCHOR_CONTEXT` tokens before a random
+    anchor (a structured reply, learned with its context masked), the rest start
+    anywhere."""
     import torch
 
     rng = random.Random(seed)
-    data = torch.tensor(stream, dtype=torch.long)
+    data = torch.tensor(stream.ids, dtype=torch.long)
+    last = len(stream.ids) - TRAIN_SEQ_LEN - 1
     peak, steps = size.learning_rate, size.train_steps
     opt = torch.optim.AdamW(model.parameters(), lr=peak, weight_decay=0.0)
     model.train()
     for step in range(steps):
-        starts = [rng.randrange(0, len(stream) - TRAIN_SEQ_LEN - 1) for _ in range(TRAIN_BATCH)]
+        starts = [rng.randrange(0, last) for _ in range(TRAIN_BATCH - ANCHORED_ROWS)]
+        lead = []
+        for _ in range(ANCHORED_ROWS):
+            anchor = rng.choice(stream.anchors)
+            start = min(max(0, anchor - rng.randint(*ANCHOR_CONTEXT)), last)
+            starts.append(start)
+            lead.append(anchor - start)
         batch = torch.stack([data[s : s + TRAIN_SEQ_LEN] for s in starts])
-        lr = peak * min(1.0, (step + 1) / 20) * (1 - step / steps * 0.9)
+        labels = batch.clone()
+        if MASK_CONTEXT:
+            for row, n in enumerate(lead, start=TRAIN_BATCH - ANCHORED_ROWS):
+                labels[row, :n] = -100
+        lr = peak * min(1.0, (step + 1) / WARMUP) * (1 - step / steps * 0.9)
         for group in opt.param_groups:
             group["lr"] = lr
-        loss = model(input_ids=batch, labels=batch).loss
+        loss = model(input_ids=batch, labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -25,6 +25,10 @@ ASSISTANT = "<|assistant|>"
 END = "<|end|>"
 SPECIAL_TOKENS = (BOS, EOS, PAD, SYSTEM, USER, ASSISTANT, END)
 """Special tokens, in id order (ids 0..6)."""
+
+TAG_TOKENS = ("<tool_call>", "</tool_call>")
+"""Plain-text (not special) added tokens, one each, as Qwen 2.5 has them: the tool-call tags
+the model writes (ids after the trained vocabulary)."""
 
 VOCAB_SIZE = 2048
 """Target vocabulary size, special tokens and the 256 byte symbols included."""
@@ -96,12 +100,70 @@ def render_chat(messages: list[tuple[str, str]], add_generation_prompt: bool = F
     return out
 
 
+TOOLS_HEADER = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+TOOLS_FOOTER = (
+    "\n</tools>\n\nFor each function call, return a json object with function name "
+    "and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+)
+
+
+def render_tool_chat(
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    add_generation_prompt: bool = False,
+) -> str:
+    """Render OpenAI-shaped ``messages`` (and ``tools``) exactly as
+    :data:`DEMO_CHAT_TEMPLATE` does, without Jinja (for the training corpus; a test holds
+    the two equal). Each message has ``role`` and string ``content``; an assistant's
+    ``tool_calls`` are ``[{"function": {"name": str, "arguments": str | dict}}]``."""
+    out = BOS
+    if tools:
+        out += f"{SYSTEM}\n"
+        if messages and messages[0]["role"] == "system":
+            out += messages[0]["content"] + "\n\n"
+        out += TOOLS_HEADER
+        out += "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools)
+        out += TOOLS_FOOTER + f"{END}\n"
+    for m in messages:
+        role, content = m["role"], m["content"]
+        if role == "system" and tools:
+            continue
+        if role == "tool":
+            out += f"{USER}\n<tool_response>\n{content}\n</tool_response>{END}\n"
+        elif role == "assistant" and m.get("tool_calls"):
+            out += f"{ASSISTANT}\n{content}"
+            for call in m["tool_calls"]:
+                f = call["function"]
+                args = f["arguments"]
+                args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+                name = json.dumps(f["name"], ensure_ascii=False)
+                out += f'<tool_call>\n{{"name": {name}, "arguments": {args}}}\n</tool_call>'
+            out += f"{END}\n"
+        else:
+            out += f"<|{role}|>\n{content}{END}\n"
+    if add_generation_prompt:
+        out += f"{ASSISTANT}\n"
+    return out
+
+
 def train_tokenizer(lines: list[str]) -> Tokenizer:
     """Train a byte-level BPE tokenizer on ``lines``; returns a ``tokenizers.Tokenizer``.
 
     Special tokens get ids 0..6 (:data:`SPECIAL_TOKENS`); a post-processor prepends BOS.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        AddedToken,
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -114,6 +176,8 @@ def train_tokenizer(lines: list[str]) -> Tokenizer:
         show_progress=False,
     )
     tok.train_from_iterator(lines, trainer=trainer)
+    if TAG_TOKENS:
+        tok.add_tokens([AddedToken(t, normalized=False, special=False) for t in TAG_TOKENS])
     bos_id = tok.token_to_id(BOS)
     tok.post_processor = processors.TemplateProcessing(
         single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, bos_id)]
