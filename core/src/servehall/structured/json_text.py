@@ -24,6 +24,7 @@ characters itself and gets the schema unchanged.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 JSON_STRING_UNIT = (
@@ -58,27 +59,36 @@ def _bounded_pattern(node: dict[str, Any]) -> None:
         node["pattern"] = f"^{JSON_STRING_UNIT}{{{low},}}$"
 
 
-def _walk(node: Any) -> None:
+def each_subschema(node: Any) -> Iterator[dict[str, Any]]:
+    """``node`` and every object subschema under it (``items``, ``properties``,
+    ``$defs``, ``anyOf``, …), depth first, each before its children — so a caller may
+    change a node's own keywords as it is yielded. Booleans and other values yield
+    nothing."""
     if not isinstance(node, dict):
         return
-    if (
-        _is_string(node)
-        and ("minLength" in node or "maxLength" in node)
-        and not any(k in node for k in _OWN_GRAMMAR)
-    ):
-        _bounded_pattern(node)
+    yield node
     for key in _ONE:
-        _walk(node.get(key))
+        yield from each_subschema(node.get(key))
     for key in _MAP:
         sub = node.get(key)
         if isinstance(sub, dict):
             for child in sub.values():
-                _walk(child)
+                yield from each_subschema(child)
     for key in _LIST:
         sub = node.get(key)
         if isinstance(sub, list):
             for child in sub:
-                _walk(child)
+                yield from each_subschema(child)
+
+
+def _walk(node: Any) -> None:
+    for sub in each_subschema(node):
+        if (
+            _is_string(sub)
+            and ("minLength" in sub or "maxLength" in sub)
+            and not any(k in sub for k in _OWN_GRAMMAR)
+        ):
+            _bounded_pattern(sub)
 
 
 def json_safe_lengths(schema: Any) -> Any:

@@ -26,7 +26,7 @@ import json
 from typing import Any
 
 from servehall.engines.contract import StructuredConstraint
-from servehall.structured.json_text import bounded_any_values
+from servehall.structured.json_text import bounded_any_values, each_subschema
 
 _REGEX_SPECIAL = frozenset("\\.+*?()|[]{}^$#&-~")
 
@@ -42,30 +42,12 @@ def escape_regex(text: str) -> str:
     return "".join("\\" + ch if ch in _REGEX_SPECIAL else ch for ch in text)
 
 
-_SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
-_SCHEMA_ONE = ("items", "additionalProperties", "unevaluatedProperties", "propertyNames")
-_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-
-
 def _strict_objects(node: Any) -> None:
     """Set ``additionalProperties: false`` (in place) on every object schema with
     ``properties`` that says nothing about extra keys."""
-    if not isinstance(node, dict):
-        return
-    if "properties" in node and not {"additionalProperties", "unevaluatedProperties"} & set(node):
-        node["additionalProperties"] = False
-    for key in _SCHEMA_ONE:
-        _strict_objects(node.get(key))
-    for key in _SCHEMA_MAPS:
-        sub = node.get(key)
-        if isinstance(sub, dict):
-            for child in sub.values():
-                _strict_objects(child)
-    for key in _SCHEMA_LISTS:
-        sub = node.get(key)
-        if isinstance(sub, list):
-            for child in sub:
-                _strict_objects(child)
+    for sub in each_subschema(node):
+        if "properties" in sub and not {"additionalProperties", "unevaluatedProperties"} & set(sub):
+            sub["additionalProperties"] = False
 
 
 def guidance_of(c: StructuredConstraint) -> tuple[str, str]:
