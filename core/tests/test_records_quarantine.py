@@ -12,7 +12,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +23,10 @@ from record_fixtures import request_record as _rec
 
 from servehall import AuditEvent
 from servehall.db import create_db_engine
-from servehall.db.migrate import upgrade_database
 from servehall.db.testing import (
     REJECT_MESSAGE,
     accept_rows,
-    create_pg_database,
-    drop_pg_database,
     reject_rows,
-    require_pg,
     run_sql,
 )
 from servehall.records.chain import append_events, verify_chain
@@ -40,21 +36,10 @@ from servehall.records.runner import SinkRunner
 from servehall.records.sql_sink import SqlSink
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    """A migrated database: a SQLite file, or a fresh PostgreSQL database."""
-    if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path / 'records.db'}"
-    else:
-        url = await create_pg_database(require_pg())
-    engine = create_db_engine(url)
-    await upgrade_database(engine)
-    await engine.dispose()
-    try:
-        yield url
-    finally:
-        if request.param == "postgresql":
-            await drop_pg_database(url)
+@pytest.fixture
+def url(migrated: str) -> str:
+    """A migrated database: a SQLite file, or a fresh PostgreSQL database (conftest)."""
+    return migrated
 
 
 def runner(url: str, tmp_path: Path, **kw: Any) -> SinkRunner:
