@@ -1,4 +1,5 @@
-"""server/serve.py: Hypercorn settings from config and startup refusals (no engine needed)."""
+"""server/serve.py: Hypercorn settings from config; host/versions.py: startup refusals
+(no engine needed)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import pytest
 
 from servehall.config.settings import Settings
 from servehall.errors import ConfigError
+from servehall.host.versions import build_host
 from servehall.plugin.manager import PluginHost
-from servehall.server.serve import build_host, hypercorn_config, serve
+from servehall.server.serve import hypercorn_config, serve
 
 
 def test_hypercorn_defaults_raised_for_streaming(tmp_path: Path) -> None:

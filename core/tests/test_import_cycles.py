@@ -130,3 +130,64 @@ def test_every_module_imports(name: str) -> None:
     if importlib.util.find_spec(name) is None:  # pragma: no cover - listing is from disk
         pytest.fail(f"{name} is not importable")
     importlib.import_module(name)
+
+
+FORBIDDEN: tuple[tuple[str, str], ...] = (
+    ("servehall.rollout", "servehall.server"),  # versions start and stop in servehall.host
+    ("servehall.plugin", "servehall.rollout"),  # OutcomeWindow, Breach: servehall.plugin.outcomes
+)
+"""(importer, imported) package pairs: no module under the first imports one under the
+second, at module level, inside a function or under ``TYPE_CHECKING``."""
+
+
+def _under(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def _every_import(name: str, path: Path) -> set[str]:
+    """The servehall modules ``name`` names in any import statement (lazy and
+    ``TYPE_CHECKING`` ones included; relative imports resolved)."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return {f for f in found if _under(f, "servehall")}
+
+
+def _layer_breaks(modules: dict[str, Path]) -> list[str]:
+    breaks: list[str] = []
+    for name, path in modules.items():
+        imported = _every_import(name, path)
+        for low, high in FORBIDDEN:
+            if _under(name, low):
+                breaks += [f"{name} imports {m}" for m in sorted(imported) if _under(m, high)]
+    return breaks
+
+
+def test_no_import_across_forbidden_layers() -> None:
+    assert _layer_breaks(MODULES) == []
+
+
+def test_layer_check_sees_lazy_and_type_checking_imports(tmp_path: Path) -> None:
+    lazy = tmp_path / "idle.py"
+    lazy.write_text("def f():\n    from servehall.server.serve import run\n")
+    typed = tmp_path / "host.py"
+    typed.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..rollout import guard\n"
+    )
+    found = _layer_breaks({"servehall.rollout.idle": lazy, "servehall.plugin.host": typed})
+    assert found == [
+        "servehall.rollout.idle imports servehall.server.serve",
+        "servehall.rollout.idle imports servehall.server.serve.run",
+        "servehall.plugin.host imports servehall.rollout",
+        "servehall.plugin.host imports servehall.rollout.guard",
+    ]

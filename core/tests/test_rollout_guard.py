@@ -20,8 +20,9 @@ from servehall.api.app import create_app
 from servehall.config.models import RollbackIf, RolledBack, SchedulerSettings
 from servehall.errors import ServiceUnavailableError
 from servehall.plugin.host import Host
+from servehall.plugin.outcomes import OutcomeWindow
 from servehall.records.types import AuditEvent
-from servehall.rollout.guard import OutcomeWindow, breach, observe, p99
+from servehall.rollout.guard import breach, observe, p99
 from servehall.schedulers.fcfs import FcfsScheduler
 
 

@@ -20,9 +20,10 @@ from servehall.config.settings import load_settings
 from servehall.db import create_db_engine
 from servehall.plugin.host import Host, ServedModel
 from servehall.plugin.manager import PluginHost
+from servehall.plugin.outcomes import Breach
 from servehall.records.chain import verify_chain
 from servehall.rollout import revisions
-from servehall.rollout.guard import Breach, roll_back
+from servehall.rollout.guard import roll_back
 from servehall.rollout.live import LiveConfig
 
 FIGURES = {"requests": 10, "errors": 5, "error_rate": 0.5, "window_s": 60.0, "min_requests": 10}

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from servehall.config.settings import Settings
 from servehall.plugin.manager import PluginHost
+from servehall.plugin.outcomes import Breach, OutcomeWindow
 from servehall.plugin.state import PluginState
 from servehall.replica import replica_name
-from servehall.rollout.guard import Breach, OutcomeWindow
 from servehall.tools.parsers import HERMES, ToolParser
 
 if TYPE_CHECKING:

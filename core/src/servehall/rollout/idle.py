@@ -56,7 +56,7 @@ async def load_on_demand(host: Host, served: ServedModel) -> None:
 
 
 async def _load(host: Host, served: ServedModel) -> None:
-    from servehall.server.serve import start_version
+    from servehall.host.versions import start_version
 
     assert served.config is not None
     t0 = time.monotonic()
@@ -92,7 +92,7 @@ class IdleUnloader:
 
     async def sweep(self, now: float) -> list[str]:
         """Unload every idle version; returns their keys."""
-        from servehall.server.serve import stop_engine
+        from servehall.host.versions import stop_engine
 
         done = []
         for served in list(self.host.models.values()):

@@ -48,17 +48,18 @@ from servehall.config.settings import (
 )
 from servehall.errors import ConfigError
 from servehall.plugin.host import model_key
+from servehall.plugin.outcomes import OutcomeWindow
 from servehall.rollout import revisions, sticky
 from servehall.rollout.broadcast import announce, redis_client, revision_listener
-from servehall.rollout.guard import OutcomeWindow, audit_details
+from servehall.rollout.guard import audit_details
 from servehall.rollout.revisions import text_hash
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from servehall.plugin.host import Host, ServedModel
+    from servehall.plugin.outcomes import Breach
     from servehall.pubsub import ChannelListener
-    from servehall.rollout.guard import Breach
     from servehall.serving.probe import Readiness
 
 log = logging.getLogger("servehall.config")
@@ -277,7 +278,7 @@ class LiveConfig:
             return result
 
     async def _apply(self, new: Settings) -> ApplyResult:
-        from servehall.server.serve import start_version, stop_engine
+        from servehall.host.versions import start_version, stop_engine
 
         host = self.host
         result = ApplyResult()
@@ -338,7 +339,7 @@ class LiveConfig:
 
     async def _drain(self, served: ServedModel) -> None:
         """Shut ``served`` down once its last in-flight request ended (unless re-added)."""
-        from servehall.server.serve import stop_engine
+        from servehall.host.versions import stop_engine
 
         while served.state == "draining" and served.inflight > 0:
             await asyncio.sleep(0.2)

@@ -2,14 +2,14 @@
 
 Startup, in order: load the deployment (config + enabled plugins + plugin sections),
 check that every ``bind`` address can be bound and every model path is a model
-directory (:mod:`servehall.server.listeners`, :mod:`servehall.engines.model_dir`: one-line errors in
-a second, before any model is loaded), add the demo model for ``--demo``, open the
-record bus, build every model (backend via
-``BackendRegistry.select`` — ``auto`` included —, engine start, tokenizer, scheduler per
-``[scheduler] policy``), collect input filters, run ``servehall_startup`` hooks, probe
-every model once (readiness), bind the listening sockets for real (a port taken
-since the check fails here with the same one line) and hand them to Hypercorn, then
-log ``servehall serving … on …`` and serve.
+directory (:mod:`servehall.server.listeners`, :mod:`servehall.engines.model_dir`: one-line
+errors in a second, before any model is loaded), add the demo model for ``--demo``,
+build the host (:func:`servehall.host.versions.build_host`: open the record bus, build
+every model — backend via ``BackendRegistry.select``, ``auto`` included, engine start,
+tokenizer, scheduler per ``[scheduler] policy`` —, collect input filters), run
+``servehall_startup`` hooks, probe every model once (readiness), bind the listening
+sockets for real (a port taken since the check fails here with the same one line) and
+hand them to Hypercorn, then log ``servehall serving … on …`` and serve.
 
 One Hypercorn listener per ``bind`` entry serves HTTP/1.1, cleartext HTTP/2 (prior
 knowledge and ``Upgrade: h2c``) and, with ``certfile``/``keyfile``, TLS with ALPN ``h2``
@@ -32,26 +32,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import signal
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from servehall.config.models import ModelConfig
 from servehall.config.settings import Settings
-from servehall.engines.backends import BackendSpec
-from servehall.engines.contract import Engine
 from servehall.engines.model_dir import check_model_dir
 from servehall.errors import ConfigError, EngineError
-from servehall.plugin.host import Host, ServedModel, model_key
+from servehall.host.versions import build_host, shutdown_host
+from servehall.plugin.host import Host
 from servehall.plugin.manager import PluginHost
 from servehall.server.listeners import bind_sockets, check_binds, hypercorn_fd_binds
 from servehall.server.logs import configure_logging
-from servehall.tools.parsers import guess_parser_name
-from servehall.worker.client import ProcessEngine
-from servehall.worker.gate import EngineGate
 
 log = logging.getLogger("servehall.server")
 
@@ -88,186 +82,6 @@ def _add_demo_model(settings: Settings) -> None:
     path = Path(build_demo_model(DEFAULT_DEMO_DIR))
     demo = ModelConfig(name="demo", path=path, backend="auto")
     settings.models = [demo, *(m for m in settings.models if m.name != "demo")]
-
-
-async def build_host(settings: Settings, plugins: PluginHost) -> Host:
-    """Start everything a request needs (see the module docstring).
-
-    Raises:
-        ConfigError: no models, an unknown policy or backend, a path that is not a model
-            directory (:func:`servehall.engines.model_dir.check_model_dir`), an unusable tokenizer.
-        EngineError: an engine failed to start.
-    """
-    from servehall.records.bus import open_record_bus
-
-    if not settings.models:
-        raise ConfigError("no [[models]] configured (use --demo to serve the demo model)")
-    host = Host(settings=settings, plugins=plugins)
-    await ensure_plugin_schema(settings, plugins)
-    host.records = await open_record_bus(settings, plugins)
-    try:
-        for mc in settings.models:
-            key = model_key(mc.name, mc.version)
-            if key in host.models:
-                raise ConfigError(f"model {key!r} configured twice")
-            host.models[key] = await start_version(host, mc)
-        host.input_filters = plugins.input_filters(host)
-    except BaseException:
-        await shutdown_host(host)
-        raise
-    return host
-
-
-async def start_version(host: Host, mc: ModelConfig, state: str = "serving") -> ServedModel:
-    """Build and start one ``[[models]]`` entry (a version): backend via
-    ``BackendRegistry.select``, tokenizer, engine (started: the worker has loaded the
-    model), scheduler per ``[scheduler] policy``. Used at startup and by live config
-    changes (:mod:`servehall.rollout.live`), which register it with ``state="loading"``.
-
-    Raises:
-        ConfigError: a path that is not a model directory, an unusable tokenizer, an
-            unknown backend.
-        EngineError: the engine failed to start.
-    """
-    from servehall.text.tokenizer import load_tokenizer
-
-    settings = host.settings
-    key = model_key(mc.name, mc.version)
-    check_model_dir(mc.name, mc.path)
-    spec = host.plugins.backends().select(mc.backend)
-    try:
-        tokenizer = load_tokenizer(mc.path)
-    except Exception as exc:
-        raise ConfigError(
-            f"models.{mc.name}: cannot load the tokenizer from {mc.path}: {exc}"
-        ) from None
-    parser_name = mc.tool_parser or guess_parser_name(getattr(tokenizer.hf, "chat_template", None))
-    try:
-        tool_parser = host.plugins.tool_parsers().get(parser_name)
-    except ConfigError as exc:
-        raise ConfigError(f"models.{mc.name}.tool_parser: {exc}") from None
-    log.info(
-        "model %s: backend %s (%s isolation), loading %s", key, spec.name, mc.isolation, mc.path
-    )
-    engine = make_engine(host, mc, spec, tokenizer)
-    t0 = time.monotonic()
-    await engine.start()
-    load_s = time.monotonic() - t0
-    try:
-        limits = [engine.model_info.max_model_len, mc.max_model_len or math.inf]
-        scheduler = (
-            host.plugins.schedulers().get(settings.scheduler.policy).factory(settings.scheduler)
-        )
-        if isinstance(engine, ProcessEngine):
-            scheduler = EngineGate(scheduler, engine, mc.name, settings.scheduler)
-    except BaseException:
-        await engine.shutdown()
-        raise
-    return ServedModel(
-        name=mc.name,
-        backend=spec.name,
-        engine=engine,
-        scheduler=scheduler,
-        tokenizer=tokenizer,
-        max_model_len=int(min(limits)),
-        tool_parser=tool_parser,
-        version=mc.version,
-        weight=mc.weight,
-        state=state,
-        rollback_if=mc.rollback_if,
-        config=mc,
-        loads=1,
-        last_load_s=load_s,
-    )
-
-
-def make_engine(
-    host: Host,
-    mc: ModelConfig,
-    spec: BackendSpec,
-    tokenizer: Any,
-) -> Engine:
-    """The unstarted engine of ``mc``: ``spec.factory(mc)`` for ``isolation = "thread"``,
-    else a :class:`~servehall.worker.ProcessEngine` whose worker runs the backend
-    ``spec.name``, supervised with :meth:`BackendSpec.worker_settings` (the engine's
-    defaults under the config's keys; restarts and crash loops become audit events
-    ``engine.restart`` / ``engine.crash_loop``); the backend's build step
-    (:meth:`BackendSpec.prepare_step`) runs before the worker starts."""
-    if mc.isolation == "thread":
-        return spec.factory(mc)
-    settings = spec.worker_settings(mc)
-
-    def on_event(action: str, details: dict[str, Any]) -> None:
-        from servehall.records.types import AuditEvent
-
-        if host.records is not None:
-            host.records.audit(
-                AuditEvent(
-                    action=f"engine.{action}",
-                    target=model_key(mc.name, mc.version),
-                    details=details,
-                )
-            )
-
-    try:
-        probe = tokenizer.encode_plain("ready", add_special_tokens=True) or None
-    except Exception:
-        probe = None
-    return ProcessEngine(
-        mc,
-        spec.name,
-        host.settings.plugins.enabled,
-        settings=settings,
-        log_level=host.settings.server.log_level,
-        probe_prompt=probe,
-        on_event=on_event,
-        prepare=spec.prepare_step(),
-    )
-
-
-async def ensure_plugin_schema(settings: Settings, plugins: PluginHost) -> None:
-    """When an enabled plugin owns tables, check (or, with ``[database] auto_migrate``,
-    apply) the core's revisions and every enabled plugin's branch before anything starts.
-
-    Raises:
-        ConfigError: the database is not migrated (names ``servehall db upgrade``).
-        PluginError: an enabled plugin's migration branch is missing (names the plugin).
-    """
-    branches = plugins.migrations()
-    if not branches:
-        return
-    from servehall.db.engine import create_db_engine
-    from servehall.db.migrate import ensure_schema
-
-    engine = create_db_engine(settings)
-    try:
-        await ensure_schema(
-            engine,
-            auto_migrate=settings.database.auto_migrate,
-            branches=branches,
-            known=plugins.other_migrations(),
-        )
-    finally:
-        await engine.dispose()
-
-
-async def stop_engine(served: ServedModel) -> None:
-    """Shut ``served``'s engine down; an error is logged, not raised."""
-    try:
-        await served.engine.shutdown()
-    except Exception:
-        log.exception("engine of %s failed to shut down", served.key)
-
-
-async def shutdown_host(host: Host) -> None:
-    """Stop engines and close the record bus (errors are logged, not raised)."""
-    for served in host.models.values():
-        await stop_engine(served)
-    if host.records is not None:
-        try:
-            await host.records.close()
-        except Exception:
-            log.exception("record bus failed to close")
 
 
 def hypercorn_config(settings: Settings) -> Any:
