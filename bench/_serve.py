@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from servehall.testing.sockets import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.conftest import dump_toml
@@ -52,12 +53,6 @@ def config(**sections: Any) -> dict[str, Any]:
     }
     cfg.update(sections)
     return cfg
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

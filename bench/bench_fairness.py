@@ -41,7 +41,6 @@ import itertools
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -53,6 +52,8 @@ from typing import Any
 
 import httpx
 
+from servehall.testing.sockets import free_port
+
 PEPPER_ENV = "SERVEHALL_BENCH_PEPPER"
 SERVEHALL = [str(Path(sys.executable).with_name("servehall"))]  # the venv's console script
 
@@ -63,12 +64,6 @@ def p(values: list[float], q: float) -> float:
         return 0.0
     s = sorted(values)
     return s[min(len(s) - 1, max(0, round(q * len(s) + 0.5) - 1))]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def toml(cfg: dict[str, Any]) -> str:

@@ -71,6 +71,8 @@ from typing import Any
 import httpx
 import pytest
 
+from servehall.testing.sockets import free_port
+
 # --- TOML writing (tomli-w) -------------------------------------------------------------
 
 
@@ -120,13 +122,6 @@ def demo_config(model_dir: Path | str, **sections: Any) -> dict[str, Any]:
 
 
 # --- servers ---------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ServerHandle:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -46,6 +45,7 @@ from servehall.bench.metrics import BenchSummary, summarize
 from servehall.bench.report import ratio
 from servehall.bench.runner import RunResult
 from servehall.bench.workload import BenchRequest
+from servehall.testing.sockets import free_port
 
 if TYPE_CHECKING:
     from servehall.bench.workload import WorkloadSpec
@@ -211,13 +211,6 @@ def process_tree_cpu_s(pid: int) -> tuple[float, float]:
             else:
                 descendants += t.user + t.system
     return own, descendants
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (the kernel's choice)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager

@@ -5,7 +5,8 @@ for tests and benchmarks of connection handling.
   (the server's side of each connection, and the listener), read from
   ``/proc/net/tcp`` and ``/proc/net/tcp6`` — what ``ss -tan sport = :PORT`` shows;
 * :func:`wait_for_states` — poll until a predicate on those states holds, or time out;
-* :func:`open_fds` — the number of descriptors a process has open (``/proc/PID/fd``).
+* :func:`open_fds` — the number of descriptors a process has open (``/proc/PID/fd``);
+* :func:`free_port` — a TCP port free on 127.0.0.1 now (the kernel's choice).
 
 State names are the kernel's as ``ss`` prints them (``ESTABLISHED``, ``CLOSE-WAIT``,
 ``TIME-WAIT``, ``LISTEN`` …). Raises ``OSError`` where ``/proc`` is missing.
@@ -14,6 +15,7 @@ State names are the kernel's as ``ss`` prints them (``ESTABLISHED``, ``CLOSE-WAI
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -69,3 +71,11 @@ def wait_for_states(
 def open_fds(pid: int) -> int:
     """Descriptors process ``pid`` has open."""
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (bound to port 0, the kernel's choice, and
+    released: another process may take it before the caller binds it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
