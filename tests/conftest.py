@@ -62,7 +62,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -71,6 +70,8 @@ from typing import Any
 import httpx
 import pytest
 
+from servehall.testing.cli import run_cli as run_cli  # re-exported for the e2e modules
+from servehall.testing.cli import servehall_cmd
 from servehall.testing.sockets import free_port
 
 # --- TOML writing (tomli-w) -------------------------------------------------------------
@@ -169,35 +170,7 @@ class ServerHandle:
         self.stop()
 
 
-def _serve_cmd() -> list[str]:
-    return [sys.executable, "-c", "from servehall.cli import main; main()"]
-
-
-def run_cli(
-    config: Path,
-    *args: str,
-    env: Mapping[str, str] | None = None,
-    cwd: Path | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """Run the real ``servehall`` CLI as ``servehall ARGS --config CONFIG`` (a subprocess).
-
-    ``env`` adds variables to this process's environment (``SERVEHALL_CONFIG`` is dropped
-    only when ``env`` is given); ``cwd`` is the working directory (default: this one).
-    Returns the finished process with text stdout/stderr; never raises on a non-zero exit
-    (callers assert what they expect). Times out after 120 s.
-    """
-    full_env: dict[str, str] | None = None
-    if env is not None:
-        full_env = {**os.environ, **env}
-        full_env.pop("SERVEHALL_CONFIG", None)
-    return subprocess.run(
-        [*_serve_cmd(), *args, "--config", str(config)],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        cwd=cwd,
-        timeout=120,
-    )
+_serve_cmd = servehall_cmd
 
 
 def start_server(

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
+from servehall.testing.cli import run_cli
 from servehall_auth.keys import pepper_fingerprint
 
 PEPPER = "operator-pepper-0123456789"
@@ -37,17 +38,7 @@ def _config(tmp_path: Path, url: str, pepper_file: Path | None = None) -> Path:
 
 
 def _cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SERVEHALL_DATABASE")}
-    env.pop("SERVEHALL_CONFIG", None)
-    cmd = [sys.executable, "-c", "from servehall.cli import main; main()"]
-    return subprocess.run(
-        [*cmd, *args, "--config", str(config)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=config.parent,
-        timeout=120,
-    )
+    return run_cli(config, *args, cwd=config.parent, unset=("SERVEHALL_DATABASE",))
 
 
 def _one_error_line(proc: subprocess.CompletedProcess[str]) -> str:

@@ -4,26 +4,17 @@ stdout is not a terminal, so an id copied from the table works with ``keys revok
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
+
+from servehall.testing.cli import run_cli
 
 PEPPER_ENV = "SERVEHALL_TEST_AUTH_CLI_PEPPER"
 
 
 def _cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, PEPPER_ENV: "cli-table-pepper-0123456789", "COLUMNS": "80"}
-    env.pop("SERVEHALL_CONFIG", None)
-    cmd = [sys.executable, "-c", "from servehall.cli import main; main()"]
-    proc = subprocess.run(
-        [*cmd, *args, "--config", str(config)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=config.parent,
-        timeout=120,
-    )
+    env = {PEPPER_ENV: "cli-table-pepper-0123456789", "COLUMNS": "80"}
+    proc = run_cli(config, *args, env=env, cwd=config.parent)
     assert proc.returncode == 0, f"servehall {' '.join(args)}: {proc.stdout}\n{proc.stderr}"
     return proc
 
