@@ -143,6 +143,7 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
     agent: AgentServer | None = None
     live = _live_config(host, readiness, config_path)
     idle = IdleUnloader(host)
+    app: Any = None
     readiness.config_report = live.report
     metrics.config_revision.set_function(lambda: float(live.revision))
     try:
@@ -174,6 +175,8 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
         await idle.stop()
         await live.close()
         await readiness.stop()
+        if app is not None:
+            await app.state.api.files.close()
         try:
             await plugins.shutdown(host)
         except Exception:
