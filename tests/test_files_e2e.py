@@ -196,8 +196,8 @@ def test_bad_uploads(files: Files) -> None:
 
         def chunks() -> Iterator[bytes]:
             yield (
-                f"--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n"
-                f"batch\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+                f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\n'
+                f'batch\r\n--{boundary}\r\nContent-Disposition: form-data; name="file"; '
                 'filename="big.jsonl"\r\n\r\n'
             ).encode()
             for _ in range(8 * MAX_BYTES // 4096):

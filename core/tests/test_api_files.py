@@ -35,9 +35,7 @@ def _host(tmp_path: Path, auto_migrate: bool = True) -> Host:
 @pytest.fixture
 async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(_host(tmp_path))
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://t"
-    ) as c:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         yield c
     await app.state.api.files.close()
 
@@ -87,9 +85,7 @@ async def test_soak_bad_uploads_are_4xx(client: httpx.AsyncClient, tmp_path: Pat
     shapes = [s for s in hostile_shapes("demo") if s.path == "/v1/files"]
     assert len(shapes) >= 6
     for s in shapes:
-        r = await client.post(
-            s.path, content=s.content(), headers={"content-type": s.content_type}
-        )
+        r = await client.post(s.path, content=s.content(), headers={"content-type": s.content_type})
         assert r.status_code in (400, 415), (s.name, r.status_code, r.text)
         assert set(r.json()["error"]) == {"message", "type", "param", "code"}
     assert not (tmp_path / "files").exists()  # nothing was stored

@@ -132,9 +132,7 @@ class FileCatalog:
         """Delete the row of ``file_id`` when ``owner`` owns it; the row deleted, or None."""
         async with self.engine.begin() as conn:
             r = (
-                await conn.execute(
-                    select(*_COLUMNS).where(_T.c.id == file_id, _T.c.owner == owner)
-                )
+                await conn.execute(select(*_COLUMNS).where(_T.c.id == file_id, _T.c.owner == owner))
             ).first()
             if r is None:
                 return None

@@ -106,4 +106,3 @@ class DirectoryStore:
         """See :meth:`FileStore.delete`."""
         with contextlib.suppress(FileNotFoundError):
             self._path(key).unlink()
-

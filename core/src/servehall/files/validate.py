@@ -70,9 +70,7 @@ def check_line(raw: bytes, number: int) -> str:
         raise _refuse(f"{where}: 'method' must be \"POST\" (got {_shown(obj.get('method'))}).")
     url = obj.get("url")
     if url not in BATCH_URLS:
-        raise _refuse(
-            f"{where}: 'url' must be one of {', '.join(BATCH_URLS)} (got {_shown(url)})."
-        )
+        raise _refuse(f"{where}: 'url' must be one of {', '.join(BATCH_URLS)} (got {_shown(url)}).")
     if not isinstance(obj.get("body"), dict):
         raise _refuse(f"{where}: 'body' must be a JSON object (the request's body).")
     return custom_id

@@ -36,7 +36,7 @@ def multipart_upload(data: bytes, purpose: str = "batch") -> bytes:
     :data:`MULTIPART_CTYPE`): a ``purpose`` field and ``data`` as the ``file`` part."""
     head = (
         f'--{_BOUNDARY}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\n'
-        f"{purpose}\r\n--{_BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; "
+        f'{purpose}\r\n--{_BOUNDARY}\r\nContent-Disposition: form-data; name="file"; '
         'filename="soak.jsonl"\r\nContent-Type: application/jsonl\r\n\r\n'
     ).encode()
     return head + data + f"\r\n--{_BOUNDARY}--\r\n".encode()
