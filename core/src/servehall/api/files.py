@@ -36,7 +36,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, BinaryIO, Literal, cast
+from typing import BinaryIO, Literal, cast
 
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.datastructures import FormData, UploadFile
@@ -60,7 +60,7 @@ from servehall.errors import (
 )
 from servehall.files.catalog import FileRow, UnknownCursor
 from servehall.files.service import FileService, unavailable
-from servehall.files.store import CHUNK
+from servehall.files.store import CHUNK, StoredBlob
 from servehall.files.validate import check_batch_lines
 from servehall.records.types import AuditEvent
 
@@ -217,7 +217,7 @@ class UploadEndpoint:
             await drain_body(receive)
 
 
-def _put(service: FileService, key: str, src: BinaryIO) -> Any:
+def _put(service: FileService, key: str, src: BinaryIO) -> StoredBlob:
     src.seek(0)
     return service.store.put(key, src)
 

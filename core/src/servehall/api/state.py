@@ -16,8 +16,8 @@ from servehall.serving.probe import Readiness
 @dataclass
 class ApiState:
     """Attached to the Starlette app as ``app.state.api``. ``live`` is the
-        :class:`~servehall.rollout.live.LiveConfig` of a served host (None in apps built
-        without one); ``router`` picks model versions; ``files`` holds the uploaded files
+    :class:`~servehall.rollout.live.LiveConfig` of a served host (None in apps built
+    without one); ``router`` picks model versions; ``files`` holds the uploaded files
     (``/v1/files``)."""
 
     host: Host
