@@ -7,6 +7,7 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Route
 
 from servehall.api import admin_config, routes
+from servehall.api import files as file_routes
 from servehall.api import tokenize as tokenizer_routes
 from servehall.api.access_log import AccessLogMiddleware
 from servehall.api.auth import AuthMiddleware
@@ -54,6 +55,11 @@ def create_app(
             tokenizer_routes.TokenizerEndpoint(tokenizer_routes.detokenize),
             methods=["POST"],
         ),
+        Route("/v1/files", file_routes.UploadEndpoint(), methods=["POST"]),
+        Route("/v1/files", file_routes.list_files, methods=["GET"]),
+        Route("/v1/files/{file_id}", file_routes.retrieve_file, methods=["GET"]),
+        Route("/v1/files/{file_id}", file_routes.delete_file, methods=["DELETE"]),
+        Route("/v1/files/{file_id}/content", file_routes.file_content, methods=["GET"]),
         Route("/metrics", routes.metrics, methods=["GET"]),
         Route("/openapi.json", routes.openapi, methods=["GET"]),
         Route("/admin/config", admin_config.get_config, methods=["GET"]),

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servehall.api.tracing import Tracing
+from servehall.files.service import FileService
 from servehall.metrics import Metrics
 from servehall.plugin.host import Host
 from servehall.rollout.router import VersionRouter
@@ -16,7 +17,8 @@ from servehall.serving.probe import Readiness
 class ApiState:
     """Attached to the Starlette app as ``app.state.api``. ``live`` is the
     :class:`~servehall.rollout.live.LiveConfig` of a served host (None in apps built
-    without one); ``router`` picks model versions."""
+    without one); ``router`` picks model versions; ``files`` holds the uploaded files
+    (``/v1/files``)."""
 
     host: Host
     metrics: Metrics
@@ -24,6 +26,8 @@ class ApiState:
     tracing: Tracing | None = None
     live: Any = None
     router: VersionRouter = field(init=False)
+    files: FileService = field(init=False)
 
     def __post_init__(self) -> None:
         self.router = VersionRouter(self.host)
+        self.files = FileService(self.host.settings, self.host.plugins)

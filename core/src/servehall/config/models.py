@@ -258,6 +258,21 @@ class AuditSettings(_Section):
     checkpoint_interval_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
 
 
+class FilesSettings(_Section):
+    """``[files]``: uploaded files (``/v1/files``, docs/api.md "Files").
+
+    ``dir`` is the directory the file contents are kept in (relative paths are relative
+    to the server's working directory, like the default SQLite database; created on
+    first upload); each file is written to a temporary file there and renamed into
+    place. ``max_bytes`` is the largest file one upload may carry (a larger one is
+    refused with 413). The files' metadata lives in the records database
+    (``file_object``).
+    """
+
+    dir: Path = Path("servehall-files")
+    max_bytes: int = Field(default=100 * 1024 * 1024, ge=1)
+
+
 class TracingSettings(_Section):
     """``[tracing]``: OpenTelemetry traces of inference requests (docs/operations.md,
     "Traces"). Off by default; needs the ``tracing`` extra (``opentelemetry-sdk`` and the

@@ -27,6 +27,7 @@ from pydantic_settings import (
 from servehall.config.models import (
     AuditSettings,
     DatabaseSettings,
+    FilesSettings,
     ModelConfig,
     PluginsSettings,
     SchedulerSettings,
@@ -47,6 +48,7 @@ CORE_SECTIONS = (
     "sinks",
     "tracing",
     "audit",
+    "files",
 )
 
 
@@ -69,6 +71,7 @@ class Settings(BaseSettings):
     sinks: list[SinkConfig] = Field(default_factory=lambda: [SinkConfig(name="sql")])
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     audit: AuditSettings = Field(default_factory=AuditSettings)
+    files: FilesSettings = Field(default_factory=FilesSettings)
 
     @classmethod
     def settings_customise_sources(

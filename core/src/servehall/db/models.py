@@ -2,7 +2,8 @@
 
 Core tables: ``request_log`` (one row per request), ``audit_event`` (hash-chained admin
 and security events), ``audit_chain_head`` (one row: the chain's last hash, so a
-truncated tail is detected) and ``record_rejected`` (records quarantined because the
+truncated tail is detected), ``file_object`` (uploaded files' metadata) and
+``record_rejected`` (records quarantined because the
 database refused their content). Units: times UTC, durations seconds, tokens counts.
 
 Plugin-owned tables are defined by the plugin (a ``MetaData`` of its own, or subclasses
@@ -213,3 +214,28 @@ class ConfigRevision(DbBase):
     diff: Mapped[str] = mapped_column(Text, default="")
 
     __table_args__ = (Index(None, "applied_at"),)
+
+
+class FileObject(DbBase):
+    """``file_object``: one uploaded file (``/v1/files``), its content in a file store.
+
+    ``seq`` orders files (the list's cursor); ``id`` is the public ``file-…`` id;
+    ``owner`` the id of the principal that uploaded it (only it sees the file);
+    ``filename`` as uploaded; ``purpose`` (``batch``); ``bytes`` the content's size;
+    ``sha256`` its SHA-256 hex; ``storage_key`` where the store keeps it
+    (:mod:`servehall.files.store`).
+    """
+
+    __tablename__ = "file_object"
+
+    seq: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(64))
+    owner: Mapped[str] = mapped_column(String(128))
+    filename: Mapped[str] = mapped_column(String(512))
+    purpose: Mapped[str] = mapped_column(String(32))
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    sha256: Mapped[str] = mapped_column(String(64))
+    storage_key: Mapped[str] = mapped_column(String(256))
+
+    __table_args__ = (UniqueConstraint("id"), Index(None, "owner", "seq"))

@@ -143,12 +143,14 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
     agent: AgentServer | None = None
     live = _live_config(host, readiness, config_path)
     idle = IdleUnloader(host)
+    files: Any = None  # the app's FileService, closed on the way out
     readiness.config_report = live.report
     metrics.config_revision.set_function(lambda: float(live.revision))
     try:
         await plugins.startup(host)
         tracing = Tracing.from_settings(settings.tracing)
         app = create_app(host, metrics=metrics, readiness=readiness, tracing=tracing, live=live)
+        files = app.state.api.files
         for served in host.models.values():
             if not await readiness.probe(served):
                 raise EngineError(
@@ -174,6 +176,8 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
         await idle.stop()
         await live.close()
         await readiness.stop()
+        if files is not None:
+            await files.close()
         try:
             await plugins.shutdown(host)
         except Exception:

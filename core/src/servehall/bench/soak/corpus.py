@@ -27,6 +27,22 @@ CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 TOKENIZE = "/tokenize"
 DETOKENIZE = "/detokenize"
+FILES = "/v1/files"
+_BOUNDARY = "soak-boundary-7f3a"
+
+
+def multipart_upload(data: bytes, purpose: str = "batch") -> bytes:
+    """A ``POST /v1/files`` body (``multipart/form-data`` with the boundary of
+    :data:`MULTIPART_CTYPE`): a ``purpose`` field and ``data`` as the ``file`` part."""
+    head = (
+        f'--{_BOUNDARY}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\n'
+        f'{purpose}\r\n--{_BOUNDARY}\r\nContent-Disposition: form-data; name="file"; '
+        'filename="soak.jsonl"\r\nContent-Type: application/jsonl\r\n\r\n'
+    ).encode()
+    return head + data + f"\r\n--{_BOUNDARY}--\r\n".encode()
+
+
+MULTIPART_CTYPE = f"multipart/form-data; boundary={_BOUNDARY}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +284,19 @@ def hostile_shapes(model: str) -> list[Shape]:
     body("detokenize_out_of_vocab", {"model": model, "tokens": [1, 2**40]}, DETOKENIZE)
     body("detokenize_huge", {"model": model, "tokens": [2**70]}, DETOKENIZE)
     body("detokenize_unknown_model", {"model": "no-such-model", "tokens": [1]}, DETOKENIZE)
+    # /v1/files: bad uploads are refused (400/415) before anything is stored
+    line = json.dumps({"custom_id": "a", "method": "POST", "url": CHAT, "body": _chat(model)})
+    bad_files = {
+        "files_malformed_line": (line + "\n{oops\n").encode(),
+        "files_duplicate_custom_id": (line + "\n" + line + "\n").encode(),
+        "files_unknown_url": line.replace(CHAT, "/v1/embeddings").encode(),
+        "files_empty": b"",
+    }
+    for name, data in bad_files.items():
+        raw(name, multipart_upload(data), ctype=MULTIPART_CTYPE, path=FILES)
+    raw("files_bad_purpose", multipart_upload(line.encode(), "fine-tune"), MULTIPART_CTYPE, FILES)
+    raw("files_json_body", b'{"purpose": "batch"}', path=FILES)
+    raw("files_broken_multipart", b"--nope\r\n", ctype=MULTIPART_CTYPE, path=FILES)
     return out
 
 

@@ -1,0 +1,94 @@
+"""The files of one deployment: the :class:`~servehall.files.store.FileStore` that keeps
+their contents and the :class:`~servehall.files.catalog.FileCatalog` of their metadata,
+opened on first use.
+
+The catalog's database is ``[database] url``; on first use its schema is checked (and
+migrated with ``[database] auto_migrate``), as ``[server] config_revisions`` does. A
+database that cannot be reached or is not migrated makes each call a 503
+``files_unavailable`` (the message names the cause; never a 500), and the next call
+tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from servehall.errors import ConfigError, ServehallError, ServiceUnavailableError
+from servehall.files.catalog import FileCatalog
+from servehall.files.store import DirectoryStore, FileStore
+
+if TYPE_CHECKING:
+    from servehall.config.settings import Settings
+
+log = logging.getLogger("servehall.files")
+
+UNAVAILABLE = "files_unavailable"
+
+
+def unavailable(why: str) -> ServiceUnavailableError:
+    """The 503 of a files call the store or the database cannot serve now."""
+    return ServiceUnavailableError(
+        f"File storage is unavailable: {why}", code=UNAVAILABLE, headers={"Retry-After": "5"}
+    )
+
+
+class FileService:
+    """See the module docstring. ``plugins`` (a
+    :class:`~servehall.plugin.manager.PluginHost`, or None) names the migration branches
+    the schema check includes."""
+
+    def __init__(self, settings: Settings, plugins: Any = None) -> None:
+        self.settings = settings
+        self.plugins = plugins
+        self.store: FileStore = DirectoryStore(settings.files.dir)
+        self._catalog: FileCatalog | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def max_bytes(self) -> int:
+        """The largest file one upload may carry (``[files] max_bytes``)."""
+        return self.settings.files.max_bytes
+
+    async def catalog(self) -> FileCatalog:
+        """The catalog, its database engine made and schema checked on first use.
+
+        Raises:
+            ServiceUnavailableError: 503 ``files_unavailable`` when the database cannot
+                be reached or is not migrated.
+        """
+        if self._catalog is not None:
+            return self._catalog
+        async with self._lock:
+            if self._catalog is None:
+                self._catalog = await self._open()
+        return self._catalog
+
+    async def _open(self) -> FileCatalog:
+        from servehall.db.engine import create_db_engine
+        from servehall.db.migrate import ensure_schema
+
+        try:
+            engine = create_db_engine(self.settings)
+        except ConfigError as exc:
+            raise unavailable(exc.message) from None
+        plugins = self.plugins
+        try:
+            await ensure_schema(
+                engine,
+                auto_migrate=self.settings.database.auto_migrate,
+                branches=plugins.migrations() if plugins is not None else (),
+                known=plugins.other_migrations() if plugins is not None else (),
+            )
+        except ServehallError as exc:  # ConfigError, PluginError
+            await engine.dispose()
+            log.warning("files: %s", exc.message)
+            raise unavailable(exc.message) from None
+        return FileCatalog(engine)
+
+    async def close(self) -> None:
+        """Dispose of the database engine (when one was opened)."""
+        if self._catalog is not None:
+            await self._catalog.engine.dispose()
+            self._catalog = None
