@@ -38,7 +38,11 @@ def prepare(model: ModelConfig) -> None:
 
     opts = parse_options(model.options, model=model.name)
     resolve_ir_dir(
-        Path(model.path).expanduser(), cache_dir=opts.cache_dir, weight_format=opts.weight_format
+        Path(model.path).expanduser(),
+        cache_dir=opts.cache_dir,
+        weight_format=opts.weight_format,
+        group_size=opts.weight_group_size,
+        ratio=opts.weight_ratio,
     )
 
 
