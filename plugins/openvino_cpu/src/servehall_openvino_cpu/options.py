@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from servehall import canonical_dtype, parse_model_options
 
@@ -169,19 +169,19 @@ class OpenVINOOptions(BaseModel):
             raise ValueError("set kv_cache_size_gb or num_kv_blocks, not both")
         return self
 
-    @model_validator(mode="after")
-    def _int4_knobs(self) -> OpenVINOOptions:
-        four_bit = self.weight_format.startswith("int4")
-        for key in ("weight_group_size", "weight_ratio"):
-            if getattr(self, key) is not None and not four_bit:
-                raise ValueError(
-                    f"{key} applies to the 4-bit weight formats only "
-                    f"(int4, int4_asym, int4_sym), not {self.weight_format!r}"
-                )
-        gs = self.weight_group_size
-        if gs is not None and gs != -1 and gs < 1:
-            raise ValueError(f"weight_group_size must be a positive integer or -1, not {gs}")
-        return self
+    @field_validator("weight_group_size", "weight_ratio")
+    @classmethod
+    def _four_bit_only(cls, value: Any, info: ValidationInfo) -> Any:
+        fmt = info.data.get("weight_format")
+        if value is not None and fmt is not None and not str(fmt).startswith("int4"):
+            raise ValueError(
+                f"applies to the 4-bit weight formats only (int4, int4_asym, int4_sym), "
+                f"not weight_format {fmt!r}"
+            )
+        if info.field_name == "weight_group_size" and value is not None:
+            if value != -1 and value < 1:
+                raise ValueError(f"must be a positive integer or -1 (per channel), not {value}")
+        return value
 
     def kv_precision(self) -> str | None:
         """The ``KV_CACHE_PRECISION`` to set, or None to leave OpenVINO's default."""

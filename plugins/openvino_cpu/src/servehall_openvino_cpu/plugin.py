@@ -46,11 +46,20 @@ def prepare(model: ModelConfig) -> None:
     )
 
 
+def check_options(model: ModelConfig) -> None:
+    """Validate the model's ``options`` (config load and ``servehall config check``);
+    raises ConfigError naming each bad ``models.<name>.options.<key>``."""
+    from servehall_openvino_cpu.options import parse_options
+
+    parse_options(model.options, model=model.name)
+
+
 SPEC = BackendSpec(
     name="openvino_cpu",
     probe=probe,
     factory=factory,
     prepare=prepare,
+    check_options=check_options,
     auto_priority=50,
     description="x86 CPUs through OpenVINO GenAI continuous batching (paged KV cache)",
 )
