@@ -94,9 +94,7 @@ def _versions() -> dict[str, str | None]:
     return installed_versions(CONVERT_VERSIONS)
 
 
-def source_key(
-    src: Path, weight_format: str, compression: Mapping[str, Any] | None = None
-) -> str:
+def source_key(src: Path, weight_format: str, compression: Mapping[str, Any] | None = None) -> str:
     """SHA-256 hex over the source files (path, size, content), options and versions.
 
     With ``compression`` (from :func:`~servehall_openvino_cpu.options.weight_compression`)

@@ -178,9 +178,9 @@ class OpenVINOOptions(BaseModel):
                 f"applies to the 4-bit weight formats only (int4, int4_asym, int4_sym), "
                 f"not weight_format {fmt!r}"
             )
-        if info.field_name == "weight_group_size" and value is not None:
-            if value != -1 and value < 1:
-                raise ValueError(f"must be a positive integer or -1 (per channel), not {value}")
+        gs = value if info.field_name == "weight_group_size" else None
+        if gs is not None and gs != -1 and gs < 1:
+            raise ValueError(f"must be a positive integer or -1 (per channel), not {value}")
         return value
 
     def kv_precision(self) -> str | None:
