@@ -204,3 +204,32 @@ def test_a_wrapper_of_an_async_hook_sees_unawaited_coroutines() -> None:
     principal = asyncio.run(host.authenticate(None, None))  # type: ignore[arg-type]
     assert principal is not None and principal.id == "a"
     assert seen == ["wrapper sees coroutine", "async body runs"]
+
+
+def test_backend_check_options_runs_at_config_check() -> None:
+    """``BackendSpec.check_options`` validates ``[[models]] options`` when the config is
+    loaded or checked: its errors join the others; a backend without one is not asked."""
+    from servehall import BackendRegistry, BackendSpec, ConfigError, ProbeResult, hookimpl
+    from servehall.config.models import ModelConfig
+    from servehall.config.settings import load_settings
+    from servehall.server.bootstrap import check_names
+
+    def check(model: ModelConfig) -> None:
+        if "bad" in model.options:
+            raise ConfigError("invalid", [(f"models.{model.name}.options.bad", "no good")])
+
+    class Backends:
+        @hookimpl
+        def servehall_register_backends(self, registry: BackendRegistry) -> None:
+            probe = lambda: ProbeResult(True, "here")  # noqa: E731
+            registry.add(BackendSpec("strict", probe, factory=lambda m: None, check_options=check))
+            registry.add(BackendSpec("lax", probe, factory=lambda m: None))
+
+    host = PluginHost([], extra=[("b", Backends())])
+    models = [
+        {"name": n, "path": "/tmp", "backend": b, "options": o}
+        for n, b, o in [("a", "strict", {"bad": 1}), ("b", "strict", {}), ("c", "lax", {"bad": 1})]
+    ]
+    with pytest.raises(ConfigError) as err:
+        check_names(load_settings(data={"models": models}), host)
+    assert err.value.errors == [("models.a.options.bad", "no good")]

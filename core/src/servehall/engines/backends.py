@@ -62,6 +62,10 @@ class BackendSpec:
             ``heartbeat_timeout_s = 10``); cheap, called in the API process. None: the
             factory's ``worker_defaults`` method if it has one (the factories of
             :func:`~servehall.engines.select.engine_factory` do), else none.
+        check_options: ``(model) -> None`` or None: validates ``[[models]] options``
+            when the config is loaded or checked (``servehall config check``), raising
+            ConfigError whose ``errors`` name the keys; cheap and import-light (no engine
+            library). None: options are only checked when the engine is built.
     """
 
     name: str
@@ -71,6 +75,7 @@ class BackendSpec:
     description: str = ""
     prepare: Callable[[ModelConfig], None] | None = None
     worker_defaults: Callable[[ModelConfig], Mapping[str, Any]] | None = None
+    check_options: Callable[[ModelConfig], None] | None = None
 
     def prepare_step(self) -> Callable[[ModelConfig], None] | None:
         """What builds a model before its worker starts: :attr:`prepare`, else the

@@ -63,7 +63,8 @@ def check_names(settings: Settings, plugins: PluginHost) -> None:
                 (f"sinks[{i}].name", f"unknown sink {sink.name!r}; known: {', '.join(sinks)}{hint}")
             )
     errs.extend(check_versions(list(settings.models)))
-    backends = plugins.backends().names()
+    registry = plugins.backends()
+    backends = registry.names()
     for i, model in enumerate(settings.models):
         if model.backend != "auto" and model.backend not in backends:
             errs.append(
@@ -73,6 +74,11 @@ def check_names(settings: Settings, plugins: PluginHost) -> None:
                     f"{', '.join(backends)} or auto{hint}",
                 )
             )
+        elif model.backend != "auto" and (check := registry.get(model.backend).check_options):
+            try:
+                check(model)
+            except ConfigError as exc:
+                errs.extend(exc.errors or [(f"models[{i}].options", exc.message)])
     if errs:
         lines = "\n".join(f"  {k}: {m}" for k, m in errs)
         raise ConfigError(f"{len(errs)} config error(s):\n{lines}", errs)

@@ -7,8 +7,16 @@
   exporter (``optimum.exporters.openvino.main_export``, task ``text-generation-with-past``,
   stateful model) plus ``openvino_tokenizers`` for the tokenizer/detokenizer IR, into
   ``<cache_dir>/<name>-<key>/``. ``key`` is a SHA-256 over every source file (relative
-  path, size, content), the weight format and the versions of the converting packages, so
-  a changed model or an upgraded exporter converts again, and nothing else does.
+  path, size, content), the weight format (with its compression parameters) and the
+  versions of the converting packages, so a changed model or an upgraded exporter
+  converts again, and nothing else does.
+
+Integer weight formats (``int8*``, ``int4*``) are exported in fp32 and then compressed
+with NNCF's data-free weight compression (``nncf.compress_weights``: the same algorithm
+``optimum-cli export openvino --weight-format int4`` applies), in the same child process;
+the compressed IR replaces the fp32 one before the directory is renamed into place.
+(``main_export(ov_config=OVConfig(quantization_config=...))`` alone does not compress in
+optimum-intel 2.x: the CLI runs a separate quantization step after the export.)
 
 The export runs in a child Python process (``python -m servehall_openvino_cpu.convert``):
 torch and the exporter never load into the serving process, and their memory is returned
@@ -22,11 +30,14 @@ failure the exporter's log tail is in the error.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import sys
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from servehall import (
     ConfigError,
@@ -37,6 +48,7 @@ from servehall import (
     servehall_cache_dir,
     source_digest,
 )
+from servehall_openvino_cpu.options import WEIGHT_FORMATS, weight_compression
 
 log = logging.getLogger("servehall.openvino_cpu")
 
@@ -82,15 +94,36 @@ def _versions() -> dict[str, str | None]:
     return installed_versions(CONVERT_VERSIONS)
 
 
-def source_key(src: Path, weight_format: str) -> str:
-    """SHA-256 hex over the source files (path, size, content), options and versions."""
-    return source_digest(src, [CONVERTER_VERSION, weight_format, _versions()])
+def source_key(src: Path, weight_format: str, compression: Mapping[str, Any] | None = None) -> str:
+    """SHA-256 hex over the source files (path, size, content), options and versions.
+
+    With ``compression`` (from :func:`~servehall_openvino_cpu.options.weight_compression`)
+    the key covers it and NNCF's version instead of the format's name; fp32/fp16 keys
+    are those of before.
+    """
+    if compression is None:
+        return source_digest(src, [CONVERTER_VERSION, weight_format, _versions()])
+    # keyed on the NNCF parameters, not the spelling: int8 and int8_asym share one IR
+    return source_digest(src, [CONVERTER_VERSION, dict(compression), _versions(), _nncf()])
+
+
+def _nncf() -> dict[str, str | None]:
+    return installed_versions(("nncf",))
 
 
 def resolve_ir_dir(
-    src: Path, *, cache_dir: Path | None = None, weight_format: str = "fp32", quiet: bool = False
+    src: Path,
+    *,
+    cache_dir: Path | None = None,
+    weight_format: str = "fp32",
+    group_size: int | None = None,
+    ratio: float | None = None,
+    quiet: bool = False,
 ) -> Path:
     """The OpenVINO IR directory for model directory ``src`` (converting once if needed).
+
+    ``weight_format``, ``group_size`` and ``ratio`` are the options ``weight_format``,
+    ``weight_group_size`` and ``weight_ratio`` (ignored when ``src`` is an IR directory).
 
     Raises:
         ConfigError: ``src`` is neither an IR nor a Hugging Face model directory, or it
@@ -106,16 +139,21 @@ def resolve_ir_dir(
             f"{src} is neither an OpenVINO IR directory ({IR_MODEL}) "
             "nor a Hugging Face model directory (config.json)"
         )
+    try:
+        compression = weight_compression(weight_format, group_size, ratio)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     root = (cache_dir or default_cache_dir()).expanduser().resolve()
-    key = source_key(src, weight_format)
+    key = source_key(src, weight_format, compression)
 
     def convert(tmp: Path) -> None:
-        _run_export(src, tmp, weight_format, quiet=quiet)
+        _run_export(src, tmp, weight_format, compression, quiet=quiet)
         marker = {
             "source": str(src),
             "key": key,
             "weight_format": weight_format,
-            "versions": _versions(),
+            "compression": compression,
+            "versions": _versions() | (_nncf() if compression is not None else {}),
             "converter_version": CONVERTER_VERSION,
         }
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
@@ -130,12 +168,25 @@ def resolve_ir_dir(
     return build_atomically(target, convert, is_ready=lambda d: (d / MARKER).is_file())
 
 
-def _run_export(src: Path, out: Path, weight_format: str, *, quiet: bool) -> None:
+def _run_export(
+    src: Path,
+    out: Path,
+    weight_format: str,
+    compression: Mapping[str, Any] | None,
+    *,
+    quiet: bool,
+) -> None:
     """Run the exporter in a child process, with a progress display on stderr."""
     cmd = [sys.executable, "-m", "servehall_openvino_cpu.convert", str(src), str(out)]
     cmd += ["--weight-format", weight_format]
+    if compression is not None:
+        cmd += ["--compression", json.dumps(dict(compression))]
     if not quiet:
-        log.info("converting %s to OpenVINO IR (once; the result is cached)", src.name)
+        log.info(
+            "converting %s to OpenVINO IR, %s weights (once; the result is cached)",
+            src.name,
+            weight_format,
+        )
     run_converter(
         cmd,
         out / "convert.log",
@@ -149,15 +200,19 @@ def _run_export(src: Path, out: Path, weight_format: str, *, quiet: bool) -> Non
         log.info("converted %s to OpenVINO IR (cached in %s)", src.name, out.parent)
 
 
-def export(src: Path, out: Path, weight_format: str) -> None:
-    """Export ``src`` into ``out`` in this process (the child's work; imports torch)."""
-    from optimum.exporters.openvino import main_export
-    from optimum.intel import OVConfig, OVWeightQuantizationConfig
+def export(
+    src: Path, out: Path, weight_format: str, compression: Mapping[str, Any] | None = None
+) -> None:
+    """Export ``src`` into ``out`` in this process (the child's work; imports torch).
 
-    if weight_format == "int8":
-        ov_config = OVConfig(quantization_config=OVWeightQuantizationConfig(bits=8, sym=False))
-    else:
-        ov_config = OVConfig(dtype=weight_format)
+    ``fp16`` stores fp16 weights; with ``compression`` the fp32 export is then
+    compressed by :func:`compress_weights`.
+    """
+    from optimum.exporters.openvino import main_export
+    from optimum.intel import OVConfig
+
+    # an explicit ov_config also stops optimum's own int8 default for models >= 1 B
+    ov_config = OVConfig(dtype="fp16" if weight_format == "fp16" else "fp32")
     main_export(
         str(src),
         str(out),
@@ -167,7 +222,45 @@ def export(src: Path, out: Path, weight_format: str) -> None:
         library_name="transformers",
         ov_config=ov_config,
     )
+    if compression is not None:
+        compress_weights(out, compression)
     _convert_tokenizer(src, out)
+
+
+def compress_weights(ir_dir: Path, compression: Mapping[str, Any]) -> None:
+    """Compress the weights of ``ir_dir/openvino_model.xml`` in place with NNCF.
+
+    ``compression`` is :func:`~servehall_openvino_cpu.options.weight_compression`'s
+    dict. Data-free (no calibration set): weights become u8/u4 constants with per-channel
+    (8-bit) or per-group (4-bit) scales and zero points, decompressed on the fly by the
+    CPU plugin. The new IR is written beside the old one and renamed over it.
+
+    Raises:
+        ImportError: nncf is not installed.
+        nncf.InvalidGroupSizeError etc.: NNCF refused the parameters (the child's log).
+    """
+    import nncf
+    import openvino as ov
+    from nncf.quantization.advanced_parameters import (
+        AdvancedCompressionParameters,
+        GroupSizeFallbackMode,
+    )
+
+    xml = ir_dir / IR_MODEL
+    kwargs: dict[str, Any] = {"mode": nncf.CompressWeightsMode(compression["mode"])}
+    if "group_size" in compression:
+        kwargs["group_size"] = int(compression["group_size"])
+        kwargs["ratio"] = float(compression["ratio"])
+        kwargs["advanced_parameters"] = AdvancedCompressionParameters(
+            group_size_fallback_mode=GroupSizeFallbackMode(compression["group_size_fallback"])
+        )
+    model = nncf.compress_weights(ov.Core().read_model(str(xml)), **kwargs)
+    tmp = ir_dir / "openvino_model.compressed.xml"
+    ov.save_model(model, str(tmp), compress_to_fp16=False)
+    del model  # releases the memory-mapped fp32 .bin before it is replaced
+    gc.collect()
+    tmp.with_suffix(".bin").replace(xml.with_suffix(".bin"))
+    tmp.replace(xml)
 
 
 def _convert_tokenizer(src: Path, out: Path) -> None:
@@ -190,13 +283,15 @@ def _convert_tokenizer(src: Path, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m servehall_openvino_cpu.convert SRC OUT [--weight-format F]``."""
+    """``python -m servehall_openvino_cpu.convert SRC OUT [--weight-format F]
+    [--compression JSON]``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("src", type=Path)
     parser.add_argument("out", type=Path)
-    parser.add_argument("--weight-format", default="fp32", choices=["fp32", "fp16", "int8"])
+    parser.add_argument("--weight-format", default="fp32", choices=WEIGHT_FORMATS)
+    parser.add_argument("--compression", type=json.loads, default=None)
     args = parser.parse_args(argv)
-    export(args.src, args.out, args.weight_format)
+    export(args.src, args.out, args.weight_format, args.compression)
     return 0
 
 

@@ -207,7 +207,11 @@ class OpenVINOEngine(StepThreadEngine):
         warm = threading.Thread(target=_import_grammar_backend, daemon=True)
         warm.start()
         self._ir_dir = resolve_ir_dir(
-            self.path, cache_dir=self.options.cache_dir, weight_format=self.options.weight_format
+            self.path,
+            cache_dir=self.options.cache_dir,
+            weight_format=self.options.weight_format,
+            group_size=self.options.weight_group_size,
+            ratio=self.options.weight_ratio,
         )
         self._pipe = self.new_pipeline()
         warm.join()

@@ -15,9 +15,9 @@ Validated by :class:`OpenVINOOptions`; :func:`parse_options` turns errors into
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from servehall import canonical_dtype, parse_model_options
 
@@ -27,6 +27,45 @@ KV_BLOCK_SIZE = 32
 DEFAULT_KV_CACHE_CAP_BYTES = 4 * 1024**3
 """When neither ``kv_cache_size_gb`` nor ``num_kv_blocks`` is set, the pool holds
 ``max_num_seqs`` full-length sequences, capped at this many bytes."""
+
+
+WeightFormat = Literal[
+    "fp32", "fp16", "int8", "int8_asym", "int8_sym", "int4", "int4_asym", "int4_sym"
+]
+"""Accepted ``weight_format`` values."""
+
+WEIGHT_FORMATS: tuple[str, ...] = get_args(WeightFormat)
+
+DEFAULT_INT4_GROUP_SIZE = 128
+"""optimum-cli's (and NNCF's) recommended 4-bit group size."""
+
+
+def weight_compression(
+    weight_format: str, group_size: int | None = None, ratio: float | None = None
+) -> dict[str, Any] | None:
+    """NNCF ``compress_weights`` parameters for ``weight_format`` (plain JSON values).
+
+    Returns None for ``fp32``/``fp16`` (no compression), else ``{"mode": <NNCF mode name>}``
+    (``int8`` → ``int8_asym``, ``int4`` → ``int4_asym``), plus for 4-bit modes
+    ``group_size`` (default 128), ``ratio`` (default 1.0) and ``group_size_fallback``
+    (``"adjust"``). Part of the conversion cache key.
+
+    Raises:
+        ValueError: an unknown ``weight_format``.
+    """
+    if weight_format not in WEIGHT_FORMATS:
+        raise ValueError(f"unknown weight_format {weight_format!r}; one of {WEIGHT_FORMATS}")
+    if weight_format in ("fp32", "fp16"):
+        return None
+    mode = {"int8": "int8_asym", "int4": "int4_asym"}.get(weight_format, weight_format)
+    if mode.startswith("int8"):
+        return {"mode": mode}
+    return {
+        "mode": mode,
+        "group_size": DEFAULT_INT4_GROUP_SIZE if group_size is None else group_size,
+        "ratio": 1.0 if ratio is None else ratio,
+        "group_size_fallback": "adjust",
+    }
 
 
 _OV_PRECISION: dict[str, str] = {"auto": "auto", "float32": "f32", "bfloat16": "bf16"}
@@ -70,7 +109,20 @@ class OpenVINOOptions(BaseModel):
             prefill scheduling, as in Sarathi-Serve and SGLang's schedulers.
         inference_num_threads: CPU threads for inference; None = OpenVINO's choice.
         weight_format: weight precision when converting a Hugging Face directory
-            (``fp32`` keeps parity; ``fp16``/``int8`` shrink the model).
+            (ignored for an IR directory): ``fp32`` keeps parity; ``fp16`` halves the
+            weights; the integer formats compress them with NNCF weight compression
+            (weights only; activations stay in ``inference_precision``): ``int8`` /
+            ``int8_asym`` (8-bit asymmetric, per output channel), ``int8_sym``, ``int4`` /
+            ``int4_asym`` (4-bit asymmetric in groups of ``weight_group_size``), ``int4_sym``.
+            The names follow ``optimum-cli export openvino --weight-format`` (whose
+            ``int8``/``int4`` are asymmetric unless ``--sym``) and NNCF's modes.
+        weight_group_size: 4-bit formats only: input channels per quantization group
+            (default 128; -1 = one group per output channel). A layer whose input size is
+            not a multiple takes the largest group size >= 32 that divides it, else int8
+            (NNCF's ``group_size_fallback_mode = ADJUST``).
+        weight_ratio: 4-bit formats only: fraction (0-1] of the weights in 4 bits, the
+            rest in int8_asym (default 1.0). As with optimum-cli, the embedding and the
+            last MatMul (the LM head) stay in int8 whatever the ratio.
         cache_dir: where converted models are cached; None =
             ``$SERVEHALL_CACHE_DIR/openvino`` (default ``~/.cache/servehall/openvino``).
     """
@@ -87,7 +139,9 @@ class OpenVINOOptions(BaseModel):
     dynamic_split_fuse: bool = True
     shortest_prefill_first: bool = True
     inference_num_threads: int | None = Field(default=None, ge=1)
-    weight_format: Literal["fp32", "fp16", "int8"] = "fp32"
+    weight_format: WeightFormat = "fp32"
+    weight_group_size: int | None = None
+    weight_ratio: float | None = Field(default=None, gt=0, le=1)
     cache_dir: Path | None = None
 
     @model_validator(mode="before")
@@ -114,6 +168,20 @@ class OpenVINOOptions(BaseModel):
         if self.kv_cache_size_gb is not None and self.num_kv_blocks is not None:
             raise ValueError("set kv_cache_size_gb or num_kv_blocks, not both")
         return self
+
+    @field_validator("weight_group_size", "weight_ratio")
+    @classmethod
+    def _four_bit_only(cls, value: Any, info: ValidationInfo) -> Any:
+        fmt = info.data.get("weight_format")
+        if value is not None and fmt is not None and not str(fmt).startswith("int4"):
+            raise ValueError(
+                f"applies to the 4-bit weight formats only (int4, int4_asym, int4_sym), "
+                f"not weight_format {fmt!r}"
+            )
+        gs = value if info.field_name == "weight_group_size" else None
+        if gs is not None and gs != -1 and gs < 1:
+            raise ValueError(f"must be a positive integer or -1 (per channel), not {value}")
+        return value
 
     def kv_precision(self) -> str | None:
         """The ``KV_CACHE_PRECISION`` to set, or None to leave OpenVINO's default."""

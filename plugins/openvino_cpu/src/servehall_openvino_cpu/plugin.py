@@ -38,8 +38,20 @@ def prepare(model: ModelConfig) -> None:
 
     opts = parse_options(model.options, model=model.name)
     resolve_ir_dir(
-        Path(model.path).expanduser(), cache_dir=opts.cache_dir, weight_format=opts.weight_format
+        Path(model.path).expanduser(),
+        cache_dir=opts.cache_dir,
+        weight_format=opts.weight_format,
+        group_size=opts.weight_group_size,
+        ratio=opts.weight_ratio,
     )
+
+
+def check_options(model: ModelConfig) -> None:
+    """Validate the model's ``options`` (config load and ``servehall config check``);
+    raises ConfigError naming each bad ``models.<name>.options.<key>``."""
+    from servehall_openvino_cpu.options import parse_options
+
+    parse_options(model.options, model=model.name)
 
 
 SPEC = BackendSpec(
@@ -47,6 +59,7 @@ SPEC = BackendSpec(
     probe=probe,
     factory=factory,
     prepare=prepare,
+    check_options=check_options,
     auto_priority=50,
     description="x86 CPUs through OpenVINO GenAI continuous batching (paged KV cache)",
 )
