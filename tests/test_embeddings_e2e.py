@@ -249,3 +249,33 @@ def test_one_request_log_row_per_request(served: Served) -> None:
     )  # [CLS] a b [SEP], [CLS] c [SEP]
     assert by_id[bad.headers["x-request-id"]]["status_code"] == 400
     assert by_id[wrong.headers["x-request-id"]]["error_code"] == "wrong_model_task"
+
+
+@pytest.mark.parametrize("isolation", ["process", "thread"])
+def test_embed_task_on_an_engine_that_cannot_embed_is_a_config_error(
+    model_dir: Path, tmp_path: Path, isolation: str
+) -> None:
+    """``task = "embed"`` on the null engine (no ``embed``): ``servehall serve`` refuses
+    to start, one line naming ``models.<name>.task``, in a worker or on a thread."""
+    from servehall.testing.sockets import free_port
+    from tests.conftest import dump_toml, run_cli
+
+    cfg = {
+        "models": [
+            {
+                "name": "mini",
+                "path": str(model_dir),
+                "backend": "null",
+                "task": "embed",
+                "isolation": isolation,
+            }
+        ],
+        "sinks": [],
+    }
+    path = tmp_path / "servehall.toml"
+    path.write_text(dump_toml(cfg))
+    p = run_cli(path, "serve", "--bind", f"127.0.0.1:{free_port()}", cwd=tmp_path)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr
+    last = [line for line in p.stderr.splitlines() if line.strip()][-1]
+    assert "models.mini.task: 'embed' needs an engine that can embed" in last, p.stderr
