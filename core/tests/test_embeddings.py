@@ -290,3 +290,40 @@ def _params() -> Any:
     from servehall.engines.contract import SamplingParams
 
     return SamplingParams(max_tokens=1)
+
+
+async def test_worker_process_embeds_and_comes_back(minilm: Path) -> None:
+    """The embedding engine in a worker process (``ProcessEngine``): vectors over IPC, a
+    refused input is an InvalidRequestError, and after a SIGKILL the worker restarts
+    (its probe is an embedding) and embeds again; calls in flight get a 503 error."""
+    import os
+    import signal
+
+    from servehall.errors import EngineUnavailableError
+    from servehall.worker.client import ProcessEngine
+
+    mc = ModelConfig(name="mini", path=minilm, backend="cpu", task="embed")
+    engine = ProcessEngine(mc, "cpu", [], probe_prompt=[101, 102])
+    await asyncio.wait_for(engine.start(), 120)
+    try:
+        assert engine.model_info.extra["embedding_dim"] == 384
+        [v] = await engine.embed([[101, 7592, 2088, 102]])
+        assert len(v) == 384 and abs(float(np.linalg.norm(v)) - 1) < 1e-5
+        with pytest.raises(InvalidRequestError):
+            await engine.embed([[101, 10**7]])
+        pid = engine.worker_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(EngineUnavailableError):
+            for _ in range(200):  # until the supervisor notices
+                await engine.embed([[101, 102]])
+                await asyncio.sleep(0.05)
+        for _ in range(1200):
+            if (await engine.health()).ok:
+                break
+            await asyncio.sleep(0.1)
+        assert (await engine.health()).ok and engine.worker_pid != pid
+        [again] = await engine.embed([[101, 7592, 2088, 102]])
+        assert np.allclose(again, v, atol=1e-6)
+    finally:
+        await engine.shutdown()
