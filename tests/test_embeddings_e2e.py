@@ -279,3 +279,61 @@ def test_embed_task_on_an_engine_that_cannot_embed_is_a_config_error(
     assert "Traceback" not in p.stderr
     last = [line for line in p.stderr.splitlines() if line.strip()][-1]
     assert "models.mini.task: 'embed' needs an engine that can embed" in last, p.stderr
+
+
+# --- guarded like chat: authentication, the allow-list, token rate limits ---------------
+
+PEPPER_ENV = "SERVEHALL_E2E_EMBED_PEPPER"
+PEPPER = "embed-pepper-0f3c9a"
+
+
+def test_auth_allow_list_and_token_rate_limit(
+    servehall_server: Any, model_dir: Path, tmp_path: Path
+) -> None:
+    """With the auth plugin: no key is a 401, a key limited to other models gets chat's
+    403, and a ``--tpm`` key is charged the input tokens (a second
+    request that does not fit the bucket is a 429)."""
+    import json
+
+    from tests.conftest import dump_toml, run_cli
+
+    cfg = {
+        "models": [{"name": EMBED, "path": str(model_dir), "backend": "cpu", "task": "embed"}],
+        "plugins": {"enabled": ["auth"]},
+        "database": {"url": f"sqlite+aiosqlite:///{tmp_path / 'auth.db'}"},
+        "sinks": [{"name": "sql", "options": {"linger_s": 0.05}}],
+        "auth": {"pepper": {"env": PEPPER_ENV}, "key_cache_ttl_s": 0},
+    }
+    config = tmp_path / "auth.toml"
+    config.write_text(dump_toml(cfg))
+    env = {PEPPER_ENV: PEPPER}
+
+    def cli(*args: str) -> str:
+        proc = run_cli(config, *args, env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout
+
+    cli("db", "upgrade")
+
+    def key(*extra: str) -> str:
+        out = json.loads(cli("keys", "create", "--tenant", "t" + str(len(extra)), "--json", *extra))
+        return str(out["key"])
+
+    limited, other = key("--tpm", "20"), key("--models", "demo", "--name", "o")
+    twelve = "one two three four five six seven eight nine ten"  # [CLS] + 10 + [SEP]
+    with servehall_server(config.read_text(), env=env, name="embeddings-auth") as server:
+        url = server.base_url + "/v1/embeddings"
+        body = {"model": EMBED, "input": twelve}
+        assert httpx.post(url, json=body, timeout=60).status_code == 401
+
+        def post(k: str) -> httpx.Response:
+            return httpx.post(url, json=body, headers={"Authorization": f"Bearer {k}"}, timeout=60)
+
+        r = post(other)  # as on chat: 403 for a served model outside the allow-list
+        assert r.status_code == 403 and r.json()["error"]["type"] == "permission_error"
+        first = post(limited)
+        assert first.status_code == 200, first.text
+        assert first.json()["usage"]["prompt_tokens"] == 12
+        second = post(limited)  # 12 more input tokens do not fit the 8 left
+        assert second.status_code == 429, second.text
+        assert second.json()["error"]["type"] == "rate_limit_error"
