@@ -30,6 +30,7 @@ from servehall.config.options import canonical_dtype, parse_model_options
 from servehall.engines.backends import BackendRegistry, BackendSpec, ProbeResult
 from servehall.engines.cache import build_atomically, installed_versions, servehall_cache_dir
 from servehall.engines.contract import (
+    EmbeddingEngine,
     Engine,
     EngineHealth,
     EngineStats,
@@ -138,6 +139,7 @@ __all__ = [
     "DbBase",
     "DbTimeouts",
     "DeltaStream",
+    "EmbeddingEngine",
     "Engine",
     "EngineError",
     "EngineHealth",

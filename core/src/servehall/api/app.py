@@ -11,6 +11,7 @@ from servehall.api import files as file_routes
 from servehall.api import tokenize as tokenizer_routes
 from servehall.api.access_log import AccessLogMiddleware
 from servehall.api.auth import AuthMiddleware
+from servehall.api.embeddings import EmbeddingsEndpoint
 from servehall.api.errors import install_handlers
 from servehall.api.inference import InferenceEndpoint
 from servehall.api.state import ApiState
@@ -45,6 +46,7 @@ def create_app(
         Route("/v1/models/{model:path}", routes.retrieve_model, methods=["GET"]),
         Route("/v1/chat/completions", InferenceEndpoint("chat"), methods=["POST"]),
         Route("/v1/completions", InferenceEndpoint("completion"), methods=["POST"]),
+        Route("/v1/embeddings", EmbeddingsEndpoint(), methods=["POST"]),
         Route(
             "/tokenize",
             tokenizer_routes.TokenizerEndpoint(tokenizer_routes.tokenize),

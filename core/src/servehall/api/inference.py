@@ -238,6 +238,13 @@ class InferenceEndpoint:
         state.record.model = served.name
         state.record.version = served.version
         state.record.backend = served.backend
+        if served.config is not None and served.config.task == "embed":
+            raise InvalidRequestError(
+                f"The model '{name}' is served for embeddings, not text generation "
+                "(use /v1/embeddings).",
+                param="model",
+                code="wrong_model_task",
+            )
         n = req.n or 1
         if n > settings.server.max_n:
             raise InvalidRequestError(

@@ -122,6 +122,22 @@ def _tokenizer_paths(max_token_id: int | None) -> dict[str, Any]:
     }
 
 
+def _embeddings_path() -> dict[str, Any]:
+    """``/v1/embeddings`` (listed when the server serves an embedding model)."""
+    return {
+        "/v1/embeddings": {
+            "post": {
+                "summary": "Embeddings of texts or token arrays",
+                "requestBody": {"required": True, "content": _json(m.EmbeddingRequest)},
+                "responses": {
+                    "200": {"description": "The vectors", "content": _json(m.EmbeddingResponse)},
+                    **_errors(),
+                },
+            }
+        }
+    }
+
+
 def _cap(prop: dict[str, Any] | None, maximum: int) -> None:
     if prop is None:
         return
@@ -137,8 +153,12 @@ def _restrict_requests(
     models: Sequence[str],
     max_model_len: int | None,
     max_token_id: int | None = None,
+    embedding_models: Sequence[str] = (),
 ) -> None:
     drop = set(unsupported)
+    props = defs.get("EmbeddingRequest", {}).get("properties", {})
+    if embedding_models and "model" in props:
+        props["model"]["enum"] = list(embedding_models)
     for name in ("TokenizeCompletionRequest", "TokenizeChatRequest", "DetokenizeRequest"):
         props = defs.get(name, {}).get("properties", {})
         if models and "model" in props:
@@ -170,6 +190,7 @@ def openapi_document(
     models: Sequence[str] = (),
     max_model_len: int | None = None,
     max_token_id: int | None = None,
+    embedding_models: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The document for one server (stable for a given version and configuration).
 
@@ -179,7 +200,10 @@ def openapi_document(
 
     Args:
         max_n: ``[server] max_n``; the schema's maximum of ``n`` (None: the model's 128).
-        models: the served model names: ``model`` becomes an ``enum`` of them.
+        models: the served model names (of ``task = "generate"``): chat's and
+            completions' ``model`` becomes an ``enum`` of them.
+        embedding_models: the served ``task = "embed"`` model names: ``/v1/embeddings``
+            is listed (its ``model`` an ``enum`` of them) only when there is one.
         max_model_len: the largest served context: ``max_tokens`` above it - 1 can never
             be served, so the schema's maximum says so.
         max_token_id: the largest token id every served model's vocabulary holds:
@@ -205,6 +229,8 @@ def openapi_document(
         m.DetokenizeResponse,
         m.ErrorResponse,
     ]
+    if embedding_models:
+        schema_models += [m.EmbeddingRequest, m.EmbeddingResponse]
     _, defs = models_json_schema(
         [
             (x, "validation" if x.__name__.endswith("Request") else "serialization")
@@ -214,7 +240,9 @@ def openapi_document(
     )
     defs = copy.deepcopy(defs)
     schemas: dict[str, Any] = defs.get("$defs", {})
-    _restrict_requests(schemas, max_n, unsupported, models, max_model_len, max_token_id)
+    _restrict_requests(
+        schemas, max_n, unsupported, models, max_model_len, max_token_id, embedding_models
+    )
     health = {
         "get": {
             "summary": "",
@@ -238,6 +266,7 @@ def openapi_document(
             "/v1/completions": _inference(
                 m.CompletionRequest, m.Completion, m.Completion, "Create a text completion"
             ),
+            **(_embeddings_path() if embedding_models else {}),
             **_tokenizer_paths(max_token_id),
             "/v1/models": {
                 "get": {

@@ -90,9 +90,11 @@ async def openapi(request: Request) -> Response:
     api = _api(request)
     doc = getattr(request.app.state, "openapi", None)
     if doc is None:
+        from servehall.api.embeddings import model_task
         from servehall.api.sampling import OPTIONAL_SAMPLING_FIELDS
 
         host = api.host
+        embedding = {s.name for s in host.models.values() if model_task(s) == "embed"}
         unsupported = {
             name
             for name in OPTIONAL_SAMPLING_FIELDS
@@ -104,7 +106,8 @@ async def openapi(request: Request) -> Response:
             unsupported=sorted(unsupported),
             bearer_auth=host.plugins.has_authenticators,
             public_paths=host.settings.server.auth_allow_paths,
-            models=sorted(host.served_names()),
+            models=sorted(n for n in host.served_names() if n not in embedding),
+            embedding_models=sorted(embedding),
             max_model_len=max((m.max_model_len for m in host.models.values()), default=None),
             max_token_id=min(
                 (m.tokenizer.vocab_size - 1 for m in host.models.values()), default=None

@@ -408,6 +408,58 @@ class DetokenizeResponse(BaseModel):
     prompt: str
 
 
+MAX_EMBEDDING_INPUTS = 2048
+"""Most inputs one ``/v1/embeddings`` request may carry (OpenAI's limit)."""
+
+
+class EmbeddingRequest(_Model):
+    """``POST /v1/embeddings`` (OpenAI's shape).
+
+    ``input`` is a string, a list of strings, a list of token ids (one input) or a list
+    of token-id lists; 1 to :data:`MAX_EMBEDDING_INPUTS` inputs, none empty (the route
+    checks the counts, the vocabulary and the model's input length).
+    ``encoding_format`` ``float`` (default) answers lists of numbers, ``base64`` the
+    little-endian float32 bytes of each vector, base64-encoded. ``dimensions`` asks for
+    a shorter vector: only a model that declares Matryoshka representations allows it
+    (else 400 naming ``dimensions``). ``user`` is accepted and, as on chat, picks the
+    sticky version."""
+
+    model: StrictText
+    input: (
+        StrictText
+        | list[StrictText]
+        | list[TokenId]
+        | list[Annotated[list[TokenId], Field(min_length=1)]]
+    )
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Annotated[int, Field(strict=True, ge=1), _INTEGRAL] | None = None
+    user: StrictText | None = None
+
+
+class EmbeddingData(BaseModel):
+    """One input's vector: a list of floats, or base64 (``encoding_format``)."""
+
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str
+
+
+class EmbeddingUsage(BaseModel):
+    """Input tokens of the request (embeddings generate none)."""
+
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingResponse(BaseModel):
+    """``/v1/embeddings``' answer, one ``data`` entry per input, in input order."""
+
+    object: Literal["list"] = "list"
+    data: list[EmbeddingData]
+    model: str
+    usage: EmbeddingUsage
+
+
 # --- responses -------------------------------------------------------------------------
 
 

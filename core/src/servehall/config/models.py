@@ -116,7 +116,11 @@ class ModelConfig(_Section):
     API process (debugging). ``worker`` tunes the supervision (:class:`WorkerSettings`).
     ``tool_parser`` names the tool-call format the model writes (``hermes``,
     ``llama3_json`` or one a plugin registers); None picks one from the chat template
-    (:func:`servehall.tools.parsers.guess_parser_name`).
+    (:func:`servehall.tools.parsers.guess_parser_name`). ``task`` is what the model is
+    served for: ``"generate"`` (default: ``/v1/chat/completions``, ``/v1/completions``) or
+    ``"embed"`` (``/v1/embeddings`` only; the backend's engine must implement
+    :class:`~servehall.engines.contract.EmbeddingEngine`, else the model fails to start
+    with a config error). A request to the other task's routes is a 400.
 
     Versions (docs/versions.md): several entries may share a ``name``, each with its own
     ``version`` label (letters, digits, ``.``, ``_``, ``-``) and a ``weight`` (>= 0, a
@@ -142,6 +146,7 @@ class ModelConfig(_Section):
     isolation: Literal["process", "thread"] = "process"
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     tool_parser: str | None = Field(default=None, min_length=1)
+    task: Literal["generate", "embed"] = "generate"
 
     @field_validator("path")
     @classmethod

@@ -21,6 +21,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
+from servehall.errors import ConfigError
+
 EngineFinishReason = Literal["stop", "length", "abort", "error"]
 """Why an engine stream ended: ``stop`` = an end-of-sequence token was produced,
 ``length`` = ``max_tokens`` was reached, ``abort`` = :meth:`Engine.abort` was called,
@@ -262,3 +264,48 @@ class Engine(Protocol):
     async def shutdown(self) -> None:
         """Abort everything, stop the step loop and release device memory. Idempotent."""
         ...
+
+
+@runtime_checkable
+class EmbeddingEngine(Protocol):
+    """What an engine adds to serve ``[[models]] task = "embed"`` (``/v1/embeddings``).
+
+    Optional: an engine that lacks :meth:`embed` cannot serve an embedding model, and such
+    a model fails to start with a config error (:func:`check_embedding_engine`). An
+    engine started for ``task = "embed"`` may refuse :meth:`Engine.add_request` (its
+    stream ends with ``finish_reason="error"``, ``code="invalid_request"``); the API
+    never sends it one.
+    """
+
+    async def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[float]]:
+        """One vector per input, in input order.
+
+        Args:
+            inputs: one or more token-id sequences (each non-empty, ids inside the
+                vocabulary, no longer than ``model_info.max_model_len``; the API checks).
+
+        Returns:
+            ``len(inputs)`` vectors of ``model_info.extra["embedding_dim"]`` floats each, pooled
+            and (when the model says so) L2-normalised the way the model was trained to be
+            used.
+
+        Raises:
+            EngineUnavailableError: the engine is not running (503 + ``Retry-After``).
+            InvalidRequestError: an input the engine refuses (400).
+            EngineError: the engine failed (500).
+        """
+        ...
+
+
+def check_embedding_engine(model_name: str, task: str, engine: object) -> None:
+    """Refuse to serve ``task = "embed"`` on an engine without :meth:`EmbeddingEngine.embed`.
+
+    Raises:
+        ConfigError: ``task`` is ``"embed"`` and ``engine`` has no ``embed`` method.
+    """
+    if task == "embed" and not isinstance(engine, EmbeddingEngine):
+        raise ConfigError(
+            f"models.{model_name}.task: 'embed' needs an engine that can embed; "
+            f"{type(engine).__name__} of backend {getattr(engine, 'backend', '?')!r} cannot "
+            "(the torch engine can: options.engine = 'torch')"
+        )

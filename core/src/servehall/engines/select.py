@@ -136,9 +136,12 @@ class EngineChoice:
             from servehall.engines.torch.engine import TorchEngine
 
             options = {k: v for k, v in model.options.items() if k != "engine"}
-            return TorchEngine(
-                model.model_copy(update={"options": options}), self.torch_device(), backend
-            )
+            plain = model.model_copy(update={"options": options})
+            if model.task == "embed":
+                from servehall.engines.torch.embedding import TorchEmbeddingEngine
+
+                return TorchEmbeddingEngine(plain, self.torch_device(), backend)
+            return TorchEngine(plain, self.torch_device(), backend)
         offered = [
             n
             for n, ok in (

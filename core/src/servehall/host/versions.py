@@ -20,7 +20,7 @@ from typing import Any
 from servehall.config.models import ModelConfig
 from servehall.config.settings import Settings
 from servehall.engines.backends import BackendSpec
-from servehall.engines.contract import Engine
+from servehall.engines.contract import Engine, check_embedding_engine
 from servehall.engines.model_dir import check_model_dir
 from servehall.errors import ConfigError
 from servehall.plugin.host import Host, ServedModel, model_key
@@ -138,7 +138,9 @@ def make_engine(
     ``engine.restart`` / ``engine.crash_loop``); the backend's build step
     (:meth:`BackendSpec.prepare_step`) runs before the worker starts."""
     if mc.isolation == "thread":
-        return spec.factory(mc)
+        engine = spec.factory(mc)
+        check_embedding_engine(mc.name, mc.task, engine)
+        return engine
     settings = spec.worker_settings(mc)
 
     def on_event(action: str, details: dict[str, Any]) -> None:

@@ -64,6 +64,8 @@ class Readiness:
         tok = served.tokenizer
         prompt = tok.encode_plain("ready", add_special_tokens=True) or [0]
         rid = f"probe-{next(_ids)}"
+        if served.config is not None and served.config.task == "embed":
+            return await self._probe_embed(served, prompt)
         stream: Any = served.engine.add_request(
             rid, prompt, SamplingParams(max_tokens=1, temperature=0.0)
         )
@@ -83,6 +85,18 @@ class Readiness:
         finally:
             with contextlib.suppress(Exception):
                 await stream.aclose()
+        self.mark_ok(served.key)
+        return True
+
+    async def _probe_embed(self, served: ServedModel, prompt: list[int]) -> bool:
+        """The probe of an embedding model: one embedding of ``prompt``."""
+        try:
+            async with asyncio.timeout(self.probe_timeout_s):
+                await served.engine.embed([prompt])  # type: ignore[attr-defined]
+        except Exception as exc:
+            self.last_error[served.key] = f"{type(exc).__name__}: {exc}"[:300]
+            log.warning("readiness probe of %s failed: %s", served.key, exc)
+            return False
         self.mark_ok(served.key)
         return True
 

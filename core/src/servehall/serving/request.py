@@ -37,7 +37,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("servehall.request")
 
-KNOWN_ENDPOINTS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/models"})
+KNOWN_ENDPOINTS = frozenset(
+    {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models"}
+)
 """Endpoint label values; any other path is counted as ``other``."""
 
 

@@ -75,7 +75,10 @@ class TextTokenizer:
         backend = hf.backend_tokenizer
         self._special = backend
         config = json.loads(backend.to_str())
-        plain = _no_special_pieces(config)
+        # a tokenizer.json may pad or truncate every encoding to a fixed length (an
+        # embedding model's: all-MiniLM-L6-v2 pads and truncates to 128); user text is
+        # neither padded nor silently cut here (length limits are checked, not applied)
+        plain = {**_no_special_pieces(config), "padding": None, "truncation": None}
         self._plain = Tokenizer.from_str(json.dumps(plain))
         self._plain.encode_special_tokens = True
         self._plain_inner = Tokenizer.from_str(json.dumps(_never_prepend(plain)))

@@ -33,10 +33,17 @@ from servehall.engines.contract import (
     TokenDelta,
 )
 from servehall.engines.kit import DeltaStream
-from servehall.errors import ConfigError, EngineError
+from servehall.errors import (
+    ConfigError,
+    EngineError,
+    EngineUnavailableError,
+    InvalidRequestError,
+)
 from servehall.worker.messages import (
     AbortRequest,
     AddRequest,
+    EmbedOutput,
+    EmbedRequest,
     StepOutput,
     StopWorker,
     WorkerReady,
@@ -87,6 +94,8 @@ class ProcessEngine(WorkerSupervisor):
         self.supported_params: frozenset[str] = frozenset()
         self._info = ModelInfo(max_model_len=1)
         self._streams: dict[str, DeltaStream] = {}
+        self._embeds: dict[str, asyncio.Future[list[list[float]]]] = {}
+        self._embed_ids = 0
         self._commands: list[Any] = []
         self._flush_scheduled = False
         self._probe_ids = 0
@@ -169,6 +178,7 @@ class ProcessEngine(WorkerSupervisor):
         self._up.clear()
         for rid in list(self._streams):
             self._abort_now(rid)
+        self._fail_embeds()
         for task in (self._watch, self._restart):
             if task is not None:
                 task.cancel()
@@ -211,6 +221,56 @@ class ProcessEngine(WorkerSupervisor):
             self._last_progress = time.monotonic()  # the stall clock starts now
         self._streams[stream.request_id] = stream
         self._queue_command(AddRequest(stream.request_id, list(prompt), params))
+
+    async def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[float]]:
+        """The worker engine's ``embed`` (:class:`~servehall.engines.contract.EmbeddingEngine`)
+        over IPC: one :class:`~servehall.worker.messages.EmbedRequest`, one answer.
+
+        Raises:
+            EngineUnavailableError: the worker is down or restarting, or went away while
+                embedding (503).
+            InvalidRequestError: the worker's engine refused the input (or cannot embed).
+            EngineError: the worker's engine failed, or the engine was shut down.
+        """
+        if self._state in ("new", "stopped"):
+            raise EngineError(f"the engine of model {self.name} is not running")
+        if self._state != "up":
+            raise EngineUnavailableError(self._unavailable().error or "engine unavailable")
+        return await self._embed_now(inputs)
+
+    async def _embed_now(self, inputs: Sequence[Sequence[int]]) -> list[list[float]]:
+        self._embed_ids += 1
+        rid = f"embed-{self._embed_ids}"
+        assert self._loop is not None
+        fut: asyncio.Future[list[list[float]]] = self._loop.create_future()
+        if not self._streams and not self._embeds:
+            self._last_progress = time.monotonic()  # the stall clock starts now
+        self._embeds[rid] = fut
+        self._queue_command(EmbedRequest(rid, [list(x) for x in inputs]))
+        try:
+            return await fut
+        finally:
+            self._embeds.pop(rid, None)
+
+    def _on_embed(self, msg: EmbedOutput) -> None:
+        fut = self._embeds.pop(msg.request_id, None)
+        if fut is None or fut.done():
+            return
+        if msg.error is None:
+            fut.set_result(msg.vectors)
+        elif msg.code == "invalid_request":
+            fut.set_exception(InvalidRequestError(msg.error, param="input"))
+        elif msg.code == "engine_unavailable":
+            fut.set_exception(EngineUnavailableError(msg.error))
+        else:
+            fut.set_exception(EngineError(msg.error))
+
+    def _fail_embeds(self) -> None:
+        embeds, self._embeds = self._embeds, {}
+        failure = self._unavailable().error or "engine unavailable"
+        for fut in embeds.values():
+            if not fut.done():
+                fut.set_exception(EngineUnavailableError(failure))
 
     async def abort(self, request_id: str) -> None:
         """End the request's stream with ``abort`` now; the worker frees its KV cache."""
@@ -291,7 +351,7 @@ class ProcessEngine(WorkerSupervisor):
     # --- what the supervisor asks of the client ------------------------------------------
 
     def _in_flight(self) -> int:
-        return len(self._streams)
+        return len(self._streams) + len(self._embeds)
 
     def _on_step(self, msg: StepOutput) -> None:
         streams = self._streams
@@ -308,6 +368,7 @@ class ProcessEngine(WorkerSupervisor):
         failure = self._unavailable()
         for stream in streams.values():
             stream.push(failure)
+        self._fail_embeds()
         self._commands.clear()
 
     def _on_ready(self, info: WorkerReady) -> None:
@@ -320,7 +381,15 @@ class ProcessEngine(WorkerSupervisor):
         self.supported_params = frozenset(info.supported_params)
 
     async def _probe(self) -> bool:
-        """One greedy token through the new worker."""
+        """One greedy token through the new worker (an embedding of the probe prompt for
+        ``task = "embed"``)."""
+        if self.model.task == "embed":
+            try:
+                async with asyncio.timeout(self.settings.step_timeout_s + 5):
+                    await self._embed_now([self.probe_prompt])
+            except Exception:
+                return False
+            return True
         self._probe_ids += 1
         rid = f"servehall-restart-probe-{self._probe_ids}"
         stream = DeltaStream(rid, self._abort_now)

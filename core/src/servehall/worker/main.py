@@ -63,7 +63,7 @@ from typing import Any
 
 from servehall.config.models import ModelConfig
 from servehall.engines.child import die_with_parent
-from servehall.engines.contract import Engine, TokenDelta
+from servehall.engines.contract import EmbeddingEngine, Engine, TokenDelta, check_embedding_engine
 from servehall.engines.kit import StepSinkEngine
 from servehall.worker.messages import DeltaTuple, delta_tuple
 from servehall.worker.wire import FrameSender, read_frame
@@ -300,6 +300,7 @@ class _Worker:
             plugins.check_enabled()
         backend = plugins.backends().get(self.spec.backend)
         engine = backend.factory(self.spec.model)
+        check_embedding_engine(self.spec.model.name, self.spec.model.task, engine)
         await engine.start()
         return engine
 
@@ -311,6 +312,7 @@ class _Worker:
         from servehall.worker.messages import (
             AbortRequest,
             AddRequest,
+            EmbedRequest,
             StopWorker,
             commands_decoder,
         )
@@ -328,6 +330,10 @@ class _Worker:
                     self._add(cmd)
                 elif isinstance(cmd, AbortRequest):
                     await engine.abort(cmd.request_id)
+                elif isinstance(cmd, EmbedRequest):
+                    task = asyncio.ensure_future(self._embed(cmd.request_id, cmd.inputs))
+                    self.pumps.add(task)
+                    task.add_done_callback(self.pumps.discard)
                 elif isinstance(cmd, StopWorker):
                     return
 
@@ -361,6 +367,34 @@ class _Worker:
             task = asyncio.ensure_future(self._pump(rid, stream))
             self.pumps.add(task)
             task.add_done_callback(self.pumps.discard)
+
+    async def _embed(self, rid: str, inputs: list[list[int]]) -> None:
+        """Answer one EmbedRequest with the engine's vectors, or an error."""
+        from servehall.errors import EngineUnavailableError, InvalidRequestError
+        from servehall.worker.messages import EmbedOutput
+
+        vocab = self.vocab_size
+        error: str | None = None
+        code: str | None = None
+        vectors: list[list[float]] = []
+        if not isinstance(self.engine, EmbeddingEngine):
+            error, code = "this model's engine cannot embed", "invalid_request"
+        elif not inputs or any(
+            not x or (vocab and any(t < 0 or t >= vocab for t in x)) for x in inputs
+        ):
+            error = f"each input must be 1 or more token ids in [0, {vocab})"
+            code = "invalid_request"
+        else:
+            try:
+                vectors = await self.engine.embed(inputs)
+            except InvalidRequestError as exc:
+                error, code = exc.message, "invalid_request"
+            except EngineUnavailableError as exc:
+                error, code = exc.message, "engine_unavailable"
+            except Exception as exc:
+                log.exception("embedding %s failed", rid)
+                error = f"embedding failed: {type(exc).__name__}"
+        self.send(EmbedOutput(rid, vectors, error, code))
 
     async def _pump(self, rid: str, stream: Any) -> None:
         async for delta in stream:

@@ -5,12 +5,14 @@ Two Unix stream connections per worker, one each way (vLLM's engine-core split):
 process listens; the worker connects.
 
 * to the worker, one message = a list of commands (:class:`AddRequest`,
-  :class:`AbortRequest`, :class:`StopWorker`) gathered during one event-loop turn;
+  :class:`AbortRequest`, :class:`EmbedRequest`, :class:`StopWorker`) gathered during one
+  event-loop turn;
 * from the worker: :class:`WorkerReady` or :class:`StartFailed` once, then
-  :class:`StepOutput` (one per engine step: every request's new token ids) and
-  :class:`Heartbeat` (every ``heartbeat_interval_s``, with the engine's stats).
+  :class:`StepOutput` (one per engine step: every request's new token ids),
+  :class:`EmbedOutput` (one per :class:`EmbedRequest`) and :class:`Heartbeat` (every
+  ``heartbeat_interval_s``, with the engine's stats).
 
-Token ids in, token ids out: no text crosses the boundary.
+Token ids in, token ids (or embedding vectors) out: no text crosses the boundary.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ import msgspec
 
 from servehall.engines.contract import SamplingParams, TokenDelta
 
-WIRE_VERSION = 2
+WIRE_VERSION = 3
 """Version of these messages and their transport (2: length-prefixed frames on Unix
 sockets, :mod:`servehall.worker.wire`; 1 was ZeroMQ). A worker under another interpreter
 (``[[models]] worker.python``) must speak the same one: the API process checks it at start.
+3 added :class:`EmbedRequest` and :class:`EmbedOutput`.
 Bump it with any change to the messages below (or to
 :class:`~servehall.engines.contract.SamplingParams`, which they carry) or to the wire."""
 
@@ -43,11 +46,19 @@ class AbortRequest(msgspec.Struct, tag="abort", array_like=True):
     request_id: str
 
 
+class EmbedRequest(msgspec.Struct, tag="embed", array_like=True):
+    """Embed ``inputs`` (token-id lists) with the engine's ``embed``; answered by one
+    :class:`EmbedOutput` with the same ``request_id``."""
+
+    request_id: str
+    inputs: list[list[int]]
+
+
 class StopWorker(msgspec.Struct, tag="stop", array_like=True):
     """Abort everything, shut the engine down and exit with status 0."""
 
 
-Command = AddRequest | AbortRequest | StopWorker
+Command = AddRequest | AbortRequest | EmbedRequest | StopWorker
 
 DeltaTuple = tuple[str, tuple[int, ...], str | None, str | None, str | None]
 """One request's part of a step: ``(request_id, token_ids, finish_reason, error, code)``
@@ -69,6 +80,17 @@ class StepOutput(msgspec.Struct, tag="step", array_like=True):
 
     deltas: list[DeltaTuple]
     counters: tuple[int, int, int]
+
+
+class EmbedOutput(msgspec.Struct, tag="embedded", array_like=True):
+    """The answer to one :class:`EmbedRequest`: ``vectors`` (one per input), or
+    ``error`` (a user-safe message) with ``code``: ``"invalid_request"`` (the engine
+    refused the input: 400), ``"engine_unavailable"`` (503), None (an engine failure)."""
+
+    request_id: str
+    vectors: list[list[float]]
+    error: str | None = None
+    code: str | None = None
 
 
 class Heartbeat(msgspec.Struct, tag="hb", array_like=True):
@@ -112,7 +134,7 @@ class StartFailed(msgspec.Struct, tag="failed", array_like=True):
     message: str
 
 
-Report = StepOutput | Heartbeat | WorkerReady | StartFailed
+Report = StepOutput | EmbedOutput | Heartbeat | WorkerReady | StartFailed
 
 command_encoder = msgspec.msgpack.Encoder()
 commands_decoder = msgspec.msgpack.Decoder(list[Command])

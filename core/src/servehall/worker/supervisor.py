@@ -57,6 +57,7 @@ from servehall.worker.exits import describe_exit, oom_kill_count, with_stderr
 from servehall.worker.liveness import ProcSample, liveness
 from servehall.worker.main import WorkerSpec, worker_main
 from servehall.worker.messages import (
+    EmbedOutput,
     Heartbeat,
     StartFailed,
     StepOutput,
@@ -311,6 +312,9 @@ class WorkerSupervisor:
             self._last_progress = self._last_hb = time.monotonic()  # output is life too
             self._counters = msg.counters
             self._on_step(msg)
+        elif isinstance(msg, EmbedOutput):
+            self._last_progress = self._last_hb = time.monotonic()
+            self._on_embed(msg)
         elif isinstance(msg, Heartbeat):
             self._hb = msg
             self._counters = (msg.running, msg.waiting, msg.kv_cache_blocks_used)
@@ -610,6 +614,10 @@ class WorkerSupervisor:
 
     def _on_step(self, msg: StepOutput) -> None:
         """Deliver one engine step's deltas to their streams."""
+        raise NotImplementedError
+
+    def _on_embed(self, msg: EmbedOutput) -> None:
+        """Deliver one embedding answer to its caller."""
         raise NotImplementedError
 
     def _fail_in_flight(self) -> None:

@@ -28,6 +28,7 @@ COMPLETIONS = "/v1/completions"
 TOKENIZE = "/tokenize"
 DETOKENIZE = "/detokenize"
 FILES = "/v1/files"
+EMBEDDINGS = "/v1/embeddings"
 _BOUNDARY = "soak-boundary-7f3a"
 
 
@@ -284,6 +285,25 @@ def hostile_shapes(model: str) -> list[Shape]:
     body("detokenize_out_of_vocab", {"model": model, "tokens": [1, 2**40]}, DETOKENIZE)
     body("detokenize_huge", {"model": model, "tokens": [2**70]}, DETOKENIZE)
     body("detokenize_unknown_model", {"model": "no-such-model", "tokens": [1]}, DETOKENIZE)
+    # /v1/embeddings: the soak's model generates, so even a good body is a 400
+    # (wrong_model_task); bad bodies are 400s (415 for the media type) all the same
+    raw("embeddings_bad_json", b'{"input": ', path=EMBEDDINGS)
+    raw("embeddings_text_plain", b'{"input": "a"}', ctype="text/plain", path=EMBEDDINGS)
+    body("embeddings_generate_model", {"model": model, "input": "a"}, EMBEDDINGS)
+    body("embeddings_input_int", {"model": model, "input": 5}, EMBEDDINGS)
+    body("embeddings_input_empty", {"model": model, "input": []}, EMBEDDINGS)
+    body("embeddings_tokens_negative", {"model": model, "input": [[1, -5]]}, EMBEDDINGS)
+    body(
+        "embeddings_bad_encoding",
+        {"model": model, "input": "a", "encoding_format": "int8"},
+        EMBEDDINGS,
+    )
+    body(
+        "embeddings_dimensions_string",
+        {"model": model, "input": "a", "dimensions": "8"},
+        EMBEDDINGS,
+    )
+    body("embeddings_unknown_model", {"model": "no-such-model", "input": "a"}, EMBEDDINGS)
     # /v1/files: bad uploads are refused (400/415) before anything is stored
     line = json.dumps({"custom_id": "a", "method": "POST", "url": CHAT, "body": _chat(model)})
     bad_files = {

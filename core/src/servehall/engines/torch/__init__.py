@@ -18,6 +18,7 @@ from servehall.engines.torch.probe import DriverCount, TorchBuild, driver_device
 
 if TYPE_CHECKING:
     from servehall.config.models import ModelConfig
+    from servehall.engines.torch.embedding import TorchEmbeddingEngine
     from servehall.engines.torch.engine import TorchEngine
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "KvGeometry",
     "TorchBuild",
     "TorchDevice",
+    "TorchEmbeddingEngine",
     "TorchEngine",
     "TorchOptions",
     "driver_device_count",
@@ -39,14 +41,20 @@ __all__ = [
 
 def torch_engine_factory(
     device: Callable[[], TorchDevice], backend: str
-) -> Callable[[ModelConfig], TorchEngine]:
-    """A ``BackendSpec.factory``: ``(ModelConfig) -> TorchEngine`` on ``device()``.
+) -> Callable[[ModelConfig], TorchEngine | TorchEmbeddingEngine]:
+    """A ``BackendSpec.factory``: ``(ModelConfig) -> TorchEngine`` on ``device()``, or a
+    :class:`TorchEmbeddingEngine` for ``task = "embed"``.
 
     The returned factory validates options (ConfigError) and builds an unstarted engine.
     """
 
-    def factory(model: ModelConfig) -> TorchEngine:
+    def factory(model: ModelConfig) -> TorchEngine | TorchEmbeddingEngine:
         from servehall.engines.torch.engine import TorchEngine
+
+        if model.task == "embed":
+            from servehall.engines.torch.embedding import TorchEmbeddingEngine
+
+            return TorchEmbeddingEngine(model, device(), backend)
 
         return TorchEngine(model, device(), backend)
 
@@ -54,4 +62,10 @@ def torch_engine_factory(
     return factory
 
 
-__getattr__ = lazy_names(__name__, {"TorchEngine": "servehall.engines.torch.engine"})
+__getattr__ = lazy_names(
+    __name__,
+    {
+        "TorchEngine": "servehall.engines.torch.engine",
+        "TorchEmbeddingEngine": "servehall.engines.torch.embedding",
+    },
+)

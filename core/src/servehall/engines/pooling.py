@@ -1,0 +1,144 @@
+"""How an embedding model turns its last hidden states into one vector per input.
+
+sentence-transformers describes it in the model directory: ``modules.json`` lists the
+modules (``Transformer``, ``Pooling``, optionally ``Normalize``), the pooling module's
+``config.json`` (e.g. ``1_Pooling/config.json``) says which pooling
+(``pooling_mode_mean_tokens``, ``pooling_mode_cls_token``, ...), and
+``sentence_bert_config.json`` the longest input the model was trained for
+(``max_seq_length``, tokens). :func:`read_pooling` reads them; :func:`pool` applies
+them to a padded batch (torch tensors). Matryoshka support is what ``config.json``
+declares, as vLLM reads it: ``matryoshka_dimensions`` (the dimensions it was trained
+for) or ``is_matryoshka: true`` (any dimension).
+
+A directory without ``modules.json`` is pooled by mean over the attention mask and
+L2-normalised (what sentence-transformers builds for a plain transformers model, plus
+the normalisation retrieval expects).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from servehall.engines.kit import read_json_object
+from servehall.errors import ConfigError
+
+PoolingMode = Literal["mean", "cls", "max", "mean_sqrt_len", "lasttoken"]
+
+_MODES: dict[str, PoolingMode] = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PoolingConfig:
+    """One embedding model's pooling.
+
+    Attributes:
+        mode: which hidden states make the vector (``mean`` over the unmasked tokens,
+            the ``cls`` (first) token, element-wise ``max``, ``mean_sqrt_len`` (sum /
+            sqrt(length)), ``lasttoken`` (the last unmasked token)).
+        normalize: L2-normalise the pooled vector (a ``Normalize`` module).
+        max_seq_length: the longest input in tokens the model was trained for (None:
+            the model config's ``max_position_embeddings`` rules).
+        matryoshka: the model declares Matryoshka representations (a prefix of the
+            vector, renormalised, is a valid embedding).
+        matryoshka_dimensions: the dimensions it was trained for (empty: any, when
+            ``matryoshka``).
+    """
+
+    mode: PoolingMode = "mean"
+    normalize: bool = True
+    max_seq_length: int | None = None
+    matryoshka: bool = False
+    matryoshka_dimensions: tuple[int, ...] = ()
+
+
+def read_pooling(path: Path) -> PoolingConfig:
+    """The pooling of the model directory ``path`` (see the module docstring).
+
+    Raises:
+        ConfigError: a file is unreadable JSON, the pooling config enables no mode or
+            several, or enables one this server does not implement.
+    """
+    config = read_json_object(path / "config.json")
+    dims_raw = config.get("matryoshka_dimensions")
+    dims = tuple(int(d) for d in dims_raw) if isinstance(dims_raw, list) else ()
+    matryoshka = bool(dims) or config.get("is_matryoshka") is True
+    st_config = read_json_object(path / "sentence_bert_config.json")
+    max_seq = st_config.get("max_seq_length")
+    max_seq_length = int(max_seq) if isinstance(max_seq, int) and max_seq > 0 else None
+    modules = _read_modules(path / "modules.json")
+    if modules is None:
+        return PoolingConfig("mean", True, max_seq_length, matryoshka, dims)
+    types = [str(m.get("type", "")) for m in modules]
+    normalize = any(t.endswith(".Normalize") for t in types)
+    pooling = next((m for m in modules if str(m.get("type", "")).endswith(".Pooling")), None)
+    if pooling is None:
+        raise ConfigError(f"{path / 'modules.json'} has no Pooling module")
+    pool_cfg = read_json_object(path / str(pooling.get("path", "")) / "config.json")
+    enabled = [mode for key, mode in _MODES.items() if pool_cfg.get(key) is True]
+    unknown = [
+        k
+        for k, v in pool_cfg.items()
+        if k.startswith("pooling_mode_") and v is True and k not in _MODES
+    ]
+    if unknown or len(enabled) != 1:
+        raise ConfigError(
+            f"{path}: pooling {unknown or enabled or 'none'} is not supported; one of "
+            f"{sorted(set(_MODES.values()))} must be set"
+        )
+    return PoolingConfig(enabled[0], normalize, max_seq_length, matryoshka, dims)
+
+
+def _read_modules(path: Path) -> list[dict[str, Any]] | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    if not isinstance(data, list):
+        raise ConfigError(f"{path} is not a list of modules")
+    return [m for m in data if isinstance(m, dict)]
+
+
+def pool(hidden: Any, mask: Any, config: PoolingConfig) -> Any:
+    """Pool a padded batch: ``hidden`` ``[batch, seq, dim]`` float, ``mask`` ``[batch,
+    seq]`` (1 = token, 0 = padding; right-padded) → ``[batch, dim]`` float32,
+    L2-normalised when ``config.normalize``."""
+    import torch
+
+    hidden = hidden.float()
+    m = mask.unsqueeze(-1).to(hidden.dtype)
+    if config.mode == "cls":
+        out = hidden[:, 0]
+    elif config.mode == "max":
+        out = hidden.masked_fill(m == 0, torch.finfo(hidden.dtype).min).amax(dim=1)
+    elif config.mode == "lasttoken":
+        last = mask.sum(dim=1).long() - 1
+        out = hidden[torch.arange(hidden.shape[0]), last]
+    else:
+        summed = (hidden * m).sum(dim=1)
+        counts = m.sum(dim=1).clamp(min=1e-9)
+        out = summed / (counts.sqrt() if config.mode == "mean_sqrt_len" else counts)
+    if config.normalize:
+        out = torch.nn.functional.normalize(out, p=2, dim=1)
+    return out
+
+
+def truncate(vector: list[float], dimensions: int, *, normalize: bool) -> list[float]:
+    """The first ``dimensions`` values of ``vector`` (Matryoshka), L2-renormalised when
+    ``normalize`` (a zero vector stays zero)."""
+    out = vector[:dimensions]
+    if normalize:
+        norm = sum(x * x for x in out) ** 0.5
+        if norm > 0:
+            out = [x / norm for x in out]
+    return out
