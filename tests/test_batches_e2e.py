@@ -298,7 +298,7 @@ def test_completions_batch(batches: Batches, tmp_path: Path) -> None:
 
 def test_cancel(batches: Batches, tmp_path: Path) -> None:
     client = batches.openai("alice")
-    bodies = {f"long-{i}": chat(f"Write a story {i}", max_tokens=48) for i in range(40)}
+    bodies = {f"long-{i}": chat(f"Write a story {i}", max_tokens=48) for i in range(64)}
     batch = submit(client, jsonl("/v1/chat/completions", bodies), "/v1/chat/completions", tmp_path)
     deadline = time.monotonic() + 120
     while client.batches.retrieve(batch.id).status == "validating":

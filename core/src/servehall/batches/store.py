@@ -14,9 +14,10 @@ A line is ``pending`` until a runner claims it (``running``, ``claimed_by``,
 line in ``result`` — or ``expired`` (the completion window passed before it ran) or
 ``cancelled`` (the batch was cancelled before it ran).
 
-Exactly once: a claim is one ``UPDATE … WHERE seq IN (SELECT … LIMIT n FOR UPDATE SKIP
-LOCKED)`` on PostgreSQL (replicas skip each other's locked rows), the same statement
-without the lock clause on SQLite (one writer at a time); a result is stored only by
+Exactly once: a claim is one ``WITH picked AS MATERIALIZED (SELECT … LIMIT n FOR UPDATE
+SKIP LOCKED) UPDATE … WHERE seq IN (SELECT seq FROM picked)`` on PostgreSQL (replicas skip
+each other's locked rows), ``UPDATE … WHERE seq IN (SELECT … LIMIT n)`` on SQLite (one
+writer at a time); a result is stored only by
 the claim that holds the line (``claimed_by`` and ``attempt`` match, status
 ``running``), and a stored result is never claimed again. A running line whose claim was
 not renewed for ``lease_s`` (its runner died) is claimed again. A batch is finalized by
@@ -325,16 +326,22 @@ class BatchStore:
             _L.c.status == "pending", and_(_L.c.status == "running", _L.c.claimed_at < stale)
         )
         active = select(_B.c.id).where(_B.c.status == "in_progress", _B.c.expires_at > now)
-        pick = (
-            select(_L.c.seq)
-            .where(claimable, _L.c.batch_id.in_(active))
-            .order_by(_L.c.seq)
-            .limit(n)
-            .with_for_update(skip_locked=True)
-        )
+        pick = select(_L.c.seq).where(claimable, _L.c.batch_id.in_(active)).order_by(_L.c.seq)
+        pick = pick.limit(n)
+        if self.engine.dialect.name == "postgresql":
+            # a CTE runs once: a subquery under IN may be scanned again while the UPDATE
+            # runs, and then skips the rows it just took and returns others (> n rows)
+            picked = (
+                pick.with_for_update(skip_locked=True)
+                .cte("picked")
+                .prefix_with("MATERIALIZED", dialect="postgresql")
+            )
+            chosen: Any = _L.c.seq.in_(select(picked.c.seq))
+        else:
+            chosen = _L.c.seq.in_(pick)
         stmt = (
             update(_L)
-            .where(_L.c.seq.in_(pick), claimable)
+            .where(chosen, claimable)
             .values(status="running", claimed_by=runner, claimed_at=now, attempt=_L.c.attempt + 1)
             .returning(_L.c.seq, _L.c.batch_id, _L.c.custom_id, _L.c.body, _L.c.attempt)
         )
