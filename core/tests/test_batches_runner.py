@@ -157,3 +157,16 @@ async def test_a_429_gives_the_line_back_and_pauses(app: Starlette) -> None:
     assert got["status"] == "in_progress" and got["request_counts"]["failed"] == 0
     fresh = BatchRunner(app, host, app.state.api.files)  # the line is pending again
     assert (await _drain(fresh, app, batch_id))["request_counts"]["failed"] == 1
+
+
+async def test_soak_bad_creates_are_4xx(app: Starlette) -> None:
+    from servehall.bench.soak.corpus import hostile_shapes
+
+    shapes = [s for s in hostile_shapes("demo") if s.path == "/v1/batches"]
+    assert len(shapes) >= 5
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        for s in shapes:
+            r = await c.post(s.path, content=s.content(), headers={"content-type": s.content_type})
+            assert r.status_code in (400, 404), (s.name, r.status_code, r.text)
+            assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+        assert (await c.get("/v1/batches")).json()["data"] == []
