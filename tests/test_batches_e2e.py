@@ -103,10 +103,11 @@ def jsonl(url: str, bodies: dict[str, dict[str, Any]]) -> bytes:
 class Batches:
     """The running server, its database file and the keys of three principals."""
 
-    def __init__(self, server: ServerHandle, db: Path, keys: dict[str, str]) -> None:
+    def __init__(self, server: ServerHandle, db: Path, keys: dict[str, str], config: Path) -> None:
         self.server = server
         self.db = db
         self.keys = keys
+        self.config = config
 
     def http(self, who: str) -> httpx.Client:
         return httpx.Client(
@@ -163,7 +164,7 @@ def batches(
         for name, extra in (("alice", ()), ("bob", ()), ("admin_only", ("--scopes", "admin")))
     }
     with servehall_server(config.read_text(), env={PEPPER_ENV: PEPPER}, name="batches") as server:
-        yield Batches(server, db, keys)
+        yield Batches(server, db, keys, config)
 
 
 def submit(client: openai.OpenAI, data: bytes, endpoint: str, tmp_path: Path) -> Any:
@@ -416,6 +417,37 @@ def test_metrics(batches: Batches) -> None:
         'servehall_batch_lines_finished_total{outcome="completed"}',
     ):
         assert name in text
+
+
+def test_cli_submit_status_results(batches: Batches, tmp_path: Path) -> None:
+    bodies = {f"cli-{i}": chat(f"Say {w}") for i, w in enumerate(WORDS[:4])}
+    bodies["cli-bad"] = {**chat("hi"), "model": "nope"}
+    path = tmp_path / "cli.jsonl"
+    path.write_bytes(jsonl("/v1/chat/completions", bodies))
+    env = {"OPENAI_API_KEY": batches.keys["alice"], "SERVEHALL_URL": batches.server.base_url}
+
+    def cli(*args: str) -> str:
+        proc = run_cli(batches.config, "batch", *args, env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout
+
+    batch_id = cli("submit", str(path)).strip()
+    assert batch_id.startswith("batch_")
+    assert cli("status", batch_id, "--wait").startswith(
+        f"{batch_id} completed: 4 completed, 1 failed"
+    )
+    out = [json.loads(x) for x in cli("results", batch_id).splitlines()]
+    assert sorted(x["custom_id"] for x in out) == [f"cli-{i}" for i in range(4)]
+    err = [json.loads(x) for x in cli("results", batch_id, "--errors").splitlines()]
+    assert [x["custom_id"] for x in err] == ["cli-bad"]
+    written = cli("results", batch_id, "--out", str(tmp_path / "res")).split()
+    assert [Path(p).name for p in written] == [
+        f"{batch_id}_output.jsonl",
+        f"{batch_id}_error.jsonl",
+    ]
+    assert json.loads(cli("status", batch_id, "--json"))["status"] == "completed"
+    bad = run_cli(batches.config, "batch", "status", "batch_nope", env=env, cwd=tmp_path)
+    assert bad.returncode == 1 and "No such Batch object" in bad.stderr
 
 
 def test_sigkill_mid_batch_resumes_once(
