@@ -94,7 +94,7 @@ async def test_state_machine(engine: AsyncEngine) -> None:
     assert wire["completed_at"] and wire["finalizing_at"] and wire["in_progress_at"]
     assert wire["metadata"] == {"k": "v"} and wire["object"] == "batch"
     assert await store.finalizable(now, LEASE) == []
-    listed, more = await store.list("alice", limit=1)
+    listed, more = await store.page("alice", limit=1)
     assert [b.id for b in listed] == ["batch_a"] and not more
 
 

@@ -215,7 +215,7 @@ async def list_batches(request: Request) -> Response:
     store = await _store(api)
     try:
         with storage_errors("list the batches"):
-            rows, more = await store.list(
+            rows, more = await store.page(
                 principal.id, after=request.query_params.get("after") or None, limit=limit
             )
     except UnknownCursor:

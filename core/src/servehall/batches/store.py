@@ -227,7 +227,7 @@ class BatchStore:
             counts = await self._counts(conn, [batch_id])
         return self._batch(r, counts[batch_id])
 
-    async def list(
+    async def page(
         self, owner: str, *, after: str | None = None, limit: int = 20
     ) -> tuple[list[Batch], bool]:
         """``owner``'s batches, newest first, after the batch ``after``; at most
