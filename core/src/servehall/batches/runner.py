@@ -158,6 +158,8 @@ class BatchRunner:
     async def _owner(self, store: BatchStore, batch_id: str) -> tuple[Any, str]:
         got = self._owners.get(batch_id)
         if got is None:
+            if len(self._owners) >= 1024:  # batches other replicas finalized
+                self._owners.clear()
             batch = await store.get(batch_id, None)
             if batch is None:
                 raise LookupError(batch_id)
