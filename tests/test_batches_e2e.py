@@ -11,11 +11,13 @@ finishes the batch with no ``custom_id`` twice.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -129,11 +131,13 @@ class Batches:
 
 
 def make_config(
-    work: Path, model_dir: Path, **batches: Any
+    work: Path, model_dir: Path, scheduler: dict[str, Any] | None = None, **batches: Any
 ) -> tuple[Path, Callable[..., str], Path]:
     db = work / "servehall.db"
+    extra = {"scheduler": scheduler} if scheduler else {}
     cfg = demo_config(
         model_dir,
+        **extra,
         plugins={"enabled": ["auth"]},
         database={"url": f"sqlite+aiosqlite:///{db}"},
         sinks=[{"name": "sql", "options": {"linger_s": 0.05}}],
@@ -480,3 +484,63 @@ def test_sigkill_mid_batch_resumes_once(
     ids = [x["custom_id"] for x in out]
     assert sorted(ids) == sorted(bodies), (running, ids)
     assert done.request_counts.completed == len(bodies)
+
+
+def test_batch_lines_wait_behind_online_requests(
+    servehall_server: Any, demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Under the ``priority`` policy with one slot, a batch keeps lines queued; online
+    requests arriving meanwhile are admitted before every batch line still waiting."""
+    work = tmp_path_factory.mktemp("batches-idle")
+    config, cli, db = make_config(
+        work,
+        demo_model_dir,
+        scheduler={"policy": "priority", "max_concurrency": 1, "queue_timeout_s": 600},
+        max_concurrent_lines=4,
+    )
+    key = json.loads(cli("keys", "create", "--tenant", "i", "--json"))["key"]
+    server = servehall_server(config.read_text(), env={PEPPER_ENV: PEPPER}, name="idle")
+    client = openai.OpenAI(base_url=server.base_url + "/v1", api_key=key, max_retries=0)
+    long = {"max_tokens": 600, "ignore_eos": True}  # every line decodes 600 tokens
+    bodies = {f"b-{i}": chat(f"Tell a long tale {i}", **long) for i in range(16)}
+    batch = submit(client, jsonl("/v1/chat/completions", bodies), "/v1/chat/completions", work)
+    deadline = time.monotonic() + 300
+    while client.batches.retrieve(batch.id).request_counts.completed < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+    def online(i: int) -> str:
+        with httpx.Client(base_url=server.base_url, timeout=120) as c:
+            r = c.post(
+                "/v1/chat/completions",
+                json=chat(f"Quick {i}"),
+                headers={"Authorization": f"Bearer {key}"},
+            )
+            assert r.status_code == 200, r.text
+            return str(r.headers["x-request-id"])
+
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        ids = list(pool.map(online, range(3)))
+    assert wait_done(client, batch.id).status == "completed"
+    deadline = time.monotonic() + 15
+    while True:
+        with sqlite3.connect(db) as conn:
+            rows = conn.execute(
+                "SELECT request_id, batch_id, received_at, queue_time_s FROM request_log "
+                "WHERE status_code = 200"
+            ).fetchall()
+        if len(rows) >= len(bodies) + 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+
+    def admitted(r: Any) -> float:
+        return datetime.fromisoformat(r[2]).timestamp() + (r[3] or 0.0)
+
+    batch_admits = [admitted(r) for r in rows if r[1] == batch.id]
+    assert len(batch_admits) == len(bodies)
+    for r in rows:
+        if r[0] not in ids:
+            continue
+        arrived = datetime.fromisoformat(r[2]).timestamp()
+        ahead = [t for t in batch_admits if arrived + 0.05 < t < admitted(r)]
+        assert not ahead, (r, ahead)  # no batch line was admitted while it waited
