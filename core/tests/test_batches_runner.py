@@ -170,3 +170,11 @@ async def test_soak_bad_creates_are_4xx(app: Starlette) -> None:
             assert r.status_code in (400, 404), (s.name, r.status_code, r.text)
             assert set(r.json()["error"]) == {"message", "type", "param", "code"}
         assert (await c.get("/v1/batches")).json()["data"] == []
+
+
+async def test_no_database_file_is_created_while_idle(app: Starlette, tmp_path: Path) -> None:
+    host: Host = app.state.api.host
+    runner = BatchRunner(app, host, app.state.api.files)
+    for _ in range(3):
+        await runner.tick()
+    assert not (tmp_path / "db.sqlite").exists()  # a server without batches needs none

@@ -1,7 +1,8 @@
 """The batch runner: one task per serve process (``[batches] enabled``), started and
 stopped with the server.
 
-Every ``[batches] poll_s`` seconds it moves ``validating`` batches to ``in_progress``,
+Every ``[batches] poll_s`` seconds it looks for an open batch (one read; nothing more
+when there is none) and then moves ``validating`` batches to ``in_progress``,
 expires the unrun lines of batches past their completion window, finalizes batches with
 no line left (writing the output and error files, :mod:`servehall.batches.lines`), and —
 while no model's scheduler queue has a waiting request — claims lines up to
@@ -14,6 +15,10 @@ there), so the owner's scopes, model list, quotas and filters apply; the endpoin
 the line at the batch priority and records it with the batch id and ``custom_id``. A
 429 or 503 answer (quota, full queue) is not a result: the line goes back to
 ``pending`` and the runner pauses for the ``Retry-After`` seconds (1–30).
+
+The runner never creates the records database: while ``[database] url`` is a SQLite
+file that does not exist, it waits; a database that is down or not migrated is logged
+once and tried again every :data:`RETRY_S` seconds.
 
 While a line runs, its claim is renewed every ``lease_s / 3``; on shutdown the lines in
 flight are cancelled and given back (``pending``), so a restart (or another replica)
@@ -52,6 +57,8 @@ RETRY_STATUSES = (429, 503)
 """Answers that mean "not now": the line is given back and retried."""
 METRICS_EVERY_S = 5.0
 """How often the queued-lines gauge is read from the database."""
+RETRY_S = 30.0
+"""Seconds between tries while the records database is down or not migrated."""
 
 
 def _now() -> datetime:
@@ -101,20 +108,38 @@ class BatchRunner:
             await asyncio.gather(*running, return_exceptions=True)
 
     async def _loop(self) -> None:
+        warned = False
         while True:
             try:
                 await self.tick()
                 delay = self.settings.poll_s
+                warned = False
             except (SQLAlchemyError, ServehallError, OSError) as exc:
-                log.warning("batch runner: %s", getattr(exc, "message", None) or exc)
-                delay = max(self.settings.poll_s, 2.0)
+                # once per outage: a database that is down or not migrated is retried
+                # quietly (a server without batches need not have one)
+                if not warned:
+                    log.warning(
+                        "batch runner: %s (retrying every %g s)",
+                        getattr(exc, "message", None) or exc,
+                        RETRY_S,
+                    )
+                warned = True
+                delay = RETRY_S
             except Exception:
                 log.exception("batch runner: unexpected error")
-                delay = max(self.settings.poll_s, 2.0)
+                delay = RETRY_S
             await asyncio.sleep(delay)
 
-    async def _get_store(self) -> BatchStore:
+    async def _get_store(self) -> BatchStore | None:
+        """The store, or None while the records database is a SQLite file that does
+        not exist yet (no batch can exist; the runner does not create the file)."""
         if self._store is None:
+            from servehall.db.engine import database_url
+            from servehall.db.locate import sqlite_path
+
+            path = sqlite_path(database_url(self.host.settings))
+            if path is not None and not path.exists():
+                return None
             self._store = BatchStore((await self.files.catalog()).engine)
         return self._store
 
@@ -131,8 +156,13 @@ class BatchRunner:
     async def tick(self) -> None:
         """One pass (see the module docstring)."""
         store = await self._get_store()
+        if store is None:
+            return
         lease = self.settings.lease_s
         now = _now()
+        if not self._inflight and not await store.any_open():
+            self._report(0)
+            return  # nothing to do: one read, no write lock taken
         await store.start_validated(now)
         await store.expire_due(now, lease)
         mono = time.monotonic()
@@ -148,12 +178,18 @@ class BatchRunner:
                 self._inflight[line.seq] = (line, task)
                 if not self._renewed:
                     self._renewed = mono
+        queued = None
+        if self.metrics is not None and mono - self._metrics_at >= METRICS_EVERY_S:
+            self._metrics_at = mono
+            queued = (await store.line_totals()).get("pending", 0)
+        self._report(queued)
+
+    def _report(self, queued: int | None) -> None:
+        """Set the gauges: lines in flight, and ``queued`` when it was read."""
         if self.metrics is not None:
             self.metrics.batch_lines_running.set(len(self._inflight))
-            if mono - self._metrics_at >= METRICS_EVERY_S:
-                self._metrics_at = mono
-                totals = await store.line_totals()
-                self.metrics.batch_lines_queued.set(totals.get("pending", 0))
+            if queued is not None:
+                self.metrics.batch_lines_queued.set(queued)
 
     async def _owner(self, store: BatchStore, batch_id: str) -> tuple[Any, str]:
         got = self._owners.get(batch_id)

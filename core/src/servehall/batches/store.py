@@ -280,6 +280,12 @@ class BatchStore:
 
     # --- the runner's side ----------------------------------------------------------
 
+    async def any_open(self) -> bool:
+        """True when some batch is not done yet (one indexed read)."""
+        q = select(exists().where(_B.c.status.in_(OPEN)))
+        async with self.engine.connect() as conn:
+            return bool((await conn.execute(q)).scalar())
+
     async def start_validated(self, now: datetime) -> int:
         """Every ``validating`` batch turns ``in_progress``; how many did."""
         async with self.engine.begin() as conn:
