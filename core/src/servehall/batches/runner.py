@@ -21,8 +21,9 @@ file that does not exist, it waits; a database that is down or not migrated is l
 once and tried again every :data:`RETRY_S` seconds.
 
 While a line runs, its claim is renewed every ``lease_s / 3``; on shutdown the lines in
-flight are cancelled and given back (``pending``), so a restart (or another replica)
-runs them; a runner that dies without giving them back loses them after ``lease_s``.
+flight get a few seconds to finish, the rest are cancelled and given back
+(``pending``), so a restart (or another replica) runs them; a runner that dies
+without giving them back loses them after ``lease_s``.
 """
 
 from __future__ import annotations
@@ -94,14 +95,18 @@ class BatchRunner:
         if self.settings.enabled and self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._loop())
 
-    async def stop(self) -> None:
-        """Stop claiming, cancel the lines in flight and give them back."""
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop claiming; let the lines in flight finish for up to ``grace_s`` seconds,
+        then cancel the rest and give them back (each leaves a 499 request record and
+        runs again later)."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         running = [t for _, t in self._inflight.values()]
+        if running:
+            await asyncio.wait(running, timeout=grace_s)
         for t in running:
             t.cancel()
         if running:
