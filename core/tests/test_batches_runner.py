@@ -178,3 +178,29 @@ async def test_no_database_file_is_created_while_idle(app: Starlette, tmp_path: 
     for _ in range(3):
         await runner.tick()
     assert not (tmp_path / "db.sqlite").exists()  # a server without batches needs none
+
+
+async def test_stop_lets_lines_finish_then_gives_the_rest_back(app: Starlette) -> None:
+    batch_id = await _create(app, {"quick": _msg("hi"), "slow": _msg("hi")})
+    host: Host = app.state.api.host
+
+    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope[SCOPE_KEY].custom_id == "slow":
+            await asyncio.sleep(60)
+        else:
+            await asyncio.sleep(0.2)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    runner = BatchRunner(answer, host, app.state.api.files)
+    runner.start()
+    for _ in range(100):
+        if len(runner._inflight) == 2:
+            break
+        await asyncio.sleep(0.02)
+    await runner.stop(grace_s=1.0)
+    got = (await _get(app, f"/v1/batches/{batch_id}")).json()
+    assert got["request_counts"] == {"total": 2, "completed": 1, "failed": 0}
+    assert not runner._inflight
+    fresh = BatchRunner(app, host, app.state.api.files)  # "slow" is pending again
+    assert (await _drain(fresh, app, batch_id))["request_counts"]["failed"] == 1
