@@ -98,7 +98,7 @@ async def test_every_table_and_column_is_documented(seeded: str):
         actual = await conn.run_sync(
             lambda c: {
                 t: {col["name"] for col in inspect(c).get_columns(t)}
-                for t in ("request_log", "audit_event", "record_rejected")
+                for t in ("request_log", "audit_event", "record_rejected", "batch", "batch_line")
             }
         )
     await engine.dispose()

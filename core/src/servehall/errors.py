@@ -101,6 +101,15 @@ class NotFoundError(ServehallError):
     type = "not_found_error"
 
 
+class ConflictError(ServehallError):
+    """409: the object is in a state that does not allow the request (e.g. cancelling
+    a batch that already completed)."""
+
+    status = 409
+    type = "invalid_request_error"
+    default_code = "conflict"
+
+
 class PayloadTooLargeError(ServehallError):
     status = 413
     type = "invalid_request_error"

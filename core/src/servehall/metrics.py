@@ -45,6 +45,11 @@ checked against a live server in tests/test_ops_metrics_e2e.py):
   events — the audit chain could not be extended),
   ``servehall_records_rejected_total{sink}`` (records the database refused for their
   content, quarantined in ``record_rejected`` or the sink's quarantine file);
+* batches (``/v1/batches``): ``servehall_batch_lines_queued`` (lines waiting to run,
+  every batch of the database, as the batch runner last read it),
+  ``servehall_batch_lines_running`` (this replica's lines in flight),
+  ``servehall_batch_lines_finished_total{outcome}`` (lines this replica ran to a stored
+  result: ``completed`` or ``failed``);
 * ``servehall_config_revision`` (the running config revision; 0 until revisions exist)
   and ``servehall_config_info{sha256}`` (1, the digest of the effective config with secrets
   masked, as in the ``config.loaded`` audit event).
@@ -377,6 +382,24 @@ _REQUEST_FAMILIES: dict[str, _Family] = {
         "The config revision this replica runs (0: no revision recorded)",
         (),
     ),
+    "batch_lines_queued": _Family(
+        Gauge,
+        "servehall_batch_lines_queued",
+        "Batch lines waiting to run, every batch of the database (read by the batch runner)",
+        (),
+    ),
+    "batch_lines_running": _Family(
+        Gauge,
+        "servehall_batch_lines_running",
+        "Batch lines this replica's batch runner has in flight",
+        (),
+    ),
+    "batch_lines_finished": _Family(
+        Counter,
+        "servehall_batch_lines_finished",
+        "Batch lines this replica ran to a stored result, by outcome (completed, failed)",
+        ("outcome",),
+    ),
     "request_errors": _Family(
         Counter,
         "servehall_request_errors",
@@ -621,6 +644,9 @@ class Metrics:
     aborts: Counter
     canary_rollbacks: Counter
     config_revision: Gauge
+    batch_lines_queued: Gauge
+    batch_lines_running: Gauge
+    batch_lines_finished: Counter
     request_errors: Counter
     structured: Counter
     tool_calls: Counter

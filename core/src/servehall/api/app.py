@@ -7,6 +7,7 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Route
 
 from servehall.api import admin_config, routes
+from servehall.api import batches as batch_routes
 from servehall.api import files as file_routes
 from servehall.api import tokenize as tokenizer_routes
 from servehall.api.access_log import AccessLogMiddleware
@@ -62,6 +63,10 @@ def create_app(
         Route("/v1/files/{file_id}", file_routes.retrieve_file, methods=["GET"]),
         Route("/v1/files/{file_id}", file_routes.delete_file, methods=["DELETE"]),
         Route("/v1/files/{file_id}/content", file_routes.file_content, methods=["GET"]),
+        Route("/v1/batches", batch_routes.create_batch, methods=["POST"]),
+        Route("/v1/batches", batch_routes.list_batches, methods=["GET"]),
+        Route("/v1/batches/{batch_id}", batch_routes.retrieve_batch, methods=["GET"]),
+        Route("/v1/batches/{batch_id}/cancel", batch_routes.cancel_batch, methods=["POST"]),
         Route("/metrics", routes.metrics, methods=["GET"]),
         Route("/openapi.json", routes.openapi, methods=["GET"]),
         Route("/admin/config", admin_config.get_config, methods=["GET"]),

@@ -12,6 +12,12 @@ which routes exist). The principal goes to ``scope["state"]["principal"]``
   another ``ServehallError`` (403, 429 …) keeps its status; any other exception from a
   plugin fails closed as 401 (logged), never a 500.
 
+A request the batch runner sends from inside this process carries a
+:class:`~servehall.batches.call.BatchCall` under the scope key
+:data:`~servehall.batches.call.SCOPE_KEY`: its principal (the batch's owner as stored) is
+taken as is. A server builds scopes from the network with fixed keys and plain values,
+so no client can put one there.
+
 Each refusal writes one request record (status 401/403/429, or 503 when the key store
 cannot answer; no principal), and its response carries that record's ``x-request-id``.
 """
@@ -29,6 +35,8 @@ from servehall.api.body import drain_body
 from servehall.api.errors import error_response
 from servehall.api.state import ApiState
 from servehall.api.tracing import maybe_span, request_span
+from servehall.batches.call import SCOPE_KEY as BATCH_CALL
+from servehall.batches.call import BatchCall
 from servehall.errors import AuthenticationError, ServehallError
 from servehall.serving.request import RequestState
 
@@ -48,6 +56,11 @@ class AuthMiddleware:
         api: ApiState = scope["app"].state.api
         host = api.host
         state = scope.setdefault("state", {})
+        call = scope.get(BATCH_CALL)
+        if isinstance(call, BatchCall):
+            state["principal"] = call.principal
+            await self.app(scope, receive, send)
+            return
         if scope["path"] in host.settings.server.auth_allow_paths:
             await self.app(scope, receive, send)
             return

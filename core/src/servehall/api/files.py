@@ -79,7 +79,7 @@ MAX_LIST = 10_000
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def _principal(scope: Scope) -> Principal:
+def caller(scope: Scope) -> Principal:
     """The caller, refused with 403 without the ``inference`` scope."""
     principal: Principal = scope.get("state", {}).get("principal") or ANONYMOUS
     if not principal.has_scope(SCOPE_INFERENCE):
@@ -100,7 +100,7 @@ def _not_found(file_id: str) -> NotFoundError:
 
 
 @contextmanager
-def _storage(what: str) -> Iterator[None]:
+def storage_errors(what: str) -> Iterator[None]:
     """Database and disk failures as a 503 ``files_unavailable`` (logged), never a 500."""
     try:
         yield
@@ -185,7 +185,7 @@ class UploadEndpoint:
         api: ApiState = scope["app"].state.api
         body_read = False
         try:
-            principal = _principal(scope)
+            principal = caller(scope)
             service = _service(api)
             request = Request(scope, receive)
             _check_media_type(request)
@@ -259,7 +259,7 @@ async def upload(api: ApiState, principal: Principal, form: FormData) -> Respons
     await run_heavy(_check_batch, src)
     catalog = await service.catalog()
     file_id = "file-" + uuid.uuid4().hex
-    with _storage("store the file"):
+    with storage_errors("store the file"):
         blob = await asyncio.to_thread(_put, service, file_id, src)
     row = FileRow(
         id=file_id,
@@ -272,7 +272,7 @@ async def upload(api: ApiState, principal: Principal, form: FormData) -> Respons
         storage_key=file_id,
     )
     try:
-        with _storage("record the file"):
+        with storage_errors("record the file"):
             await catalog.add(row)
     except ServehallError:
         await asyncio.to_thread(service.store.delete, file_id)
@@ -298,7 +298,7 @@ def _query_limit(request: Request) -> int:
 
 async def list_files(request: Request) -> Response:
     """``GET /v1/files`` (see the module docstring)."""
-    principal = _principal(request.scope)
+    principal = caller(request.scope)
     api: ApiState = request.app.state.api
     params = request.query_params
     order = params.get("order", "desc")
@@ -307,7 +307,7 @@ async def list_files(request: Request) -> Response:
     limit = _query_limit(request)
     catalog = await _service(api).catalog()
     try:
-        with _storage("list the files"):
+        with storage_errors("list the files"):
             rows, more = await catalog.list(
                 principal.id,
                 purpose=params.get("purpose") or None,
@@ -331,11 +331,11 @@ async def list_files(request: Request) -> Response:
 
 
 async def _owned(request: Request) -> tuple[ApiState, Principal, FileRow]:
-    principal = _principal(request.scope)
+    principal = caller(request.scope)
     api: ApiState = request.app.state.api
     file_id = request.path_params["file_id"]
     catalog = await _service(api).catalog()
-    with _storage("read the file's record"):
+    with storage_errors("read the file's record"):
         row = await catalog.get(file_id, principal.id)
     if row is None:
         raise _not_found(file_id)
@@ -357,7 +357,7 @@ async def file_content(request: Request) -> Response:
     """
     api, _, row = await _owned(request)
     store = _service(api).store
-    with _storage("read the file"):
+    with storage_errors("read the file"):
         try:
             src = await asyncio.to_thread(store.open, row.storage_key)
         except FileNotFoundError:
@@ -384,12 +384,12 @@ async def _chunks(src: BinaryIO) -> AsyncIterator[bytes]:
 
 async def delete_file(request: Request) -> Response:
     """``DELETE /v1/files/{file_id}``: ``{id, object: "file", deleted: true}``."""
-    principal = _principal(request.scope)
+    principal = caller(request.scope)
     api: ApiState = request.app.state.api
     file_id = request.path_params["file_id"]
     service = _service(api)
     catalog = await service.catalog()
-    with _storage("delete the file's record"):
+    with storage_errors("delete the file's record"):
         row = await catalog.remove(file_id, principal.id)
     if row is None:
         raise _not_found(file_id)

@@ -11,7 +11,10 @@ Steps (DESIGN.md "The request path"): 1 parse + validate → 3 model access (404
 unsupported parameters → 4 input filters → 5 tokenize + context check → 3 authorize
 (reservations) → 6 record-bus admission check + scheduler slot → 7/8/9 engine, output
 filters, detokenize, stop strings, SSE → 10 one request record. Authentication (2) runs
-in :mod:`servehall.api.auth` before this endpoint is reached.
+in :mod:`servehall.api.auth` before this endpoint is reached. A line of a batch
+(:mod:`servehall.batches.runner`) takes the same path; its
+:class:`~servehall.batches.call.BatchCall` caps its scheduling priority and names its
+batch and ``custom_id`` in the record.
 
 The per-request state is :class:`servehall.serving.request.RequestState` (one object
 from the first byte to the record). The parts live beside it: :mod:`servehall.api.prompt`
@@ -51,6 +54,8 @@ from servehall.api.state import ApiState
 from servehall.api.tools import tool_plan
 from servehall.api.tracing import maybe_span, request_span
 from servehall.api.wire import ChatCompletionRequest, CompletionRequest
+from servehall.batches.call import SCOPE_KEY as BATCH_CALL
+from servehall.batches.call import BatchCall
 from servehall.errors import (
     ContentFilterError,
     InvalidRequestError,
@@ -94,6 +99,11 @@ class InferenceEndpoint:
             api.host, api.metrics, rid, self.endpoint, client[0] if client else None
         )
         state.set_principal(principal)
+        call = scope.get(BATCH_CALL)
+        if isinstance(call, BatchCall):
+            state.batch_priority = call.priority
+            state.record.batch_id = call.batch_id
+            state.record.custom_id = call.custom_id
         state.trace(api.tracing, request_span(scope))
         state.pinned_version = request.headers.get(VERSION_HEADER)
         try:
@@ -351,6 +361,8 @@ class InferenceEndpoint:
             stream=req.stream,
         )
         priority = request_priority(state.principal, req.priority)
+        if state.batch_priority is not None:  # a batch line: below online requests
+            priority = min(priority, state.batch_priority)
         state.request_params(max_tokens, req.temperature, req.top_p)
         with maybe_span(api.tracing, "admission"):
             slot, reservations = await self._admit(state, served, admission, priority)

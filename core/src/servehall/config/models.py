@@ -278,6 +278,28 @@ class FilesSettings(_Section):
     max_bytes: int = Field(default=100 * 1024 * 1024, ge=1)
 
 
+class BatchesSettings(_Section):
+    """``[batches]``: the batch runner (``/v1/batches``, docs/api.md "Batches").
+
+    Every ``servehall serve`` replica runs one runner: it claims batch lines from the
+    records database and sends each through the replica's own request path.
+    ``max_concurrent_lines`` is the most lines one replica has in flight; the runner
+    claims no new line while any model's scheduler queue has a waiting request (online
+    traffic first). Lines are scheduled at ``priority`` (or lower: the owner's own
+    priority when that is lower), below every online request at the default 0.
+    ``lease_s`` is how long a claimed line stays another replica's after its claim was
+    last renewed (a runner renews its claims every ``lease_s / 3``; a line of a replica
+    that died is claimed again after it). ``poll_s`` is how often the runner looks for
+    work.
+    """
+
+    enabled: bool = True
+    max_concurrent_lines: int = Field(default=4, ge=1, le=1024)
+    priority: int = -1000
+    lease_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    poll_s: float = Field(default=0.25, gt=0, le=60, allow_inf_nan=False)
+
+
 class TracingSettings(_Section):
     """``[tracing]``: OpenTelemetry traces of inference requests (docs/operations.md,
     "Traces"). Off by default; needs the ``tracing`` extra (``opentelemetry-sdk`` and the

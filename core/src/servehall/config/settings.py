@@ -26,6 +26,7 @@ from pydantic_settings import (
 
 from servehall.config.models import (
     AuditSettings,
+    BatchesSettings,
     DatabaseSettings,
     FilesSettings,
     ModelConfig,
@@ -49,6 +50,7 @@ CORE_SECTIONS = (
     "tracing",
     "audit",
     "files",
+    "batches",
 )
 
 
@@ -72,6 +74,7 @@ class Settings(BaseSettings):
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     audit: AuditSettings = Field(default_factory=AuditSettings)
     files: FilesSettings = Field(default_factory=FilesSettings)
+    batches: BatchesSettings = Field(default_factory=BatchesSettings)
 
     @classmethod
     def settings_customise_sources(

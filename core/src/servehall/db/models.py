@@ -2,7 +2,8 @@
 
 Core tables: ``request_log`` (one row per request), ``audit_event`` (hash-chained admin
 and security events), ``audit_chain_head`` (one row: the chain's last hash, so a
-truncated tail is detected), ``file_object`` (uploaded files' metadata) and
+truncated tail is detected), ``file_object`` (uploaded files' metadata), ``batch`` and
+``batch_line`` (``/v1/batches``: batches and their lines' progress) and
 ``record_rejected`` (records quarantined because the
 database refused their content). Units: times UTC, durations seconds, tokens counts.
 
@@ -83,9 +84,13 @@ class RequestLog(DbBase):
     response_format: Mapped[str | None] = mapped_column(String(32))
     tool_calls: Mapped[list[str] | None] = mapped_column(JSON)
     version: Mapped[str | None] = mapped_column(String(64))
+    # a batch line's request (``/v1/batches``): the batch's id and the line's custom_id
+    batch_id: Mapped[str | None] = mapped_column(String(64))
+    custom_id: Mapped[str | None] = mapped_column(String(512))
 
     __table_args__ = (
         Index(None, "received_at"),
+        Index(None, "batch_id"),
         Index(None, "tenant", "received_at"),
         Index(None, "model", "received_at"),
         Index(None, "status_code", "received_at"),
@@ -239,3 +244,77 @@ class FileObject(DbBase):
     storage_key: Mapped[str] = mapped_column(String(256))
 
     __table_args__ = (UniqueConstraint("id"), Index(None, "owner", "seq"))
+
+
+class BatchRow(DbBase):
+    """``batch``: one batch (``/v1/batches``); its lines are ``batch_line`` rows.
+
+    ``seq`` orders batches (the list's cursor); ``id`` is the public ``batch_…`` id;
+    ``owner`` the principal that created it (only it sees the batch) and ``principal``
+    that principal as it was at creation (JSON: the identity and policy its lines run
+    with); ``status`` one of OpenAI's (``validating``, ``in_progress``, ``finalizing``,
+    ``completed``, ``failed``, ``expired``, ``cancelling``, ``cancelled``) with the time
+    it entered each (``*_at``); ``output_file_id`` / ``error_file_id`` the result files
+    (``file_object`` rows of purpose ``batch_output``); ``claimed_by`` / ``claimed_at``
+    the runner finalizing it (a lease, see :mod:`servehall.batches.store`).
+    """
+
+    __tablename__ = "batch"
+
+    seq: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(64))
+    owner: Mapped[str] = mapped_column(String(128))
+    principal: Mapped[dict[str, Any]] = mapped_column(JSON)
+    endpoint: Mapped[str] = mapped_column(String(64))
+    input_file_id: Mapped[str] = mapped_column(String(64))
+    completion_window: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16))
+    batch_metadata: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    in_progress_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finalizing_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    failed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    expired_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    cancelling_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    cancelled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    output_file_id: Mapped[str | None] = mapped_column(String(64))
+    error_file_id: Mapped[str | None] = mapped_column(String(64))
+    claimed_by: Mapped[str | None] = mapped_column(String(128))
+    claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (UniqueConstraint("id"), Index(None, "owner", "seq"), Index(None, "status"))
+
+
+class BatchLine(DbBase):
+    """``batch_line``: one request of a batch and its progress.
+
+    ``line_no`` is its 1-based line in the input file; ``body`` the request body (JSON
+    text); ``status`` ``pending``, ``running`` (claimed by the runner ``claimed_by`` at
+    ``claimed_at``, renewed while it runs), ``completed`` / ``failed`` (``result`` holds
+    its output-file line, ``status_code`` the HTTP status), ``expired`` or
+    ``cancelled``; ``attempt`` counts its claims; ``request_id`` the request that ran it
+    (``request_log.request_id``).
+    """
+
+    __tablename__ = "batch_line"
+
+    seq: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    batch_id: Mapped[str] = mapped_column(String(64))
+    line_no: Mapped[int] = mapped_column(Integer)
+    custom_id: Mapped[str] = mapped_column(String(512))
+    body: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))
+    claimed_by: Mapped[str | None] = mapped_column(String(128))
+    claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    request_id: Mapped[str | None] = mapped_column(String(128))
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    result: Mapped[str | None] = mapped_column(Text)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        UniqueConstraint("batch_id", "custom_id"),
+        Index(None, "status", "batch_id"),
+    )

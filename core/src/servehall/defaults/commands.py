@@ -198,6 +198,13 @@ def servehall_register_commands(cli: typer.Typer) -> None:
     cli.add_typer(config_app, name="config")
     cli.command("demo-model")(demo_model_command)
     cli.add_typer(_bench_app(), name="bench")
+    cli.add_typer(_batch_app(), name="batch")
+
+
+def _batch_app() -> typer.Typer:
+    from servehall.cli.batch import batch_app
+
+    return batch_app
 
 
 def _bench_app() -> typer.Typer:

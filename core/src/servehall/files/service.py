@@ -12,11 +12,14 @@ tries again.
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
+import uuid
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from servehall.errors import ConfigError, ServehallError, ServiceUnavailableError
-from servehall.files.catalog import FileCatalog
+from servehall.files.catalog import FileCatalog, FileRow
 from servehall.files.store import DirectoryStore, FileStore
 
 if TYPE_CHECKING:
@@ -86,6 +89,36 @@ class FileService:
             log.warning("files: %s", exc.message)
             raise unavailable(exc.message) from None
         return FileCatalog(engine)
+
+    async def add_bytes(self, owner: str, filename: str, purpose: str, data: bytes) -> FileRow:
+        """Store ``data`` as a new file of ``owner`` (the server's own files, e.g. a
+        batch's output: purpose ``batch_output``); its row.
+
+        Raises:
+            ServiceUnavailableError: 503 ``files_unavailable`` (the database).
+            OSError: the store cannot write.
+            sqlalchemy.exc.SQLAlchemyError: the row could not be added (the content is
+                removed again).
+        """
+        catalog = await self.catalog()
+        file_id = "file-" + uuid.uuid4().hex
+        blob = await asyncio.to_thread(self.store.put, file_id, io.BytesIO(data))
+        row = FileRow(
+            id=file_id,
+            owner=owner,
+            filename=filename,
+            purpose=purpose,
+            bytes=blob.size,
+            created_at=datetime.now(UTC),
+            sha256=blob.sha256,
+            storage_key=file_id,
+        )
+        try:
+            await catalog.add(row)
+        except BaseException:
+            await asyncio.to_thread(self.store.delete, file_id)
+            raise
+        return row
 
     async def close(self) -> None:
         """Dispose of the database engine (when one was opened)."""

@@ -132,6 +132,8 @@ def request_fields(rec: RequestRecord) -> dict[str, Any]:
         if rec.tool_calls is None
         else [clean_text(str(n)) for n in rec.tool_calls],
         "version": _opt(rec.version or None),
+        "batch_id": _opt(rec.batch_id),
+        "custom_id": _opt(rec.custom_id),
     }
 
 

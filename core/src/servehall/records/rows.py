@@ -136,6 +136,8 @@ def request_row(record: RequestRecord) -> dict[str, object]:
         if tool_calls is None
         else _json_text([_text(name, None) for name in tool_calls]),
         "version": _opt_text(record.version or None, n["version"]),
+        "batch_id": _opt_text(record.batch_id, n["batch_id"]),
+        "custom_id": _opt_text(record.custom_id, n["custom_id"]),
     }
 
 

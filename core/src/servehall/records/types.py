@@ -31,7 +31,8 @@ class RequestRecord:
     the version of the model that served it (``[[models]] version``; empty or None for
     an unversioned model). ``tool_calls`` names the functions the model called (every
     choice, in order; None when the request offered no tools); their arguments are only
-    in ``completion_text``.
+    in ``completion_text``. ``batch_id`` and ``custom_id`` name the batch and line of a
+    request the batch runner sent (None for every other request).
     """
 
     request_id: str
@@ -60,6 +61,8 @@ class RequestRecord:
     response_format: str | None = None
     tool_calls: list[str] | None = None
     version: str | None = None
+    batch_id: str | None = None
+    custom_id: str | None = None
 
 
 @dataclass(slots=True)

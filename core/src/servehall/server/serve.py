@@ -119,6 +119,7 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
     from servehall.api.app import create_app
     from servehall.api.disconnect import install_closed_write_filter
     from servehall.api.tracing import Tracing
+    from servehall.batches.runner import BatchRunner
     from servehall.metrics import Metrics
     from servehall.rollout.idle import IdleUnloader
     from servehall.server.accept_errors import AcceptErrorMonitor
@@ -144,6 +145,7 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
     live = _live_config(host, readiness, config_path)
     idle = IdleUnloader(host)
     files: Any = None  # the app's FileService, closed on the way out
+    batches: Any = None  # the BatchRunner, stopped before the files close
     readiness.config_report = live.report
     metrics.config_revision.set_function(lambda: float(live.revision))
     try:
@@ -162,6 +164,8 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
             agent = AgentServer(host, readiness, stop.is_set, settings.server.agent_bind)
             await agent.start()
         idle.start()
+        batches = BatchRunner(app, host, files, metrics)
+        batches.start()
         live.install_sighup()
         if settings.server.config_revisions:
             await _open_revisions(live, settings)
@@ -173,6 +177,8 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
         if agent is not None:
             await agent.close()  # answered "drain" while the listeners drained
         accept_errors.uninstall()
+        if batches is not None:
+            await batches.stop()  # lines in flight go back to pending
         await idle.stop()
         await live.close()
         await readiness.stop()

@@ -88,6 +88,7 @@ class RequestState:
         )
         self.principal: Principal = ANONYMOUS
         self.pinned_version: str | None = None
+        self.batch_priority: int | None = None  # a batch line's priority ceiling
         self.served: ServedModel | None = None
         self.structured: StructuredRequest | None = None
         self.response_started = False

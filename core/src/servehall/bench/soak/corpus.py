@@ -29,6 +29,7 @@ TOKENIZE = "/tokenize"
 DETOKENIZE = "/detokenize"
 FILES = "/v1/files"
 EMBEDDINGS = "/v1/embeddings"
+BATCHES = "/v1/batches"
 _BOUNDARY = "soak-boundary-7f3a"
 
 
@@ -317,6 +318,15 @@ def hostile_shapes(model: str) -> list[Shape]:
     raw("files_bad_purpose", multipart_upload(line.encode(), "fine-tune"), MULTIPART_CTYPE, FILES)
     raw("files_json_body", b'{"purpose": "batch"}', path=FILES)
     raw("files_broken_multipart", b"--nope\r\n", ctype=MULTIPART_CTYPE, path=FILES)
+    # /v1/batches: bad creates are refused (400/404) before a batch exists; an unknown
+    # file id reads exactly like another principal's (404 file_not_found)
+    create = {"input_file_id": "file-0000soak", "endpoint": CHAT, "completion_window": "24h"}
+    body("batches_unknown_file", create, BATCHES)
+    body("batches_bad_endpoint", create | {"endpoint": "/v1/embeddings"}, BATCHES)
+    body("batches_bad_window", create | {"completion_window": "1h"}, BATCHES)
+    body("batches_bad_metadata", create | {"metadata": {"k": 5}}, BATCHES)
+    body("batches_no_file_id", {"endpoint": CHAT, "completion_window": "24h"}, BATCHES)
+    raw("batches_bad_json", b'{"input_file_id": ', path=BATCHES)
     return out
 
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 STATUS_CLIENT_CLOSED = 499
 """What ``request_log.status_code`` says for a client that left (nginx's code)."""
 
-UNRECORDED_PATHS = frozenset({"/tokenize", "/detokenize", "/v1/files"})
+UNRECORDED_PATHS = frozenset({"/tokenize", "/detokenize", "/v1/files", "/v1/batches"})
 """Routes that write no ``request_log`` row and send no ``x-request-id`` (they generate
-nothing; see :mod:`servehall.api.tokenize` and :mod:`servehall.api.files`): I2 and I3
-leave their answers out."""
+nothing; see :mod:`servehall.api.tokenize`, :mod:`servehall.api.files` and
+:mod:`servehall.api.batches`): I2 and I3 leave their answers out."""
 
 
 @dataclass(slots=True)

@@ -1,0 +1,206 @@
+"""The batch runner in process: a real app (no auth plugin, no model served) over
+httpx's ASGI transport and a migrated SQLite database. Batches are created through
+``/v1/batches``; the runner's passes send every line through the app's own request path
+(each a 404 ``model_not_found`` here: the error file), write the result files and end
+the batch; it claims nothing while a model's queue has a waiting request; a 429 gives
+the line back and pauses the runner; ``stream: true`` lines never run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.types import Receive, Scope, Send
+
+from servehall.api.app import create_app
+from servehall.batches.call import SCOPE_KEY, BatchCall
+from servehall.batches.runner import BatchRunner
+from servehall.plugin.host import Host
+from servehall.server.bootstrap import load_deployment
+
+
+def _host(tmp_path: Path) -> Host:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'[database]\nurl = "sqlite+aiosqlite:///{tmp_path / "db.sqlite"}"\n'
+        "auto_migrate = true\n"
+        f'[files]\ndir = "{tmp_path / "files"}"\n'
+        "[batches]\nmax_concurrent_lines = 3\nlease_s = 30\n"
+    )
+    settings, plugins = load_deployment(config)
+    return Host(settings=settings, plugins=plugins)
+
+
+@pytest.fixture
+async def app(tmp_path: Path) -> AsyncIterator[Starlette]:
+    app = create_app(_host(tmp_path))
+    yield app
+    await app.state.api.files.close()
+
+
+def _jsonl(bodies: dict[str, dict[str, Any]]) -> bytes:
+    return "".join(
+        json.dumps({"custom_id": k, "method": "POST", "url": "/v1/chat/completions", "body": v})
+        + "\n"
+        for k, v in bodies.items()
+    ).encode()
+
+
+async def _create(app: Starlette, bodies: dict[str, dict[str, Any]]) -> str:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        r = await c.post(
+            "/v1/files",
+            files={"file": ("in.jsonl", _jsonl(bodies))},
+            data={"purpose": "batch"},
+        )
+        assert r.status_code == 200, r.text
+        r = await c.post(
+            "/v1/batches",
+            json={
+                "input_file_id": r.json()["id"],
+                "endpoint": "/v1/chat/completions",
+                "completion_window": "24h",
+            },
+        )
+        assert r.status_code == 200, r.text
+        return str(r.json()["id"])
+
+
+async def _get(app: Starlette, path: str) -> httpx.Response:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        return await c.get(path)
+
+
+async def _drain(runner: BatchRunner, app: Starlette, batch_id: str) -> dict[str, Any]:
+    for _ in range(200):
+        await runner.tick()
+        await asyncio.sleep(0.02)
+        batch: dict[str, Any] = (await _get(app, f"/v1/batches/{batch_id}")).json()
+        if batch["status"] in ("completed", "cancelled", "expired"):
+            return batch
+    raise AssertionError("the batch did not end")
+
+
+def _msg(text: str, **extra: Any) -> dict[str, Any]:
+    return {"model": "demo", "messages": [{"role": "user", "content": text}], **extra}
+
+
+async def test_lines_run_through_the_app_and_end_in_files(app: Starlette) -> None:
+    bodies = {f"l{i}": _msg(f"hi {i}") for i in range(7)}
+    bodies["s"] = _msg("hi", stream=True)
+    batch_id = await _create(app, bodies)
+    host: Host = app.state.api.host
+    runner = BatchRunner(app, host, app.state.api.files, app.state.api.metrics)
+    batch = await _drain(runner, app, batch_id)
+    assert batch["status"] == "completed"
+    assert batch["request_counts"] == {"total": 8, "completed": 0, "failed": 8}
+    assert batch["output_file_id"] is None and batch["error_file_id"]
+    content = await _get(app, f"/v1/files/{batch['error_file_id']}/content")
+    lines = [json.loads(x) for x in content.text.splitlines()]
+    assert [x["custom_id"] for x in lines] == list(bodies)  # input order, each once
+    for x in lines[:-1]:
+        assert x["response"]["status_code"] == 404
+        assert x["error"]["code"] == "model_not_found"
+        assert x["response"]["request_id"].startswith("chatcmpl-")
+    assert lines[-1]["response"] is None and lines[-1]["error"]["code"] == "invalid_request"
+    meta = (await _get(app, f"/v1/files/{batch['error_file_id']}")).json()
+    assert meta["purpose"] == "batch_output"
+    text = (await _get(app, "/metrics")).text
+    assert 'servehall_batch_lines_finished_total{outcome="failed"} 8.0' in text
+
+
+async def test_no_claim_while_online_requests_wait(app: Starlette) -> None:
+    batch_id = await _create(app, {"a": _msg("hi")})
+    host: Host = app.state.api.host
+    runner = BatchRunner(app, host, app.state.api.files)
+    busy = SimpleNamespace(scheduler=SimpleNamespace(waiting=1))
+    host.models["busy"] = busy  # type: ignore[assignment]
+    try:
+        assert runner.online_waiting()
+        for _ in range(3):
+            await runner.tick()
+        got = (await _get(app, f"/v1/batches/{batch_id}")).json()
+        assert got["status"] == "in_progress" and got["request_counts"]["failed"] == 0
+    finally:
+        del host.models["busy"]
+    assert (await _drain(runner, app, batch_id))["status"] == "completed"
+
+
+async def test_a_429_gives_the_line_back_and_pauses(app: Starlette) -> None:
+    batch_id = await _create(app, {"a": _msg("hi")})
+    host: Host = app.state.api.host
+    seen: list[BatchCall] = []
+
+    async def limited(scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append(scope[SCOPE_KEY])
+        await send(
+            {"type": "http.response.start", "status": 429, "headers": [(b"retry-after", b"30")]}
+        )
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    runner = BatchRunner(limited, host, app.state.api.files)
+    for _ in range(4):
+        await runner.tick()
+        await asyncio.sleep(0.02)
+    assert len(seen) == 1  # paused for Retry-After after the first 429
+    call = seen[0]
+    assert call.batch_id == batch_id and call.custom_id == "a"
+    assert call.priority == host.settings.batches.priority
+    got = (await _get(app, f"/v1/batches/{batch_id}")).json()
+    assert got["status"] == "in_progress" and got["request_counts"]["failed"] == 0
+    fresh = BatchRunner(app, host, app.state.api.files)  # the line is pending again
+    assert (await _drain(fresh, app, batch_id))["request_counts"]["failed"] == 1
+
+
+async def test_soak_bad_creates_are_4xx(app: Starlette) -> None:
+    from servehall.bench.soak.corpus import hostile_shapes
+
+    shapes = [s for s in hostile_shapes("demo") if s.path == "/v1/batches"]
+    assert len(shapes) >= 5
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        for s in shapes:
+            r = await c.post(s.path, content=s.content(), headers={"content-type": s.content_type})
+            assert r.status_code in (400, 404), (s.name, r.status_code, r.text)
+            assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+        assert (await c.get("/v1/batches")).json()["data"] == []
+
+
+async def test_no_database_file_is_created_while_idle(app: Starlette, tmp_path: Path) -> None:
+    host: Host = app.state.api.host
+    runner = BatchRunner(app, host, app.state.api.files)
+    for _ in range(3):
+        await runner.tick()
+    assert not (tmp_path / "db.sqlite").exists()  # a server without batches needs none
+
+
+async def test_stop_lets_lines_finish_then_gives_the_rest_back(app: Starlette) -> None:
+    batch_id = await _create(app, {"quick": _msg("hi"), "slow": _msg("hi")})
+    host: Host = app.state.api.host
+
+    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope[SCOPE_KEY].custom_id == "slow":
+            await asyncio.sleep(60)
+        else:
+            await asyncio.sleep(0.2)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    runner = BatchRunner(answer, host, app.state.api.files)
+    runner.start()
+    for _ in range(100):
+        if len(runner._inflight) == 2:
+            break
+        await asyncio.sleep(0.02)
+    await runner.stop(grace_s=1.0)
+    got = (await _get(app, f"/v1/batches/{batch_id}")).json()
+    assert got["request_counts"] == {"total": 2, "completed": 1, "failed": 0}
+    assert not runner._inflight
+    fresh = BatchRunner(app, host, app.state.api.files)  # "slow" is pending again
+    assert (await _drain(fresh, app, batch_id))["request_counts"]["failed"] == 1
