@@ -8,6 +8,7 @@ from starlette.routing import BaseRoute, Route
 
 from servehall.api import admin_config, routes
 from servehall.api import files as file_routes
+from servehall.api import responses as response_routes
 from servehall.api import tokenize as tokenizer_routes
 from servehall.api.access_log import AccessLogMiddleware
 from servehall.api.auth import AuthMiddleware
@@ -45,6 +46,9 @@ def create_app(
         Route("/v1/models/{model:path}", routes.retrieve_model, methods=["GET"]),
         Route("/v1/chat/completions", InferenceEndpoint("chat"), methods=["POST"]),
         Route("/v1/completions", InferenceEndpoint("completion"), methods=["POST"]),
+        Route("/v1/responses", response_routes.ResponsesEndpoint(), methods=["POST"]),
+        Route("/v1/responses/{response_id}", response_routes.retrieve_response, methods=["GET"]),
+        Route("/v1/responses/{response_id}", response_routes.delete_response, methods=["DELETE"]),
         Route(
             "/tokenize",
             tokenizer_routes.TokenizerEndpoint(tokenizer_routes.tokenize),

@@ -80,7 +80,7 @@ class InferenceEndpoint:
     """ASGI endpoint for one of the two inference routes."""
 
     def __init__(self, kind: Literal["chat", "completion"]) -> None:
-        self.kind = kind
+        self.kind: Literal["chat", "completion"] = kind
         self.endpoint = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
         self.prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
 
@@ -134,7 +134,8 @@ class InferenceEndpoint:
             if gone:
                 return
             work.result()
-        except ServehallError as exc:
+        except ServehallError as raised:
+            exc = self._public_error(raised)
             if not state.response_started:
                 close = isinstance(exc, PayloadTooLargeError) and scope.get("http_version") in (
                     "1.0",
@@ -163,6 +164,41 @@ class InferenceEndpoint:
             state.finish(
                 STATUS_CLIENT_CLOSED, finish_reason="client_disconnect", error_code="cancelled"
             )
+
+    # --- what a route built on this path (``/v1/responses``) replaces --------------------
+
+    async def _prepare(
+        self, api: ApiState, state: RequestState, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The body the chat/completion path runs on (here: ``body`` itself)."""
+        return body
+
+    def _public_error(self, exc: ServehallError) -> ServehallError:
+        """``exc`` as the caller sees it (here: itself)."""
+        return exc
+
+    async def _respond(
+        self,
+        state: RequestState,
+        req: ChatCompletionRequest | CompletionRequest,
+        send: Send,
+        headers: dict[str, str],
+        echo: str,
+        first_before_headers: bool,
+    ) -> None:
+        """Send the response of the admitted request (its choices made)."""
+        if req.stream:
+            await send_stream(
+                state,
+                self.kind,
+                req,
+                send,
+                headers,
+                echo,
+                first_before_headers=first_before_headers,
+            )
+        else:
+            await send_completion(state, self.kind, req.model, send, headers, echo)
 
     # --- helpers -----------------------------------------------------------------------
 
@@ -224,6 +260,7 @@ class InferenceEndpoint:
     ) -> None:
         host = api.host
         settings = host.settings
+        body = await self._prepare(api, state, body)
         req = self._validate(body)
         state.record.stream = req.stream
         name = req.model
@@ -382,18 +419,14 @@ class InferenceEndpoint:
                 track(lambda: sum(c.completion_tokens for c in choices))
             echo = state.prompt_text if isinstance(req, CompletionRequest) and req.echo else ""
             try:
-                if req.stream:
-                    await send_stream(
-                        state,
-                        self.kind,
-                        req,
-                        send,
-                        headers,
-                        echo,
-                        first_before_headers=any(p.structured is not None for p in params),
-                    )
-                else:
-                    await send_completion(state, self.kind, req.model, send, headers, echo)
+                await self._respond(
+                    state,
+                    req,
+                    send,
+                    headers,
+                    echo,
+                    any(p.structured is not None for p in params),
+                )
             except InvalidRequestError:
                 if structured is not None:
                     state.structured_outcome = "refused"  # the engine refused the constraint

@@ -30,6 +30,7 @@ from servehall.config.models import (
     FilesSettings,
     ModelConfig,
     PluginsSettings,
+    ResponsesSettings,
     SchedulerSettings,
     ServerSettings,
     SinkConfig,
@@ -49,6 +50,7 @@ CORE_SECTIONS = (
     "tracing",
     "audit",
     "files",
+    "responses",
 )
 
 
@@ -72,6 +74,7 @@ class Settings(BaseSettings):
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     audit: AuditSettings = Field(default_factory=AuditSettings)
     files: FilesSettings = Field(default_factory=FilesSettings)
+    responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -144,6 +144,7 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
     live = _live_config(host, readiness, config_path)
     idle = IdleUnloader(host)
     files: Any = None  # the app's FileService, closed on the way out
+    responses: Any = None  # the app's ResponseStore, closed on the way out
     readiness.config_report = live.report
     metrics.config_revision.set_function(lambda: float(live.revision))
     try:
@@ -151,6 +152,7 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
         tracing = Tracing.from_settings(settings.tracing)
         app = create_app(host, metrics=metrics, readiness=readiness, tracing=tracing, live=live)
         files = app.state.api.files
+        responses = app.state.api.responses
         for served in host.models.values():
             if not await readiness.probe(served):
                 raise EngineError(
@@ -178,6 +180,8 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
         await readiness.stop()
         if files is not None:
             await files.close()
+        if responses is not None:
+            await responses.close()
         try:
             await plugins.shutdown(host)
         except Exception:
