@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from servehall.api.wire import (
     MaxTokens,
@@ -105,8 +105,17 @@ class FunctionCallOutputItem(_Model):
     output: PartsOrText
 
 
+def _message_by_default(value: Any) -> Any:
+    """An item with a ``role`` and no ``type`` is a message (OpenAI's easy input)."""
+    if isinstance(value, dict) and "type" not in value and "role" in value:
+        return {**value, "type": "message"}
+    return value
+
+
 InputItem = Annotated[
-    MessageItem | FunctionCallItem | FunctionCallOutputItem, Field(discriminator="type")
+    MessageItem | FunctionCallItem | FunctionCallOutputItem,
+    Field(discriminator="type"),
+    BeforeValidator(_message_by_default),
 ]
 
 
