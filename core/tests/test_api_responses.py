@@ -28,6 +28,9 @@ from servehall.api.responses_translate import (
     public_param,
 )
 from servehall.api.responses_wire import ResponsesRequest
+from servehall.bench.soak.corpus import hostile_shapes
+from servehall.bench.soak.mix import Mix
+from servehall.bench.soak.run import _usage
 from servehall.plugin.host import Host
 from servehall.text import load_tokenizer
 
@@ -64,7 +67,8 @@ class HeaderAuth:
 def _host(tok_dir: Path, tmp_path: Path, text: str) -> Host:
     tok = load_tokenizer(tok_dir)
     engine = ScriptedEngine(
-        [*tok.encode_plain(text), tok.eos_token_ids[0]], supported=("seed", "top_p")
+        [*tok.encode_plain(text), tok.eos_token_ids[0]],
+        supported=("seed", "top_p", "structured_output"),
     )
     db = f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}"
     return make_host(
@@ -347,3 +351,31 @@ async def test_bad_input_is_a_400_naming_the_responses_field(tok_dir: Path, tmp_
         r = await c.post("/v1/responses", json={"model": "nope", "input": "hi"})
         assert r.status_code == 404
     assert all(rec.status_code in (400, 404) for rec in host.records.records)  # type: ignore[attr-defined]
+
+
+async def test_soak_shapes(tok_dir: Path, tmp_path: Path) -> None:
+    """The soak's Responses shapes: hostile ones are 4xx envelopes, valid ones 200s whose
+    usage, as the soak reads it (JSON or the stream's last event), is the record's."""
+    host = _host(tok_dir, tmp_path, CALL_OUTPUT)
+    hostile = [s for s in hostile_shapes("m") if s.path == "/v1/responses"]
+    valid = [s for s in Mix("m", schemas=1).categories["valid"] if s.path == "/v1/responses"]
+    assert len(hostile) >= 10 and len(valid) >= 5
+    async with _client(host) as c:
+        for s in hostile:
+            r = await c.post(s.path, content=s.content(), headers={"content-type": s.content_type})
+            assert r.status_code in (400, 404), (s.name, r.status_code, r.text)
+            assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+        told: dict[str, tuple[int, int] | None] = {}
+        for s in valid:
+            r = await c.post(s.path, content=s.content(), headers={"content-type": s.content_type})
+            assert r.status_code == 200, (s.name, r.text)
+            if s.stream:
+                usage = None
+                for block in r.text.strip().split("\n\n"):
+                    usage = _usage(json.loads(block.split("\ndata: ", 1)[1])) or usage
+            else:
+                usage = _usage(r.json())
+            told[r.headers["x-request-id"]] = usage
+    records = {rec.request_id: rec for rec in host.records.records}  # type: ignore[attr-defined]
+    for rid, usage in told.items():
+        assert usage == (records[rid].prompt_tokens, records[rid].completion_tokens), rid
