@@ -84,8 +84,13 @@ def assert_clean(proc: subprocess.CompletedProcess[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def plain(servehall_server: Any, demo_model_dir: Path) -> Iterator[ServerHandle]:
-    with servehall_server(demo_config(demo_model_dir), name="openapi-plain") as srv:
+def plain(
+    servehall_server: Any, demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerHandle]:
+    # a migrated database: /v1/responses stores responses by default
+    db = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('st') / 'st.db'}"
+    cfg = demo_config(demo_model_dir, database={"url": db, "auto_migrate": True})
+    with servehall_server(cfg, name="openapi-plain") as srv:
         yield srv
 
 

@@ -9,8 +9,10 @@
   a ``response`` object, or the Responses SSE events with ``stream: true``. Errors name
   the Responses fields. With ``store: true`` (the default) the response and the
   conversation up to it are stored (:mod:`servehall.responses.store`) before its last
-  byte leaves; ``previous_response_id`` continues a stored one (404
-  ``previous_response_not_found`` when the caller has none of that id);
+  byte leaves (a database that cannot be reached or is not migrated is a 503
+  ``responses_unavailable`` before anything is generated); ``previous_response_id``
+  continues a stored one (404 ``previous_response_not_found`` when the caller has none
+  of that id);
 * ``GET /v1/responses/{id}`` — the stored response object;
 * ``DELETE /v1/responses/{id}`` — ``{id, object: "response.deleted", deleted: true}``.
 
@@ -104,6 +106,8 @@ class ResponsesEndpoint(InferenceEndpoint):
         store = api.responses if req.store and api.responses.enabled else None
         if req.store and store is None:
             req = req.model_copy(update={"store": False})
+        elif store is not None:
+            await store.engine()  # 503 now, before generating, when it cannot store
         state.route_data = _Turn(req, [*history, *input_items(req)], store)
         return chat_body(req, history)
 

@@ -235,3 +235,41 @@ def check_unsupported_fields(body: dict[str, Any]) -> None:
                             f"Content parts of type '{ptype[:64]}' are not supported; send text.",
                             f"input[{i}].{key}[{j}].type",
                         )
+
+
+# --- answers (documented shapes; :mod:`servehall.api.responses_translate` builds them) ---
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ResponseUsage(_Open):
+    """``usage`` of a response: ``input_tokens`` (the rendered prompt), ``output_tokens``
+    (generated), ``total_tokens``."""
+
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+
+
+class ResponseObject(_Open):
+    """The ``response`` object (``POST /v1/responses``, ``GET /v1/responses/{id}``):
+    ``output`` holds ``message`` and ``function_call`` items; the request's settings are
+    echoed beside it (OpenAI's field set)."""
+
+    id: str
+    object: Literal["response"]
+    created_at: int
+    status: Literal["completed", "incomplete", "in_progress", "failed"]
+    model: str
+    output: list[dict[str, Any]]
+    usage: ResponseUsage | None = None
+
+
+class ResponseDeleted(BaseModel):
+    """``DELETE /v1/responses/{id}``'s answer."""
+
+    id: str
+    object: Literal["response.deleted"]
+    deleted: bool
