@@ -61,6 +61,8 @@ class HeaderAuth:
     @hookimpl
     def servehall_authenticate(self, host: Host, request: Any) -> Principal:
         who = request.headers.get("x-who", "alice")
+        if who == "admin-only":  # a credential without the inference scope
+            return Principal(id=who, tenant="t", policy=Policy(scopes=frozenset({"admin"})))
         return Principal(id=who, tenant="t", policy=Policy())
 
 
@@ -303,6 +305,13 @@ async def test_store_previous_get_delete_and_owner(tok_dir: Path, tmp_path: Path
     async with _client(host, "mallory") as c:
         assert (await c.get(f"/v1/responses/{first['id']}")).status_code == 404
         assert (await c.delete(f"/v1/responses/{first['id']}")).status_code == 404
+    async with _client(host, "admin-only") as c:
+        for r in (
+            await c.get(f"/v1/responses/{first['id']}"),
+            await c.delete(f"/v1/responses/{first['id']}"),
+            await c.post("/v1/responses", json={"model": "m", "input": "x"}),
+        ):
+            assert r.status_code == 403 and r.json()["error"]["code"] == "insufficient_scope"
     async with _client(host) as c:
         r = await c.delete(f"/v1/responses/{first['id']}")
         assert r.json() == {"id": first["id"], "object": "response.deleted", "deleted": True}
