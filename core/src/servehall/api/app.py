@@ -47,8 +47,11 @@ def create_app(
         Route("/v1/chat/completions", InferenceEndpoint("chat"), methods=["POST"]),
         Route("/v1/completions", InferenceEndpoint("completion"), methods=["POST"]),
         Route("/v1/responses", response_routes.ResponsesEndpoint(), methods=["POST"]),
-        Route("/v1/responses/{response_id}", response_routes.retrieve_response, methods=["GET"]),
-        Route("/v1/responses/{response_id}", response_routes.delete_response, methods=["DELETE"]),
+        Route(
+            "/v1/responses/{response_id}",
+            response_routes.stored_response,
+            methods=["GET", "DELETE"],
+        ),
         Route(
             "/tokenize",
             tokenizer_routes.TokenizerEndpoint(tokenizer_routes.tokenize),

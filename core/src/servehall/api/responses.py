@@ -268,3 +268,11 @@ async def delete_response(request: Request) -> Response:
     if not await api.responses.remove(response_id, principal.id):
         raise _not_found(response_id)
     return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
+
+
+async def stored_response(request: Request) -> Response:
+    """``GET`` or ``DELETE /v1/responses/{response_id}`` (one route, so that a 405
+    ``Allow`` header lists both)."""
+    if request.method == "DELETE":
+        return await delete_response(request)
+    return await retrieve_response(request)
