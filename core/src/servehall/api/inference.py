@@ -18,6 +18,10 @@ from the first byte to the record). The parts live beside it: :mod:`servehall.ap
 (prompt texts and chat turns),
 :mod:`servehall.api.response` (the JSON response) and :mod:`servehall.api.sse` (the
 SSE stream).
+
+``/v1/responses`` (:mod:`servehall.api.responses`) runs this same path: its endpoint
+replaces three steps — ``_prepare`` (its body → a chat body), ``_respond`` (the answer's
+shape) and ``_public_error`` (errors name its fields).
 """
 
 from __future__ import annotations
