@@ -3,7 +3,8 @@ records database) with the official ``openai`` client: text, instructions, a req
 function call and its ``function_call_output`` follow-up, ``text.format`` json_schema,
 streaming through the SDK's event parser, ``store`` / ``previous_response_id`` / GET /
 DELETE, 400s naming the field, and one ``request_log`` row per request with the usage
-the response reported.
+the response reported. Opt-in (``SERVEHALL_TEST_AGENTS_PYTHON``, an interpreter with
+``openai-agents``): openai-agents' default Responses model runs a tool-using agent.
 """
 
 from __future__ import annotations
