@@ -388,3 +388,37 @@ async def test_soak_shapes(tok_dir: Path, tmp_path: Path) -> None:
     records = {rec.request_id: rec for rec in host.records.records}  # type: ignore[attr-defined]
     for rid, usage in told.items():
         assert usage == (records[rid].prompt_tokens, records[rid].completion_tokens), rid
+
+
+async def test_store_on_sqlite_and_postgresql(migrated: str) -> None:
+    """The store on both databases: owner-only reads and deletes, and retention (an
+    expired row is invisible, then purged by the next write)."""
+    from servehall.config.settings import Settings
+    from servehall.responses.store import ResponseStore
+
+    body = {"id": "resp_a", "model": "m", "output": [], "usage": None}
+    items = [{"type": "message", "role": "user", "content": "hi \u00e9\U0001f600"}]
+    store = ResponseStore(Settings(database={"url": migrated}))
+    try:
+        await store.put("alice", body, items)
+        got = await store.get("resp_a", "alice")
+        assert got is not None and got.body == body and got.input_items == items
+        assert await store.get("resp_a", "mallory") is None
+        assert not await store.remove("resp_a", "mallory")
+        assert await store.remove("resp_a", "alice")
+        assert await store.get("resp_a", "alice") is None
+    finally:
+        await store.close()
+    short = ResponseStore(Settings(database={"url": migrated}, responses={"retention_days": 1e-9}))
+    try:
+        await short.put("alice", {**body, "id": "resp_b"}, items)
+        assert await short.get("resp_b", "alice") is None  # expired already
+        await short.put("alice", {**body, "id": "resp_c"}, items)  # purges resp_b
+        engine = await short.engine()
+        async with engine.connect() as conn:
+            from sqlalchemy import text
+
+            ids = (await conn.execute(text("SELECT id FROM response_object"))).scalars().all()
+        assert ids == ["resp_c"]
+    finally:
+        await short.close()
