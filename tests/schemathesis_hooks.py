@@ -17,6 +17,9 @@ fields that a static schema cannot express (docs/api.md lists them):
   ``tools``: a forced tool choice, a single call, or ``strict`` tools need an engine that
   constrains decoding.
 
+* 404 ``previous_response_not_found``: ``/v1/responses`` continuing a
+  ``previous_response_id`` the caller has not stored.
+
 Every other 4xx for schema-valid data is still a failure.
 """
 
@@ -58,6 +61,8 @@ def positive_data_acceptance_within_context(ctx: Any, response: Any, case: Any) 
         and _error_code(response) == "unsupported_parameter"
         and _error_param(response) in CONSTRAINT_PARAMS
     ):
+        return None
+    if response.status_code == 404 and _error_code(response) == "previous_response_not_found":
         return None
     result: bool | None = positive_data_acceptance(ctx, response, case)
     return result

@@ -696,6 +696,8 @@ def test_every_route_needs_a_credential(
         "/v1/chat/completions",
         "/tokenize",
         "/detokenize",
+        "/v1/responses",
+        "/v1/responses/{response_id}",
         "/v1/models",
         "/admin/keys",
         "/admin/keys/{key_id}/rotate",

@@ -9,6 +9,7 @@ from starlette.routing import BaseRoute, Route
 from servehall.api import admin_config, routes
 from servehall.api import batches as batch_routes
 from servehall.api import files as file_routes
+from servehall.api import responses as response_routes
 from servehall.api import tokenize as tokenizer_routes
 from servehall.api.access_log import AccessLogMiddleware
 from servehall.api.auth import AuthMiddleware
@@ -48,6 +49,12 @@ def create_app(
         Route("/v1/chat/completions", InferenceEndpoint("chat"), methods=["POST"]),
         Route("/v1/completions", InferenceEndpoint("completion"), methods=["POST"]),
         Route("/v1/embeddings", EmbeddingsEndpoint(), methods=["POST"]),
+        Route("/v1/responses", response_routes.ResponsesEndpoint(), methods=["POST"]),
+        Route(
+            "/v1/responses/{response_id}",
+            response_routes.stored_response,
+            methods=["GET", "DELETE"],
+        ),
         Route(
             "/tokenize",
             tokenizer_routes.TokenizerEndpoint(tokenizer_routes.tokenize),

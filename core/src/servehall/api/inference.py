@@ -21,6 +21,10 @@ from the first byte to the record). The parts live beside it: :mod:`servehall.ap
 (prompt texts and chat turns),
 :mod:`servehall.api.response` (the JSON response) and :mod:`servehall.api.sse` (the
 SSE stream).
+
+``/v1/responses`` (:mod:`servehall.api.responses`) runs this same path: its endpoint
+replaces three steps — ``_prepare`` (its body → a chat body), ``_respond`` (the answer's
+shape) and ``_public_error`` (errors name its fields).
 """
 
 from __future__ import annotations
@@ -85,7 +89,7 @@ class InferenceEndpoint:
     """ASGI endpoint for one of the two inference routes."""
 
     def __init__(self, kind: Literal["chat", "completion"]) -> None:
-        self.kind = kind
+        self.kind: Literal["chat", "completion"] = kind
         self.endpoint = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
         self.prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
 
@@ -144,7 +148,8 @@ class InferenceEndpoint:
             if gone:
                 return
             work.result()
-        except ServehallError as exc:
+        except ServehallError as raised:
+            exc = self._public_error(raised)
             if not state.response_started:
                 close = isinstance(exc, PayloadTooLargeError) and scope.get("http_version") in (
                     "1.0",
@@ -173,6 +178,41 @@ class InferenceEndpoint:
             state.finish(
                 STATUS_CLIENT_CLOSED, finish_reason="client_disconnect", error_code="cancelled"
             )
+
+    # --- what a route built on this path (``/v1/responses``) replaces --------------------
+
+    async def _prepare(
+        self, api: ApiState, state: RequestState, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The body the chat/completion path runs on (here: ``body`` itself)."""
+        return body
+
+    def _public_error(self, exc: ServehallError) -> ServehallError:
+        """``exc`` as the caller sees it (here: itself)."""
+        return exc
+
+    async def _respond(
+        self,
+        state: RequestState,
+        req: ChatCompletionRequest | CompletionRequest,
+        send: Send,
+        headers: dict[str, str],
+        echo: str,
+        first_before_headers: bool,
+    ) -> None:
+        """Send the response of the admitted request (its choices made)."""
+        if req.stream:
+            await send_stream(
+                state,
+                self.kind,
+                req,
+                send,
+                headers,
+                echo,
+                first_before_headers=first_before_headers,
+            )
+        else:
+            await send_completion(state, self.kind, req.model, send, headers, echo)
 
     # --- helpers -----------------------------------------------------------------------
 
@@ -234,6 +274,7 @@ class InferenceEndpoint:
     ) -> None:
         host = api.host
         settings = host.settings
+        body = await self._prepare(api, state, body)
         req = self._validate(body)
         state.record.stream = req.stream
         name = req.model
@@ -401,18 +442,14 @@ class InferenceEndpoint:
                 track(lambda: sum(c.completion_tokens for c in choices))
             echo = state.prompt_text if isinstance(req, CompletionRequest) and req.echo else ""
             try:
-                if req.stream:
-                    await send_stream(
-                        state,
-                        self.kind,
-                        req,
-                        send,
-                        headers,
-                        echo,
-                        first_before_headers=any(p.structured is not None for p in params),
-                    )
-                else:
-                    await send_completion(state, self.kind, req.model, send, headers, echo)
+                await self._respond(
+                    state,
+                    req,
+                    send,
+                    headers,
+                    echo,
+                    any(p.structured is not None for p in params),
+                )
             except InvalidRequestError:
                 if structured is not None:
                     state.structured_outcome = "refused"  # the engine refused the constraint

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from servehall.api import responses_wire as rw
 from servehall.api import wire as m
 from servehall.version import __version__
 
@@ -138,6 +139,58 @@ def _embeddings_path() -> dict[str, Any]:
     }
 
 
+def _responses_paths() -> dict[str, Any]:
+    """``/v1/responses`` (create; with ``stream: true`` Responses events) and
+    ``/v1/responses/{response_id}`` (retrieve, delete a stored response)."""
+    event = {
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {
+            "event": {"type": "string", "pattern": "^(response\\.|error$)"},
+            "data": {"type": "string", "contentMediaType": "application/json"},
+        },
+    }
+    not_found = {k: v for k, v in _errors().items() if k in ("401", "403", "404", "503")}
+    param = [{"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    return {
+        "/v1/responses": {
+            "post": {
+                "summary": "Create a model response (OpenAI's Responses API)",
+                "requestBody": {"required": True, "content": _json(rw.ResponsesRequest)},
+                "responses": {
+                    "200": {
+                        "description": "The response; with stream=true, server-sent events "
+                        "(`event: response.created` … `event: response.completed`).",
+                        "content": {
+                            **_json(rw.ResponseObject),
+                            "text/event-stream": {"schema": event},
+                        },
+                    },
+                    **_errors(),
+                },
+            }
+        },
+        "/v1/responses/{response_id}": {
+            "get": {
+                "summary": "A stored response of the caller",
+                "parameters": param,
+                "responses": {
+                    "200": {"description": "The response", "content": _json(rw.ResponseObject)},
+                    **not_found,
+                },
+            },
+            "delete": {
+                "summary": "Delete a stored response of the caller",
+                "parameters": param,
+                "responses": {
+                    "200": {"description": "Deleted", "content": _json(rw.ResponseDeleted)},
+                    **not_found,
+                },
+            },
+        },
+    }
+
+
 def _cap(prop: dict[str, Any] | None, maximum: int) -> None:
     if prop is None:
         return
@@ -168,6 +221,23 @@ def _restrict_requests(
     if max_token_id is not None:
         tokens = defs.get("DetokenizeRequest", {}).get("properties", {}).get("tokens", {})
         _cap(tokens.get("items"), max_token_id)
+    responses = defs.get("ResponsesRequest", {})
+    if responses:
+        # ``text.format`` is left out as chat's ``response_format`` is (its schema's
+        # checks are the request path's); ``input`` may be left out only with a stored
+        # ``previous_response_id``, so the document asks for it
+        rprops = responses.get("properties", {})
+        rprops.pop("text", None)
+        rprops["input"]["anyOf"] = [
+            b for b in rprops["input"].get("anyOf", []) if b.get("type") != "null"
+        ]
+        responses["required"] = sorted({*responses.get("required", []), "input"})
+        for field in drop:
+            rprops.pop(field, None)
+        if max_model_len is not None:
+            _cap(rprops.get("max_output_tokens"), max_model_len - 1)
+        if models:
+            rprops["model"]["enum"] = list(models)
     for name in ("ChatCompletionRequest", "CompletionRequest"):
         props = defs.get(name, {}).get("properties", {})
         for field in drop:
@@ -228,6 +298,9 @@ def openapi_document(
         m.DetokenizeRequest,
         m.DetokenizeResponse,
         m.ErrorResponse,
+        rw.ResponsesRequest,
+        rw.ResponseObject,
+        rw.ResponseDeleted,
     ]
     if embedding_models:
         schema_models += [m.EmbeddingRequest, m.EmbeddingResponse]
@@ -268,6 +341,7 @@ def openapi_document(
             ),
             **(_embeddings_path() if embedding_models else {}),
             **_tokenizer_paths(max_token_id),
+            **_responses_paths(),
             "/v1/models": {
                 "get": {
                     "summary": "Models the caller may use",

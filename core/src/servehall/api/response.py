@@ -59,6 +59,21 @@ def _message(c: ChoiceStream) -> dict[str, Any]:
     return message
 
 
+async def run_choices(state: RequestState) -> None:
+    """Generate every choice of ``state`` to its end (the first failure propagates as
+    itself)."""
+    if len(state.choices) == 1:
+        await _drain(state.choices[0])  # no task, no gather: two loop turns fewer
+    else:
+        tasks = [asyncio.ensure_future(_drain(c)) for c in state.choices]
+        try:
+            await asyncio.gather(*tasks)  # the first failure propagates as itself
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def send_completion(
     state: RequestState,
     kind: Literal["chat", "completion"],
@@ -70,16 +85,7 @@ async def send_completion(
     """Generate every choice of ``state`` to its end (the first failure propagates as
     itself), then send status 200 and the whole JSON body (``echo`` prefixes each
     completion text)."""
-    if len(state.choices) == 1:
-        await _drain(state.choices[0])  # no task, no gather: two loop turns fewer
-    else:
-        tasks = [asyncio.ensure_future(_drain(c)) for c in state.choices]
-        try:
-            await asyncio.gather(*tasks)  # the first failure propagates as itself
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+    await run_choices(state)
     base = {"id": state.request_id, "created": state.created, "model": model}
     if kind == "chat":
         body: dict[str, Any] = {

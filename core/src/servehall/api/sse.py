@@ -64,7 +64,7 @@ async def merged_events(choices: list[ChoiceStream]) -> AsyncGenerator[ChoiceEve
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _first_then_rest(
+async def first_then_rest(
     first: ChoiceEvent | None, events: AsyncGenerator[ChoiceEvent, None]
 ) -> AsyncGenerator[ChoiceEvent, None]:
     """``first`` (when not None), then the rest of ``events``."""
@@ -149,7 +149,7 @@ async def send_stream(
     try:
         try:
             # the extra generator hop only where a first event was taken (constrained)
-            stream = events if first is None else _first_then_rest(first, events)
+            stream = events if first is None else first_then_rest(first, events)
             async for ev in stream:
                 last = False
                 if ev.finish_reason is not None:

@@ -9,6 +9,7 @@ from servehall.api.tracing import Tracing
 from servehall.files.service import FileService
 from servehall.metrics import Metrics
 from servehall.plugin.host import Host
+from servehall.responses.store import ResponseStore
 from servehall.rollout.router import VersionRouter
 from servehall.serving.probe import Readiness
 
@@ -18,7 +19,7 @@ class ApiState:
     """Attached to the Starlette app as ``app.state.api``. ``live`` is the
     :class:`~servehall.rollout.live.LiveConfig` of a served host (None in apps built
     without one); ``router`` picks model versions; ``files`` holds the uploaded files
-    (``/v1/files``)."""
+    (``/v1/files``); ``responses`` the stored responses (``/v1/responses``)."""
 
     host: Host
     metrics: Metrics
@@ -27,7 +28,9 @@ class ApiState:
     live: Any = None
     router: VersionRouter = field(init=False)
     files: FileService = field(init=False)
+    responses: ResponseStore = field(init=False)
 
     def __post_init__(self) -> None:
         self.router = VersionRouter(self.host)
         self.files = FileService(self.host.settings, self.host.plugins)
+        self.responses = ResponseStore(self.host.settings, self.host.plugins)

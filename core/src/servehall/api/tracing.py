@@ -43,7 +43,11 @@ if TYPE_CHECKING:
 
     from servehall.config.models import TracingSettings
 
-OPERATIONS = {"/v1/chat/completions": "chat", "/v1/completions": "text_completion"}
+OPERATIONS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "text_completion",
+    "/v1/responses": "chat",
+}
 """``gen_ai.operation.name`` of each traced path."""
 
 _SCOPE_KEY = "servehall.trace_span"

@@ -300,6 +300,22 @@ class BatchesSettings(_Section):
     poll_s: float = Field(default=0.25, gt=0, le=60, allow_inf_nan=False)
 
 
+class ResponsesSettings(_Section):
+    """``[responses]``: stored responses of ``/v1/responses`` (docs/api.md "Responses").
+
+    A request with ``store: true`` (the default, as in OpenAI) keeps its response and
+    conversation in the records database (``response_object``) for ``retention_days``
+    days, readable by ``GET /v1/responses/{id}`` and continued by
+    ``previous_response_id``, by the principal that made it only; expired rows are
+    invisible and purged as new ones are stored. ``store = false`` here keeps nothing
+    (a request's ``store: true`` is then answered but not stored: its ``store`` field
+    says false).
+    """
+
+    store: bool = True
+    retention_days: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+
+
 class TracingSettings(_Section):
     """``[tracing]``: OpenTelemetry traces of inference requests (docs/operations.md,
     "Traces"). Off by default; needs the ``tracing`` extra (``opentelemetry-sdk`` and the

@@ -31,6 +31,7 @@ from servehall.config.models import (
     FilesSettings,
     ModelConfig,
     PluginsSettings,
+    ResponsesSettings,
     SchedulerSettings,
     ServerSettings,
     SinkConfig,
@@ -51,6 +52,7 @@ CORE_SECTIONS = (
     "audit",
     "files",
     "batches",
+    "responses",
 )
 
 
@@ -75,6 +77,7 @@ class Settings(BaseSettings):
     audit: AuditSettings = Field(default_factory=AuditSettings)
     files: FilesSettings = Field(default_factory=FilesSettings)
     batches: BatchesSettings = Field(default_factory=BatchesSettings)
+    responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -318,3 +318,33 @@ class BatchLine(DbBase):
         UniqueConstraint("batch_id", "custom_id"),
         Index(None, "status", "batch_id"),
     )
+
+
+class ResponseObject(DbBase):
+    """``response_object``: one stored response of ``/v1/responses`` (``store: true``).
+
+    ``seq`` orders rows; ``id`` is the public ``resp_…`` id; ``owner`` the id of the
+    principal that made it (only it sees the response); ``created_at`` / ``expires_at``
+    (UTC; ``[responses] retention_days`` later; an expired row is invisible and purged);
+    ``model`` the model name asked for; ``body`` the response object as JSON text;
+    ``input_items`` the conversation up to this response (the previous responses' input
+    and output, then this request's input) as a JSON list of plain items, which a later
+    ``previous_response_id`` continues.
+    """
+
+    __tablename__ = "response_object"
+
+    seq: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(64))
+    owner: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    model: Mapped[str] = mapped_column(String(256))
+    body: Mapped[str] = mapped_column(Text)
+    input_items: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (
+        UniqueConstraint("id"),
+        Index(None, "owner", "seq"),
+        Index(None, "expires_at"),
+    )

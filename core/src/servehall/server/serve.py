@@ -146,6 +146,7 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
     idle = IdleUnloader(host)
     files: Any = None  # the app's FileService, closed on the way out
     batches: Any = None  # the BatchRunner, stopped before the files close
+    responses: Any = None  # the app's ResponseStore, closed on the way out
     readiness.config_report = live.report
     metrics.config_revision.set_function(lambda: float(live.revision))
     try:
@@ -153,6 +154,7 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
         tracing = Tracing.from_settings(settings.tracing)
         app = create_app(host, metrics=metrics, readiness=readiness, tracing=tracing, live=live)
         files = app.state.api.files
+        responses = app.state.api.responses
         for served in host.models.values():
             if not await readiness.probe(served):
                 raise EngineError(
@@ -184,6 +186,8 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
         await readiness.stop()
         if files is not None:
             await files.close()
+        if responses is not None:
+            await responses.close()
         try:
             await plugins.shutdown(host)
         except Exception:

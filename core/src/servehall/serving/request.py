@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("servehall.request")
 
 KNOWN_ENDPOINTS = frozenset(
-    {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models"}
+    {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/models"}
 )
 """Endpoint label values; any other path is counted as ``other``."""
 
@@ -102,6 +102,8 @@ class RequestState:
         self.admitted = False
         self.admitted_at: float | None = None
         self.structured_outcome: str | None = None  # with record.response_format
+        #: what a route built on the chat path (``/v1/responses``) keeps between steps
+        self.route_data: Any = None
         self._done = False
         self._tracing: Tracing | None = None
         self._span: Span | None = None

@@ -30,6 +30,7 @@ DETOKENIZE = "/detokenize"
 FILES = "/v1/files"
 EMBEDDINGS = "/v1/embeddings"
 BATCHES = "/v1/batches"
+RESPONSES = "/v1/responses"
 _BOUNDARY = "soak-boundary-7f3a"
 
 
@@ -305,6 +306,30 @@ def hostile_shapes(model: str) -> list[Shape]:
         EMBEDDINGS,
     )
     body("embeddings_unknown_model", {"model": "no-such-model", "input": "a"}, EMBEDDINGS)
+
+    # /v1/responses: what it does not implement, and bad items, are 400s naming the field
+    def resp(name: str, **extra: Any) -> None:
+        body(name, {"model": model, "input": "Hi", "store": False, **extra}, RESPONSES)
+
+    resp("responses_reasoning", reasoning={"effort": "high"})
+    resp("responses_web_search", tools=[{"type": "web_search"}])
+    resp("responses_mcp", tools=[{"type": "mcp", "server_label": "x", "server_url": "http://x"}])
+    resp("responses_background", background=True)
+    resp("responses_include", include=["message.output_text.logprobs"])
+    resp("responses_conversation", conversation="conv_1")
+    resp("responses_image_part", input=[{"role": "user", "content": [{"type": "input_image"}]}])
+    resp("responses_reasoning_item", input=[{"type": "reasoning", "summary": []}])
+    resp("responses_no_input", input=None)
+    resp("responses_input_int", input=5)
+    resp("responses_max_output_zero", max_output_tokens=0)
+    resp("responses_required_no_tools", tool_choice="required")
+    resp("responses_unknown_previous", previous_response_id="resp_nope")
+    resp(
+        "responses_unknown_call",
+        input=[{"type": "function_call_output", "call_id": "x", "output": "y"}],
+    )
+    resp("responses_unknown_model", model="no-such-model")
+    resp("responses_bad_format", text={"format": {"type": "json_schema", "name": "x", "schema": 5}})
     # /v1/files: bad uploads are refused (400/415) before anything is stored
     line = json.dumps({"custom_id": "a", "method": "POST", "url": CHAT, "body": _chat(model)})
     bad_files = {

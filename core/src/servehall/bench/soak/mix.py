@@ -16,6 +16,7 @@ from servehall.bench.soak.corpus import (
     CHAT,
     COMPLETIONS,
     DETOKENIZE,
+    RESPONSES,
     TOKENIZE,
     Shape,
     generated_schemas,
@@ -52,7 +53,9 @@ def valid_shapes(model: str, max_tokens: int) -> list[Shape]:
     """The valid request shapes: chat and completions, plain and streamed (with and
     without ``include_usage``), ``n=2``, stops, tools with every ``tool_choice``,
     ``response_format`` json_object/json_schema, guided regex/choice/json,
-    ``structured_outputs``."""
+    ``structured_outputs``; ``/v1/responses`` plain, stored, streamed, with tools, with
+    ``text.format`` json_schema and with ``function_call`` / ``function_call_output``
+    items."""
     mt = max_tokens
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me"}]
     usage = {"include_usage": True}
@@ -145,6 +148,44 @@ def valid_shapes(model: str, max_tokens: int) -> list[Shape]:
     out += [
         Shape(name, COMPLETIONS, {"model": model, "prompt": "Once upon", "max_tokens": mt} | extra)
         for name, extra in comp.items()
+    ]
+    flat_tool = {"type": "function", **WEATHER_TOOL["function"]}
+    resp: dict[str, dict[str, Any]] = {
+        "responses": {"instructions": "Be brief.", "store": False},
+        "responses_stored": {},
+        "responses_stream": {"stream": True, "store": False},
+        "responses_tools_required": {"tools": [flat_tool], "tool_choice": "required"},
+        "responses_tools_stream": {
+            "tools": [flat_tool],
+            "tool_choice": "auto",
+            "stream": True,
+            "store": False,
+        },
+        "responses_json_schema": {
+            "text": {"format": {"type": "json_schema", "name": "p", "schema": PERSON_SCHEMA}},
+            "max_output_tokens": 24,
+            "store": False,
+        },
+        "responses_items": {
+            "input": [
+                {"role": "user", "content": [{"type": "input_text", "text": "Weather?"}]},
+                {
+                    "type": "function_call",
+                    "call_id": "call_1",
+                    "name": "get_weather",
+                    "arguments": '{"city": "Paris"}',
+                },
+                {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+            ],
+            "tools": [flat_tool],
+            "store": False,
+        },
+    }
+    out += [
+        Shape(
+            name, RESPONSES, {"model": model, "input": "Tell me", "max_output_tokens": mt} | extra
+        )
+        for name, extra in resp.items()
     ]
     return out
 

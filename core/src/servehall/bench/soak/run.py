@@ -222,10 +222,21 @@ def _error_status(envelope: Any) -> int:
     return 400
 
 
+#: The last event of a ``/v1/responses`` stream: its ``response`` holds the usage.
+RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
 def _usage(obj: Any) -> tuple[int, int] | None:
+    """``(prompt, completion)`` tokens of a chat/completions body or usage chunk
+    (``usage.prompt_tokens``), of a ``response`` object or of the event that ends a
+    Responses stream (``usage.input_tokens``, ``usage.output_tokens``)."""
+    if isinstance(obj, dict) and obj.get("type") in RESPONSE_ENDS:
+        obj = obj.get("response")
     u = obj.get("usage") if isinstance(obj, dict) else None
     if isinstance(u, dict) and isinstance(u.get("prompt_tokens"), int):
         return int(u["prompt_tokens"]), int(u.get("completion_tokens") or 0)
+    if isinstance(u, dict) and isinstance(u.get("input_tokens"), int):
+        return int(u["input_tokens"]), int(u.get("output_tokens") or 0)
     return None
 
 
@@ -266,6 +277,9 @@ async def send(client: httpx.AsyncClient, base_url: str, shape: Shape) -> Observ
                         ev = json.loads(data)
                         if isinstance(ev, dict) and "error" in ev:
                             obs.stream_error = _error_status(ev)
+                        elif isinstance(ev, dict) and ev.get("type") == "response.failed":
+                            obs.stream_error = _error_status(ev.get("response"))
+                            obs.usage = _usage(ev)
                         elif (u := _usage(ev)) is not None:
                             obs.usage = u
         finally:

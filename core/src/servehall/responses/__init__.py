@@ -1,0 +1,1 @@
+"""Stored responses of ``/v1/responses`` (:mod:`servehall.responses.store`)."""
