@@ -13,6 +13,7 @@ from servehall.api.disconnect import (
     ClientGone,
     ClosedWriteFilter,
     DisconnectWatch,
+    StallSweeper,
 )
 
 
@@ -119,3 +120,63 @@ async def test_disconnect_after_the_last_body_is_not_a_client_leaving() -> None:
     ch.inbox.put_nowait({"type": "http.disconnect"})
     await asyncio.wait_for(task, 5)
     assert watch.complete and not watch.gone
+
+
+class StuckChannel:
+    """A peer that stopped reading: the first body send never completes (an HTTP/2
+    stream whose flow-control window stays shut)."""
+
+    def __init__(self) -> None:
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.sent = 0
+
+    async def receive(self) -> dict[str, Any]:
+        return await self.inbox.get()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            await asyncio.Event().wait()
+        self.sent += 1
+
+
+async def test_a_write_the_client_never_accepts_ends_the_request() -> None:
+    ch = StuckChannel()
+    watch = DisconnectWatch(ch.receive, ch.send)
+    watcher = watch.start()
+    sweeper = StallSweeper(0.2)
+    sweeper.add(watch)
+    work = asyncio.ensure_future(_backlog(watch, 3))
+    t0 = asyncio.get_running_loop().time()
+    done, _ = await asyncio.wait({work, watcher}, timeout=5, return_when=asyncio.FIRST_COMPLETED)
+    assert done == {watcher} and not work.done()  # the endpoint's wait ends; it cancels work
+    assert 0.2 <= asyncio.get_running_loop().time() - t0 < 2
+    assert watch.stalled and watch.gone and sweeper.stalled == 1
+    work.cancel()
+    await watch.stop()
+    with pytest.raises(ClientGone):  # nothing more is written to the stalled stream
+        await watch.send({"type": "http.response.body", "body": b"x", "more_body": True})
+
+
+async def test_a_slow_but_reading_client_is_not_ended() -> None:
+    """Writes that each complete within the timeout never trip it, however many."""
+
+    async def slow_send(message: dict[str, Any]) -> None:
+        await asyncio.sleep(0.05)
+
+    ch = FakeChannel(fail_after=10**6)
+    watch = DisconnectWatch(ch.receive, slow_send)
+    watch.start()
+    sweeper = StallSweeper(0.2)
+    sweeper.add(watch)
+    assert await _backlog(watch, 20) == 20  # 1 s of writing, 50 ms each
+    assert not watch.stalled and sweeper.stalled == 0
+    sweeper.discard(watch)
+    await watch.stop()
+
+
+async def test_timeout_zero_disables_the_sweeper() -> None:
+    ch = StuckChannel()
+    watch = DisconnectWatch(ch.receive, ch.send)
+    sweeper = StallSweeper(0)
+    sweeper.add(watch)
+    assert sweeper._task is None

@@ -21,6 +21,16 @@ Either way the work ends with :class:`ClientGone` or a cancellation; the choice 
 cleanup then aborts the engine requests (freeing their KV cache), whether the engine
 runs on a thread of this process or in a worker process.
 
+A client that stays connected but stops *reading* is a third case: over HTTP/2 its
+flow-control window closes, Hypercorn's write waits for a ``WINDOW_UPDATE`` that never
+comes, and without a bound the request would hold its scheduler slot until the
+connection closes. httpx/httpcore clients do this by accident: closing a response before
+its end sends no ``RST_STREAM`` (encode/httpcore#943), so the unread bytes are never
+credited back and the connection's window shrinks until every stream on it stalls.
+:class:`StallSweeper` bounds it, as nginx's ``send_timeout`` does: a write that has not
+completed after ``[server] send_timeout_s`` ends the request as a disconnect
+(:attr:`DisconnectWatch.stalled`; recorded 499 ``client_stalled``).
+
 :func:`install_closed_write_filter` handles what is left below the app: asyncio logs
 ``socket.send() raised exception.`` for every write to a transport whose connection was
 lost (after the fifth); the filter drops those records and logs one summary with a count
@@ -58,13 +68,17 @@ class DisconnectWatch:
             leaving).
     """
 
-    __slots__ = ("_receive", "_send", "complete", "gone", "task")
+    __slots__ = ("_receive", "_send", "complete", "gone", "send_started", "stalled", "task")
 
     def __init__(self, receive: Receive, send: Send) -> None:
         self._receive = receive
         self._send = send
         self.gone = False
         self.complete = False
+        #: ``time.monotonic()`` when the write now waiting began; 0.0 when none waits.
+        self.send_started = 0.0
+        #: the client stopped reading (:meth:`stall`), a kind of :attr:`gone`.
+        self.stalled = False
         self.task: asyncio.Future[None] | None = None
 
     def start(self) -> asyncio.Future[None]:
@@ -90,11 +104,21 @@ class DisconnectWatch:
             raise ClientGone
         if message["type"] == "http.response.body" and not message.get("more_body", False):
             self.complete = True
+        self.send_started = time.monotonic()
         await self._send(message)
+        self.send_started = 0.0
         if message.get("more_body", False):
             await asyncio.sleep(0)  # one I/O poll; lets the reader and the watcher run
             if self.gone:
                 raise ClientGone
+
+    def stall(self) -> None:
+        """The client stopped reading: mark the request gone and end the watcher task, so
+        that the endpoint waiting on it cancels the work (see :class:`StallSweeper`)."""
+        self.stalled = True
+        self.gone = True
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
 
     async def stop(self) -> None:
         """Cancel the watcher task (idempotent)."""
@@ -108,6 +132,52 @@ class DisconnectWatch:
                 current = asyncio.current_task()
                 if current is not None and current.cancelling():
                     raise
+
+
+class StallSweeper:
+    """Ends the requests whose client stopped reading (see the module docstring).
+
+    One per API process. Each request's :class:`DisconnectWatch` is :meth:`add`-ed while
+    its response is being sent; a task wakes every quarter of ``timeout_s`` and calls
+    :meth:`DisconnectWatch.stall` on each watch whose current write has waited at least
+    ``timeout_s`` seconds, so a stalled request ends between 1 and 1.25 × ``timeout_s``
+    after its last write began. A write costs one ``time.monotonic()`` read, not a timer.
+    The task runs only while some watch is registered. ``timeout_s`` 0 disables it.
+
+    Source: nginx's ``send_timeout`` ("a timeout for transmitting a response to the
+    client ... only between two successive write operations").
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        #: requests ended so far
+        self.stalled = 0
+        self._watches: set[DisconnectWatch] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, watch: DisconnectWatch) -> None:
+        """Watch ``watch``'s writes until :meth:`discard` (no-op when disabled)."""
+        if self.timeout_s <= 0:
+            return
+        self._watches.add(watch)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._sweep())
+
+    def discard(self, watch: DisconnectWatch) -> None:
+        """Stop watching ``watch`` (idempotent)."""
+        self._watches.discard(watch)
+
+    async def _sweep(self) -> None:
+        interval = self.timeout_s / 4
+        while self._watches:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for watch in list(self._watches):
+                started = watch.send_started
+                if started and now - started >= self.timeout_s:
+                    self._watches.discard(watch)
+                    self.stalled += 1
+                    watch.stall()
 
 
 CLOSED_WRITE_MESSAGE = "socket.send() raised exception."

@@ -124,6 +124,7 @@ class InferenceEndpoint:
             # the client may leave at any point from here: see servehall.api.disconnect
             watch = DisconnectWatch(receive, send)
             watcher = watch.start()
+            api.stalls.add(watch)
             work = asyncio.ensure_future(self._handle(api, state, body, watch.send))
             try:
                 await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
@@ -137,10 +138,19 @@ class InferenceEndpoint:
                     work.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await work
+                api.stalls.discard(watch)
                 if gone:
+                    if watch.stalled:
+                        log.warning(
+                            "request %s: the client accepted no response data for %.0f s; "
+                            "ended (499 client_stalled)",
+                            rid,
+                            api.stalls.timeout_s,
+                        )
                     state.finish(
                         STATUS_CLIENT_CLOSED,
                         finish_reason="client_disconnect",
+                        error_code="client_stalled" if watch.stalled else None,
                         prompt_text=state.prompt_text,
                         completion_text=state.completion_text(),
                     )

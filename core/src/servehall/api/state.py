@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from servehall.api.disconnect import StallSweeper
 from servehall.api.tracing import Tracing
 from servehall.files.service import FileService
 from servehall.metrics import Metrics
@@ -19,7 +20,8 @@ class ApiState:
     """Attached to the Starlette app as ``app.state.api``. ``live`` is the
     :class:`~servehall.rollout.live.LiveConfig` of a served host (None in apps built
     without one); ``router`` picks model versions; ``files`` holds the uploaded files
-    (``/v1/files``); ``responses`` the stored responses (``/v1/responses``)."""
+    (``/v1/files``); ``responses`` the stored responses (``/v1/responses``); ``stalls``
+    ends the requests whose client stopped reading (``[server] send_timeout_s``)."""
 
     host: Host
     metrics: Metrics
@@ -29,8 +31,10 @@ class ApiState:
     router: VersionRouter = field(init=False)
     files: FileService = field(init=False)
     responses: ResponseStore = field(init=False)
+    stalls: StallSweeper = field(init=False)
 
     def __post_init__(self) -> None:
         self.router = VersionRouter(self.host)
         self.files = FileService(self.host.settings, self.host.plugins)
         self.responses = ResponseStore(self.host.settings, self.host.plugins)
+        self.stalls = StallSweeper(self.host.settings.server.send_timeout_s)

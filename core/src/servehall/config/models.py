@@ -38,6 +38,11 @@ class ServerSettings(_Section):
     keep_alive_max_requests: int = Field(default=1_000_000, ge=1)
     early_response_drain_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     early_response_drain_s: float = Field(default=10.0, ge=0)
+    #: A response write (a streamed event or the last body) that the client has not
+    #: accepted after this many seconds — it stopped reading, its HTTP/2 window stays
+    #: shut — ends the request as 499 ``client_stalled`` and frees its slot, like
+    #: nginx's ``send_timeout`` (0: wait forever). :mod:`servehall.api.disconnect`.
+    send_timeout_s: float = Field(default=60.0, ge=0, allow_inf_nan=False)
     auth_allow_paths: list[str] = Field(default_factory=lambda: ["/health/live", "/health/ready"])
     default_max_tokens: int = Field(default=256, ge=1)
     max_n: int = Field(default=8, ge=1)

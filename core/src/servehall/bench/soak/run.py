@@ -316,6 +316,18 @@ async def _clients(opts: SoakOptions, base_url: str, mix: Mix, traffic: Traffic)
             while time.monotonic() < deadline:
                 cat, shape = mix.draw()
                 traffic.by_category[cat] += 1
+                if shape.disconnect:
+                    # A client that leaves closes its own connection. On the shared one,
+                    # httpcore would leave the stream open (no RST_STREAM on an early
+                    # close, encode/httpcore#943): the bytes still in flight are never
+                    # credited back, and once the connection's window is used up every
+                    # stream on it stalls (the server then ends them after
+                    # [server] send_timeout_s, as 499 client_stalled).
+                    async with httpx.AsyncClient(
+                        http2=True, http1=False, headers=headers, timeout=timeout
+                    ) as own:
+                        traffic.observations.append(await send(own, base_url, shape))
+                    continue
                 traffic.observations.append(await send(client, base_url, shape))
 
         await asyncio.gather(*(one_client() for _ in range(opts.clients)))
