@@ -16,6 +16,7 @@ and version row are left alone, never dropped and never upgraded.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -38,6 +39,12 @@ from servehall.errors import ConfigError, PluginError  # noqa: E402
 from servehall.plugin.migrations import MigrationBranch  # noqa: E402
 
 UPGRADE_HINT = "servehall db upgrade"
+
+#: Tries of the schema check when SQLite reports "database is locked" (another process
+#: held the write lock past the busy timeout, e.g. a migration or a large record batch).
+LOCKED_ATTEMPTS = 3
+
+log = logging.getLogger("servehall.db")
 CORE_LABEL = "servehall"
 
 #: ``pg_advisory_xact_lock`` key held while migrating, so replicas started together with
@@ -287,15 +294,21 @@ async def ensure_schema(
             holds revisions of an uninstalled plugin, or cannot be reached.
         PluginError: a plugin's migration branch is missing or broken.
     """
-    try:
-        missing = await pending_heads(engine, branches, known, complete=complete)
-        if missing and auto_migrate:
-            await upgrade_database(engine, branches, known, complete=complete)
+    for attempt in range(LOCKED_ATTEMPTS):
+        try:
             missing = await pending_heads(engine, branches, known, complete=complete)
-    except (ConfigError, PluginError):
-        raise
-    except Exception as exc:
-        raise ConfigError(f"database: cannot check the schema: {_brief(exc)}") from None
+            if missing and auto_migrate:
+                await upgrade_database(engine, branches, known, complete=complete)
+                missing = await pending_heads(engine, branches, known, complete=complete)
+            break
+        except (ConfigError, PluginError):
+            raise
+        except Exception as exc:
+            if _locked(exc) and attempt + 1 < LOCKED_ATTEMPTS:
+                log.warning("database: the schema check met a locked SQLite file; retrying")
+                await asyncio.sleep(0.5 * (attempt + 1))
+                continue
+            raise ConfigError(f"database: cannot check the schema: {_brief(exc)}") from None
     if missing:
         raise ConfigError(
             "database is not migrated (missing revision(s): "
@@ -303,6 +316,43 @@ async def ensure_schema(
             + f"); run `{UPGRADE_HINT}{config_hint}` (with the same --config) first, or set "
             "[database] auto_migrate = true"
         )
+
+
+def _locked(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) is SQLite's "database is locked"."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if "database is locked" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+async def open_checked(settings: Any, plugins: Any = None) -> AsyncEngine:
+    """A database engine for ``settings`` with its schema checked (and migrated when
+    ``[database] auto_migrate``), including the migration branches of ``plugins`` (a
+    :class:`~servehall.plugin.manager.PluginHost`, or None) — what a service that opens
+    the database on first use (files, stored responses) needs.
+
+    Raises:
+        ConfigError: bad URL, unreachable database or schema not current (the engine
+            is disposed).
+        PluginError: a plugin's migration branch is missing or broken.
+    """
+    from servehall.db.engine import create_db_engine
+
+    engine = create_db_engine(settings)
+    try:
+        await ensure_schema(
+            engine,
+            auto_migrate=settings.database.auto_migrate,
+            branches=plugins.migrations() if plugins is not None else (),
+            known=plugins.other_migrations() if plugins is not None else (),
+        )
+    except BaseException:
+        await engine.dispose()
+        raise
+    return engine
 
 
 def _brief(exc: BaseException) -> str:

@@ -18,7 +18,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from servehall.errors import ConfigError, ServehallError, ServiceUnavailableError
+from servehall.errors import ServehallError, ServiceUnavailableError
 from servehall.files.catalog import FileCatalog, FileRow
 from servehall.files.store import DirectoryStore, FileStore
 
@@ -69,23 +69,11 @@ class FileService:
         return self._catalog
 
     async def _open(self) -> FileCatalog:
-        from servehall.db.engine import create_db_engine
-        from servehall.db.migrate import ensure_schema
+        from servehall.db.migrate import open_checked
 
         try:
-            engine = create_db_engine(self.settings)
-        except ConfigError as exc:
-            raise unavailable(exc.message) from None
-        plugins = self.plugins
-        try:
-            await ensure_schema(
-                engine,
-                auto_migrate=self.settings.database.auto_migrate,
-                branches=plugins.migrations() if plugins is not None else (),
-                known=plugins.other_migrations() if plugins is not None else (),
-            )
+            engine = await open_checked(self.settings, self.plugins)
         except ServehallError as exc:  # ConfigError, PluginError
-            await engine.dispose()
             log.warning("files: %s", exc.message)
             raise unavailable(exc.message) from None
         return FileCatalog(engine)

@@ -25,7 +25,7 @@ from sqlalchemy import Table, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from servehall.db.models import ResponseObject
-from servehall.errors import ConfigError, ServehallError, ServiceUnavailableError
+from servehall.errors import ServehallError, ServiceUnavailableError
 
 if TYPE_CHECKING:
     from servehall.config.settings import Settings
@@ -87,23 +87,11 @@ class ResponseStore:
         return self._engine
 
     async def _open(self) -> AsyncEngine:
-        from servehall.db.engine import create_db_engine
-        from servehall.db.migrate import ensure_schema
+        from servehall.db.migrate import open_checked
 
         try:
-            engine = create_db_engine(self.settings)
-        except ConfigError as exc:
-            raise unavailable(exc.message) from None
-        plugins = self.plugins
-        try:
-            await ensure_schema(
-                engine,
-                auto_migrate=self.settings.database.auto_migrate,
-                branches=plugins.migrations() if plugins is not None else (),
-                known=plugins.other_migrations() if plugins is not None else (),
-            )
+            engine = await open_checked(self.settings, self.plugins)
         except ServehallError as exc:  # ConfigError, PluginError
-            await engine.dispose()
             log.warning("responses: %s", exc.message)
             raise unavailable(exc.message) from None
         return engine
