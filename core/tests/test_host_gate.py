@@ -1,0 +1,307 @@
+"""The accuracy gate (:mod:`servehall.host.gate`): golden-file parsing and its one-line
+errors, the metrics, ``config check`` on bad gates, a gate run on a real engine (the
+``null`` engine, which echoes the prompt, with the demo model's tokenizer), and a live
+config change whose new version fails its gate: refused whole, never registered, the
+refusal audited as ``config.refused`` with the figures (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from servehall.config.check import check_config
+from servehall.config.models import GateSettings
+from servehall.config.settings import load_settings
+from servehall.db import create_db_engine
+from servehall.errors import ConfigError
+from servehall.host.gate import (
+    GateFailed,
+    answers,
+    check_gate,
+    evaluate,
+    exact_score,
+    read_golden,
+    token_agreement,
+)
+from servehall.plugin.host import Host, ServedModel
+from servehall.plugin.manager import PluginHost
+from servehall.rollout import revisions
+from servehall.rollout.live import LiveConfig
+
+
+def _write(path: Path, *lines: Any) -> Path:
+    path.write_text(
+        "\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+# --- golden file --------------------------------------------------------------------------
+
+
+def test_golden_lines_blank_lines_and_extra_keys(tmp_path: Path) -> None:
+    f = _write(
+        tmp_path / "g.jsonl",
+        {"prompt": "a", "reference": "b", "note": "ignored"},
+        "",
+        {"prompt": "c", "reference": ""},
+    )
+    cases = read_golden(f)
+    assert [(c.line, c.prompt, c.reference) for c in cases] == [(1, "a", "b"), (3, "c", "")]
+    # against the serving version, references are optional
+    g = _write(tmp_path / "p.jsonl", {"prompt": "x"})
+    assert read_golden(g, need_reference=False)[0].reference is None
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "does not exist"),
+        ("", "has no cases"),
+        ('{"prompt": "a", "reference": "b"}\n{"prompt": "a"', "line 2: not JSON"),
+        ('["a", "b"]', "line 1: expected an object"),
+        ('{"prompt": "", "reference": "b"}', 'line 1: "prompt" must be a non-empty string'),
+        ('{"prompt": 3, "reference": "b"}', 'line 1: "prompt" must be a non-empty string'),
+        ('{"prompt": "a", "reference": 1}', 'line 1: "reference" must be a string'),
+        ('{"prompt": "a"}', 'line 1: no "reference"'),
+        (b"\xff\xfe", "is not UTF-8"),
+    ],
+)
+def test_bad_golden_files_are_one_line_naming_file_and_line(
+    tmp_path: Path, content: str | bytes | None, expected: str
+) -> None:
+    f = tmp_path / "golden.jsonl"
+    if isinstance(content, bytes):
+        f.write_bytes(content)
+    elif content is not None:
+        f.write_text(content)
+    with pytest.raises(ConfigError) as info:
+        read_golden(f)
+    assert expected in info.value.message and str(f) in info.value.message
+    assert "\n" not in info.value.message
+
+
+# --- metrics --------------------------------------------------------------------------------
+
+
+def test_exact_ignores_surrounding_whitespace_only() -> None:
+    assert exact_score(" the cat\n", "the cat") == 1.0
+    assert exact_score("the  cat", "the cat") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("answer", "reference", "figure"),
+    [
+        ([], [], 1.0),
+        ([1, 2, 3], [1, 2, 3], 1.0),
+        ([1, 2, 3, 4], [1, 2, 3], 0.75),  # an extra token counts against
+        ([1, 2], [1, 2, 3, 4], 0.5),  # a missing tail too
+        ([1, 9, 3, 4], [1, 2, 3, 4], 0.75),  # positions realign after a divergence
+        ([5], [], 0.0),
+    ],
+)
+def test_token_agreement_is_matching_positions_over_the_longer(
+    answer: list[int], reference: list[int], figure: float
+) -> None:
+    assert token_agreement(answer, reference) == figure
+
+
+# --- config check ---------------------------------------------------------------------------
+
+
+def _config(tmp_path: Path, gate: str, task: str = "generate") -> Path:
+    f = tmp_path / "c.toml"
+    f.write_text(
+        f'[[models]]\nname = "m"\npath = "{tmp_path}"\nbackend = "null"\ntask = "{task}"\n'
+        f"gate = {gate}\n"
+    )
+    return f
+
+
+@pytest.mark.parametrize(
+    ("gate", "key", "expected"),
+    [
+        ('{ golden = "g.jsonl", metric = "bleu", min = 0.9 }', "models[0].gate.metric", "exact"),
+        ('{ golden = "g.jsonl", min = 1.5 }', "models[0].gate.min", "less than or equal to 1"),
+        ('{ golden = "g.jsonl", min = -0.1 }', "models[0].gate.min", "greater than or equal"),
+        ('{ golden = "g.jsonl" }', "models[0].gate.min", "required"),
+        ('{ golden = "missing.jsonl", min = 0.9 }', "models[0].gate.golden", "does not exist"),
+        ('{ golden = "bad.jsonl", min = 0.9 }', "models[0].gate.golden", "line 1: not JSON"),
+        (
+            '{ golden = "g.jsonl", metric = "logprob_kl", min = 0.9 }',
+            "models[0].gate.metric",
+            "log-probabilities",
+        ),
+    ],
+)
+def test_config_check_names_each_bad_gate_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gate: str, key: str, expected: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path / "g.jsonl", {"prompt": "a", "reference": "b"})
+    (tmp_path / "bad.jsonl").write_text("{nope\n")
+    errors = check_config(_config(tmp_path, gate))
+    assert len(errors) == 1, errors
+    assert errors[0][0] == key and expected in errors[0][1], errors
+
+
+def test_a_gate_on_an_embedding_model_is_refused(tmp_path: Path) -> None:
+    g = _write(tmp_path / "g.jsonl", {"prompt": "a", "reference": "b"})
+    errs = check_gate(GateSettings(golden=g, min=0.5), task="embed")
+    assert len(errs) == 1 and "generated text" in errs[0][1]
+
+
+# --- a run on a real engine -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> Path:
+    from servehall.demo import build_demo_model, default_demo_dir
+
+    return Path(build_demo_model(default_demo_dir()))
+
+
+async def _null_engine(model_dir: Path) -> tuple[Any, Any]:
+    from servehall.config.models import ModelConfig
+    from servehall.engines.null import NullEngine
+    from servehall.text.tokenizer import load_tokenizer
+
+    engine = NullEngine(ModelConfig(name="n", path=model_dir, backend="null"))
+    await engine.start()
+    return engine, load_tokenizer(model_dir)
+
+
+async def test_evaluate_scores_greedy_answers(model_dir: Path, tmp_path: Path) -> None:
+    engine, tok = await _null_engine(model_dir)
+    try:
+        prompts = ["the cat sat", "a tall tree", "hello there", "once upon"]
+        got = await answers(engine, tok, prompts, 6)
+        assert all(got)
+        # two right references, one half right, one wrong
+        half = tok.decode(tok.encode_plain(got[2])[:3])
+        g = _write(
+            tmp_path / "g.jsonl",
+            *[{"prompt": p, "reference": r} for p, r in zip(prompts[:2], got[:2], strict=True)],
+            {"prompt": prompts[2], "reference": half},
+            {"prompt": prompts[3], "reference": "something else entirely"},
+        )
+        exact = await evaluate("m@v2", GateSettings(golden=g, min=0.5, max_tokens=6), engine, tok)
+        assert [c.score for c in exact.cases] == [1.0, 1.0, 0.0, 0.0]
+        assert exact.score == 0.5 and exact.passed
+        assert "exact 0.500 >= min 0.500 over 4 prompts" in exact.summary()
+        agree = await evaluate(
+            "m@v2",
+            GateSettings(golden=g, metric="token_agreement", min=0.9, max_tokens=6),
+            engine,
+            tok,
+        )
+        third = agree.cases[2].score
+        assert 0 < third < 1 and agree.cases[3].score < 1 and not agree.passed
+        assert agree.figures()["per_prompt"][0] == [1, 1.0]
+        # against another engine: the same model agrees with itself
+        other, _ = await _null_engine(model_dir)
+        try:
+            same = await evaluate(
+                "m@v2",
+                GateSettings(golden=g, min=1.0, max_tokens=6),
+                engine,
+                tok,
+                reference_engine=other,
+                against="m@v1",
+            )
+        finally:
+            await other.shutdown()
+        assert same.score == 1.0 and same.against == "m@v1"
+    finally:
+        await engine.shutdown()
+
+
+# --- a live config change: refused by the gate, audited ---------------------------------------
+
+
+def _text(model_dir: Path, golden: Path | None, min_: float = 0.9) -> str:
+    out = "[server]\nconfig_revisions = true\nconfig_poll_s = 5\n"
+    versions = [("v1", None), ("v2", golden)] if golden is not None else [("v1", None)]
+    for version, g in versions:
+        out += (
+            f'\n[[models]]\nname = "m"\nversion = "{version}"\npath = "{model_dir}"\n'
+            'backend = "null"\nisolation = "thread"\n'
+        )
+        if g is not None:
+            out += f'gate = {{ golden = "{g}", min = {min_}, max_tokens = 4 }}\n'
+    return out
+
+
+async def test_a_version_below_its_gate_is_refused_and_audited(
+    migrated: str, model_dir: Path, tmp_path: Path
+) -> None:
+    from servehall.host.versions import start_version
+
+    text = _text(model_dir, None)
+    settings = load_settings(data=tomllib.loads(text))
+    host = Host(settings=settings, plugins=PluginHost([]), replica="r1")
+    host.models["m@v1"] = await start_version(host, settings.models[0])
+    live = LiveConfig(host, cast(Any, _AlwaysReady()), text, "toml", None)
+    await live.open_revisions(create_db_engine(migrated))
+    try:
+        engine, tok = host.models["m@v1"].engine, host.models["m@v1"].tokenizer
+        got = await answers(engine, tok, ["the cat", "a tree"], 4)
+        wrong = _write(
+            tmp_path / "wrong.jsonl",
+            {"prompt": "the cat", "reference": "no"},
+            {"prompt": "a tree", "reference": got[1]},
+        )
+        with pytest.raises(ConfigError) as info:
+            await live.apply_text(_text(model_dir, wrong), "toml", "api:tester")
+        assert "accuracy gate of m@v2 failed: exact 0.500 < min 0.900 over 2 prompts" in (
+            info.value.message
+        )
+        assert set(host.models) == {"m@v1"} and live.revision == 1
+        assert live.db is not None
+        refused = await revisions.refusals(live.db)
+        assert len(refused) == 1
+        r = refused[0]
+        assert (r.actor, r.target) == ("api:tester", "config")
+        gates = cast(dict[str, Any], r.details["gates"])
+        assert gates["m@v2"]["score"] == 0.5 and gates["m@v2"]["per_prompt"] == [[1, 0.0], [2, 1.0]]
+        assert r.details["replica"] == "r1"
+        # references the version meets: applied, the version serves
+        right = _write(
+            tmp_path / "right.jsonl",
+            *[
+                {"prompt": p, "reference": a}
+                for p, a in zip(("the cat", "a tree"), got, strict=True)
+            ],
+        )
+        result = await live.apply_text(_text(model_dir, right), "toml", "api:tester")
+        assert result.added == ["m@v2"] and host.models["m@v2"].state == "serving"
+        assert live.revision == 2
+    finally:
+        for served in list(host.models.values()):
+            await served.engine.shutdown()
+        await live.close()
+
+
+async def test_a_failed_gate_stops_the_engine(model_dir: Path, tmp_path: Path) -> None:
+    from servehall.host.versions import start_version
+
+    g = _write(tmp_path / "g.jsonl", {"prompt": "the cat", "reference": "no"})
+    text = _text(model_dir, g)
+    settings = load_settings(data=tomllib.loads(text))
+    host = Host(settings=settings, plugins=PluginHost([]), replica="r1")
+    with pytest.raises(GateFailed) as info:
+        await start_version(host, settings.models[1])
+    assert info.value.report.score == 0.0 and not info.value.report.passed
+    assert not host.models
+
+
+class _AlwaysReady:
+    last_error: dict[str, str] = {}  # noqa: RUF012
+
+    async def probe(self, served: ServedModel) -> bool:
+        return True
