@@ -305,3 +305,60 @@ class _AlwaysReady:
 
     async def probe(self, served: ServedModel) -> bool:
         return True
+
+
+# --- servehall models eval ---------------------------------------------------------------
+
+
+def _eval(*args: str) -> Any:
+    from typer.testing import CliRunner
+
+    from servehall.cli import build_cli
+
+    return CliRunner().invoke(build_cli(list(args)), ["models", "eval", *args])
+
+
+def test_models_eval_writes_a_golden_set_and_reports_per_prompt(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(_text(model_dir, None))
+    prompts = _write(tmp_path / "p.jsonl", {"prompt": "the cat"}, {"prompt": "a tree"})
+    golden = tmp_path / "golden.jsonl"
+    res = _eval(
+        "m@v1", "-c", str(cfg), "--golden", str(prompts), "--write-golden", str(golden),
+        "--max-tokens", "4",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "2 prompts with m@v1's answers" in res.stdout
+    refs = [json.loads(line) for line in golden.read_text().splitlines()]
+    assert [r["prompt"] for r in refs] == ["the cat", "a tree"] and all(
+        r["reference"] for r in refs
+    )
+    # the same model against its own answers: 1.0, exit 0; a table line per prompt
+    res = _eval("m", "-c", str(cfg), "--golden", str(golden), "--min", "1", "--max-tokens", "4")
+    assert res.exit_code == 0, res.output
+    assert "accuracy gate of m@v1 passed: exact 1.000 >= min 1.000 over 2 prompts" in res.stdout
+    assert len([ln for ln in res.stdout.splitlines() if ln.strip().startswith(("1 ", "2 "))]) == 2
+    # a wrong reference: below the threshold, exit 1, the figures as JSON
+    refs[1]["reference"] = "no"
+    _write(golden, *refs)
+    res = _eval(
+        "m@v1", "-c", str(cfg), "--golden", str(golden), "--min", "0.9", "--metric",
+        "token_agreement", "--max-tokens", "4", "--json",
+    )  # fmt: skip
+    assert res.exit_code == 1, res.output
+    report = json.loads(res.stdout)
+    assert report["passed"] is False and report["metric"] == "token_agreement"
+    assert report["cases"][0]["score"] == 1.0 and report["score"] < 0.9
+    # bad inputs: one ConfigError (the console script prints it as one error: line)
+    for args, expected in [
+        (("m@v9",), "no model 'm@v9'"),
+        (("m@v1",), "has no gate: give --golden FILE"),
+        (("m@v1", "--golden", str(tmp_path / "none.jsonl")), "does not exist"),
+        (("m@v1", "--golden", str(golden), "--metric", "logprob_kl"), "log-probabilities"),
+        (("m@v1", "--golden", str(golden), "--min", "2"), "gate settings: min"),
+    ]:
+        res = _eval(*args, "-c", str(cfg))
+        assert isinstance(res.exception, ConfigError), (args, res.output)
+        assert expected in res.exception.message, (args, res.exception.message)
