@@ -362,3 +362,43 @@ def test_models_eval_writes_a_golden_set_and_reports_per_prompt(
         res = _eval(*args, "-c", str(cfg))
         assert isinstance(res.exception, ConfigError), (args, res.output)
         assert expected in res.exception.message, (args, res.exception.message)
+
+
+async def test_an_idle_reload_below_its_gate_takes_the_version_out(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    from servehall.errors import EngineUnavailableError
+    from servehall.host.versions import start_version
+    from servehall.plugin.outcomes import Breach
+    from servehall.rollout.idle import load_on_demand
+
+    g = _write(tmp_path / "g.jsonl", {"prompt": "the cat", "reference": "no"})
+    settings = load_settings(data=tomllib.loads(_text(model_dir, g)))
+    host = Host(settings=settings, plugins=PluginHost([]), replica="r1")
+    host.models["m@v1"] = await start_version(host, settings.models[0])
+    v2 = settings.models[1]
+    # v2 passed once (another golden file then), was unloaded; its reload fails the gate
+    unloaded = ServedModel(
+        name="m",
+        backend="null",
+        engine=cast(Any, None),
+        scheduler=cast(Any, None),
+        tokenizer=None,
+        max_model_len=64,
+        version="v2",
+        weight=1,
+        state="unloaded",
+        config=v2,
+    )
+    host.models["m@v2"] = unloaded
+    rolled: list[tuple[str, Breach]] = []
+    host.on_canary_rollback = lambda served, found: rolled.append((served.key, found))
+    try:
+        with pytest.raises(EngineUnavailableError) as info:
+            await load_on_demand(host, unloaded)
+        assert "accuracy gate of m@v2 failed" in info.value.message
+        assert unloaded.weight == 0 and unloaded.state == "unloaded"
+        [(key, found)] = rolled
+        assert key == "m@v2" and found.reason == "gate" and found.figures["score"] == 0.0
+    finally:
+        await host.models["m@v1"].engine.shutdown()

@@ -109,12 +109,13 @@ class GateReport:
     def summary(self) -> str:
         """One line: ``accuracy gate of m@v2 failed: exact 0.333 < min 0.950 over 3 prompts
         (golden.jsonl, against references)``."""
+        n = len(self.cases)
         verdict = "passed" if self.passed else "failed"
         op = ">=" if self.passed else "<"
         against = "references" if self.against == "reference" else f"{self.against} (serving)"
         return (
             f"accuracy gate of {self.key} {verdict}: {self.metric} {self.score:.3f} {op} "
-            f"min {self.minimum:.3f} over {len(self.cases)} prompts ({self.golden}, "
+            f"min {self.minimum:.3f} over {n} prompt{'' if n == 1 else 's'} ({self.golden}, "
             f"against {against})"
         )
 
