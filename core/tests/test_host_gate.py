@@ -402,3 +402,25 @@ async def test_an_idle_reload_below_its_gate_takes_the_version_out(
         assert key == "m@v2" and found.reason == "gate" and found.figures["score"] == 0.0
     finally:
         await host.models["m@v1"].engine.shutdown()
+
+
+async def test_against_serving_compares_with_the_weighted_version(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    from servehall.host.versions import start_version
+
+    g = _write(tmp_path / "g.jsonl", {"prompt": "the cat"}, {"prompt": "a tree"})
+    text = _text(model_dir, g, min_=1.0).replace("max_tokens = 4", 'against = "serving"')
+    settings = load_settings(data=tomllib.loads(text))
+    host = Host(settings=settings, plugins=PluginHost([]), replica="r1")
+    # nothing serving yet: refused with a clear line
+    with pytest.raises(ConfigError) as info:
+        await start_version(host, settings.models[1])
+    assert 'against = "serving", but no other version' in info.value.message
+    assert not isinstance(info.value, GateFailed)
+    host.models["m@v1"] = await start_version(host, settings.models[0])
+    try:
+        v2 = await start_version(host, settings.models[1])  # the same model agrees
+        await v2.engine.shutdown()
+    finally:
+        await host.models["m@v1"].engine.shutdown()
