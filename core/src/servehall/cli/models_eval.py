@@ -33,17 +33,22 @@ ConfigOpt = Annotated[
 
 
 def _pick(models: list[Any], which: str) -> Any:
-    """The ``[[models]]`` entry named ``name`` or ``name@version``."""
+    """The ``[[models]]`` entry ``which``: ``name@version``, or a name with one entry."""
     from servehall.errors import ConfigError
     from servehall.plugin.host import model_key
 
-    for mc in models:
-        if which in (model_key(mc.name, mc.version), mc.name) and (
-            "@" in which or sum(m.name == mc.name for m in models) == 1
-        ):
-            return mc
-    known = ", ".join(model_key(m.name, m.version) for m in models) or "none"
-    raise ConfigError(f"no model {which!r} in the config (name or name@version); known: {known}")
+    keys = [model_key(m.name, m.version) for m in models]
+    if which in keys:
+        return models[keys.index(which)]
+    named = [m for m in models if m.name == which]
+    if len(named) == 1:
+        return named[0]
+    if named:
+        raise ConfigError(
+            f"model {which!r} has {len(named)} versions: name one "
+            f"({', '.join(model_key(m.name, m.version) for m in named)})"
+        )
+    raise ConfigError(f"no model {which!r} in the config; known: {', '.join(keys) or 'none'}")
 
 
 def _short(text: str, width: int) -> str:
@@ -109,11 +114,11 @@ def eval_command(
     if problems:
         raise ConfigError("; ".join(f"gate.{k}: {m}" if k else m for k, m in problems))
     peer = None
-    if gate.against == "serving":
+    if gate.against == "serving" and write_golden is None:
         peer = _peer(list(settings.models), mc, against)
     report = asyncio.run(_run(settings, plugins, mc, gate, peer, write_golden))
-    if write_golden is not None:
-        typer.echo(f"{write_golden}: {len(report.cases)} prompts with {model}'s answers")
+    if isinstance(report, int):
+        typer.echo(f"{write_golden}: {report} prompts with {model}'s answers")
         return
     if as_json:
         out = {
@@ -175,8 +180,9 @@ def _peer(models: list[Any], mc: Any, against: str | None) -> Any:
 async def _run(
     settings: Any, plugins: Any, mc: Any, gate: Any, peer: Any, write_golden: Path | None
 ) -> Any:
-    """Start the engines (``mc``'s, and ``peer``'s when given), evaluate, stop them."""
-    from servehall.host.gate import answers, evaluate, read_golden
+    """Start the engines (``mc``'s, and ``peer``'s when given), evaluate (the report) or
+    write the golden file (the number of prompts), stop them."""
+    from servehall.host.gate import evaluate
     from servehall.host.versions import make_engine
     from servehall.plugin.host import Host, model_key
     from servehall.text.tokenizer import load_tokenizer
@@ -199,23 +205,7 @@ async def _run(
         engine, tokenizer = await start(mc)
         key = model_key(mc.name, mc.version)
         if write_golden is not None:
-            cases = read_golden(gate.golden, need_reference=False)
-            got = await answers(engine, tokenizer, [c.prompt for c in cases], gate.max_tokens)
-            lines = [
-                json.dumps({"prompt": c.prompt, "reference": a}, ensure_ascii=False)
-                for c, a in zip(cases, got, strict=True)
-            ]
-            write_golden.write_text("\n".join(lines) + "\n", encoding="utf-8")
-            from servehall.host.gate import GateReport
-
-            return GateReport(
-                key,
-                gate.metric,
-                gate.min,
-                str(gate.golden),
-                "reference",
-                [_case(c, a) for c, a in zip(cases, got, strict=True)],
-            )
+            return await _write_golden(write_golden, gate, engine, tokenizer)
         if peer is None:
             return await evaluate(key, gate, engine, tokenizer)
         ref_engine, ref_tok = await start(peer)
@@ -234,7 +224,16 @@ async def _run(
                 await engine.shutdown()
 
 
-def _case(case: Any, answer: str) -> Any:
-    from servehall.host.gate import CaseResult
+async def _write_golden(path: Path, gate: Any, engine: Any, tokenizer: Any) -> int:
+    """Write the engine's greedy answers to the prompts of ``gate.golden`` as golden
+    file ``path``; the number of prompts."""
+    from servehall.host.gate import answers, read_golden
 
-    return CaseResult(case.line, case.prompt, answer, answer, 1.0)
+    cases = read_golden(gate.golden, need_reference=False)
+    got = await answers(engine, tokenizer, [c.prompt for c in cases], gate.max_tokens)
+    lines = [
+        json.dumps({"prompt": c.prompt, "reference": a}, ensure_ascii=False)
+        for c, a in zip(cases, got, strict=True)
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return len(lines)
