@@ -199,6 +199,15 @@ def servehall_register_commands(cli: typer.Typer) -> None:
     cli.command("demo-model")(demo_model_command)
     cli.add_typer(_bench_app(), name="bench")
     cli.add_typer(_batch_app(), name="batch")
+    cli.add_typer(_models_app(), name="models")
+
+
+def _models_app() -> typer.Typer:
+    from servehall.cli.models_eval import eval_command
+
+    models_app = typer.Typer(help="Operate on models: the accuracy gate.", no_args_is_help=True)
+    models_app.command("eval")(eval_command)
+    return models_app
 
 
 def _batch_app() -> typer.Typer:
