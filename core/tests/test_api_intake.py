@@ -1,21 +1,25 @@
 """How the API opens a request's state (:mod:`servehall.api.intake`): the listeners that
 report it (trace only when traced; record; canary guard), the principal, the version pin
-header and a batch line's call."""
+header, a batch line's call, and how a request ends on an error."""
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any
 
+import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from servehall import Policy, Principal
 from servehall.api.app import create_app
-from servehall.api.intake import end_request, open_state
+from servehall.api.intake import end_request, end_with_error, open_state
 from servehall.api.state import ApiState
 from servehall.api.tracing import RequestTrace, Tracing
 from servehall.batches.call import SCOPE_KEY, BatchCall
 from servehall.config.models import TracingSettings
 from servehall.config.settings import Settings
+from servehall.errors import InvalidRequestError
 from servehall.plugin.host import Host
 from servehall.plugin.manager import PluginHost
 from servehall.rollout.guard import GuardListener
@@ -93,3 +97,43 @@ def test_end_request_leaves_one_record_of_a_cancelled_request() -> None:
     end_request(state)
     rec = api.host.records.records
     assert [(r.status_code, r.error_code) for r in rec] == [(499, "cancelled")]
+
+
+async def _nothing() -> dict[str, Any]:
+    return {"type": "http.disconnect"}
+
+
+async def test_end_with_error_answers_and_records(caplog: pytest.LogCaptureFixture) -> None:
+    api = _api()
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    state = open_state(api, _scope(), "cmpl-1", "/v1/completions")
+    bad = InvalidRequestError("no", param="n")
+    await end_with_error(state, bad, _scope(), _nothing, send)
+    assert sent[0]["status"] == 400 and (b"x-request-id", b"cmpl-1") in sent[0]["headers"]
+    assert json.loads(sent[1]["body"])["error"]["param"] == "n"
+
+    sent.clear()
+    state = open_state(api, _scope(), "cmpl-2", "/v1/completions")
+    with caplog.at_level(logging.ERROR, logger="servehall.api"):
+        await end_with_error(state, RuntimeError("boom"), _scope(), _nothing, send)
+    assert sent[0]["status"] == 500
+    assert json.loads(sent[1]["body"])["error"]["message"] == (
+        "The server had an error processing the request."
+    )
+    assert "request cmpl-2 failed" in caplog.text and "RuntimeError: boom" in caplog.text
+
+    sent.clear()
+    state = open_state(api, _scope(), "cmpl-3", "/v1/completions")
+    state.response_started = True  # too late to answer: only the record
+    await end_with_error(state, RuntimeError("late"), _scope(), _nothing, send)
+    assert sent == []
+    records = api.host.records.records
+    assert [(r.status_code, r.error_code) for r in records] == [
+        (400, None),  # the code the error carries (none here)
+        (500, "server_error"),
+        (500, "server_error"),
+    ]

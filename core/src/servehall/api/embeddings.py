@@ -32,8 +32,13 @@ from starlette.types import Receive, Scope, Send
 
 from servehall.admission.usage import AdmissionRequest
 from servehall.api.body import check_media_type, parse_json_object, read_body
-from servehall.api.errors import error_response, from_validation_error
-from servehall.api.intake import STATUS_CLIENT_CLOSED, end_request, open_state, send_error
+from servehall.api.errors import from_validation_error
+from servehall.api.intake import (
+    STATUS_CLIENT_CLOSED,
+    end_request,
+    end_with_error,
+    open_state,
+)
 from servehall.api.offload import run_heavy
 from servehall.api.prepare import admit_request, filter_inputs, serve_model
 from servehall.api.state import ApiState
@@ -46,7 +51,7 @@ from servehall.api.wire import (
 )
 from servehall.engines.contract import EmbeddingEngine
 from servehall.engines.pooling import truncate
-from servehall.errors import ContextLengthExceededError, InvalidRequestError, ServehallError
+from servehall.errors import ContextLengthExceededError, InvalidRequestError
 from servehall.plugin.host import ServedModel
 from servehall.serving.priority import request_priority
 from servehall.serving.request import RequestState
@@ -220,17 +225,8 @@ class EmbeddingsEndpoint:
             state.response_started = True
             await JSONResponse(payload, headers=headers)(scope, receive, send)
             state.finish(200, prompt_text=state.prompt_text)
-        except ServehallError as exc:
-            if not state.response_started:
-                await send_error(state, exc, scope, receive, send, body_read=body_read)
-            state.finish(exc.status, error_code=exc.code, prompt_text=state.prompt_text or None)
-        except Exception:
-            log.exception("request %s failed", rid)
-            if not state.response_started:
-                await error_response(
-                    ServehallError("The server had an error processing the request.")
-                )(scope, receive, send)
-            state.finish(500, error_code="server_error", finish_reason="error")
+        except Exception as exc:
+            await end_with_error(state, exc, scope, receive, send, body_read=body_read)
         finally:
             end_request(state)
 

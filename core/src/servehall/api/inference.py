@@ -43,8 +43,12 @@ from starlette.types import Receive, Scope, Send
 
 from servehall.api.body import check_media_type, parse_json_object, read_body
 from servehall.api.disconnect import ClientGone, DisconnectWatch
-from servehall.api.errors import error_response
-from servehall.api.intake import STATUS_CLIENT_CLOSED, end_request, open_state, send_error
+from servehall.api.intake import (
+    STATUS_CLIENT_CLOSED,
+    end_request,
+    end_with_error,
+    open_state,
+)
 from servehall.api.prepare import prepare
 from servehall.api.response import send_completion
 from servehall.api.sse import send_stream
@@ -119,16 +123,9 @@ class InferenceEndpoint:
             work.result()
         except ServehallError as raised:
             exc = self._public_error(raised)
-            if not state.response_started:
-                await send_error(state, exc, scope, receive, send, body_read=body_read)
-            state.finish(exc.status, error_code=exc.code, prompt_text=state.prompt_text or None)
-        except Exception:
-            log.exception("request %s failed", rid)
-            if not state.response_started:
-                await error_response(
-                    ServehallError("The server had an error processing the request.")
-                )(scope, receive, send)
-            state.finish(500, error_code="server_error", finish_reason="error")
+            await end_with_error(state, exc, scope, receive, send, body_read=body_read)
+        except Exception as exc:
+            await end_with_error(state, exc, scope, receive, send, body_read=body_read)
         finally:
             end_request(state)
 

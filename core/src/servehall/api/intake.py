@@ -7,11 +7,13 @@ request with the listeners that report it when it ends — its trace
 (:class:`~servehall.serving.request.RecordEmitter`, in a ``record`` span when traced) and
 the canary guard (:class:`~servehall.rollout.guard.GuardListener`) — so that the state
 needs nothing from the layers above it. :func:`send_error` is the error answer of a
-request whose response has not started.
+request whose response has not started, :func:`end_with_error` ends a request on an
+exception, and :func:`end_request` is every request's last step.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
 from starlette.datastructures import Headers
@@ -28,6 +30,8 @@ from servehall.errors import PayloadTooLargeError, ServehallError
 from servehall.rollout.guard import GuardListener
 from servehall.rollout.router import VERSION_HEADER
 from servehall.serving.request import RecordEmitter, RequestListener, RequestState
+
+log = logging.getLogger("servehall.api")
 
 STATUS_CLIENT_CLOSED = 499
 """The status of a request whose client went away (nginx's 499)."""
@@ -83,6 +87,32 @@ async def send_error(
     await resp(scope, receive, send)
     if not body_read:
         await drain_body(receive)
+
+
+async def end_with_error(
+    state: RequestState,
+    exc: Exception,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    *,
+    body_read: bool = True,
+) -> None:
+    """End the request on ``exc``: a :class:`~servehall.errors.ServehallError` is
+    answered as its error (:func:`send_error`) and recorded with its status and code;
+    any other exception is logged with its traceback, answered as a 500 ``server_error``
+    and recorded as such. Nothing is sent once the response started."""
+    if isinstance(exc, ServehallError):
+        if not state.response_started:
+            await send_error(state, exc, scope, receive, send, body_read=body_read)
+        state.finish(exc.status, error_code=exc.code, prompt_text=state.prompt_text or None)
+        return
+    log.error("request %s failed", state.request_id, exc_info=exc)
+    if not state.response_started:
+        await error_response(ServehallError("The server had an error processing the request."))(
+            scope, receive, send
+        )
+    state.finish(500, error_code="server_error", finish_reason="error")
 
 
 def end_request(state: RequestState) -> None:
