@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from starlette.types import Message
 
 from servehall import Policy, Principal
 from servehall.api.app import create_app
@@ -99,15 +100,15 @@ def test_end_request_leaves_one_record_of_a_cancelled_request() -> None:
     assert [(r.status_code, r.error_code) for r in rec] == [(499, "cancelled")]
 
 
-async def _nothing() -> dict[str, Any]:
+async def _nothing() -> Message:
     return {"type": "http.disconnect"}
 
 
 async def test_end_with_error_answers_and_records(caplog: pytest.LogCaptureFixture) -> None:
     api = _api()
-    sent: list[dict[str, Any]] = []
+    sent: list[Message] = []
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         sent.append(message)
 
     state = open_state(api, _scope(), "cmpl-1", "/v1/completions")
