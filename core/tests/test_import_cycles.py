@@ -135,6 +135,9 @@ def test_every_module_imports(name: str) -> None:
 FORBIDDEN: tuple[tuple[str, str], ...] = (
     ("servehall.rollout", "servehall.server"),  # versions start and stop in servehall.host
     ("servehall.plugin", "servehall.rollout"),  # OutcomeWindow, Breach: servehall.plugin.outcomes
+    # the per-request state is handed its reporting (trace, record, guard) as listeners
+    ("servehall.serving", "servehall.rollout"),
+    ("servehall.serving", "servehall.api"),
 )
 """(importer, imported) package pairs: no module under the first imports one under the
 second, at module level, inside a function or under ``TYPE_CHECKING``."""
@@ -191,3 +194,31 @@ def test_layer_check_sees_lazy_and_type_checking_imports(tmp_path: Path) -> None
         "servehall.plugin.host imports servehall.rollout",
         "servehall.plugin.host imports servehall.rollout.guard",
     ]
+
+
+def _servehall_imports(path: Path) -> set[str]:
+    """The servehall modules (or packages) a file's import statements name."""
+    tree = ast.parse(path.read_text(), str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if _under(a.name, "servehall"))
+        elif isinstance(node, ast.ImportFrom) and _under(node.module or "", "servehall"):
+            found.add(node.module or "")
+    return found
+
+
+def test_inference_endpoint_stays_a_few_calls() -> None:
+    """The inference endpoint hands its work to the input processor
+    (``servehall.api.prepare``), admission and the output side (issue 35): its request
+    path is at most 60 lines, and the module imports at most 12 servehall modules."""
+    path = MODULES["servehall.api.inference"]
+    tree = ast.parse(path.read_text(), str(path))
+    handle = next(
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.AsyncFunctionDef | ast.FunctionDef) and n.name == "_handle"
+    )
+    assert handle.end_lineno is not None
+    assert handle.end_lineno - handle.lineno + 1 <= 60
+    assert len(_servehall_imports(path)) <= 12, sorted(_servehall_imports(path))

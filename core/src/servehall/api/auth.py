@@ -33,12 +33,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from servehall.admission.principal import ANONYMOUS
 from servehall.api.body import drain_body
 from servehall.api.errors import error_response
+from servehall.api.intake import open_state
 from servehall.api.state import ApiState
 from servehall.api.tracing import maybe_span, request_span
 from servehall.batches.call import SCOPE_KEY as BATCH_CALL
 from servehall.batches.call import BatchCall
 from servehall.errors import AuthenticationError, ServehallError
-from servehall.serving.request import RequestState
 
 log = logging.getLogger("servehall.auth")
 
@@ -88,15 +88,7 @@ class AuthMiddleware:
     async def _refuse(
         api: ApiState, scope: Scope, receive: Receive, send: Send, exc: ServehallError
     ) -> None:
-        client = scope.get("client")
-        ctx = RequestState(
-            api.host,
-            api.metrics,
-            "req-" + uuid.uuid4().hex,
-            str(scope["path"])[:200],
-            client[0] if client else None,
-        )
-        ctx.trace(api.tracing, request_span(scope))
+        ctx = open_state(api, scope, "req-" + uuid.uuid4().hex, str(scope["path"])[:200])
         resp = error_response(exc)
         resp.headers["x-request-id"] = ctx.request_id
         await resp(scope, receive, send)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import logging
 import struct
-import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -31,16 +30,18 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from servehall.admission.access import check_model_access
-from servehall.admission.filters import PromptParts
-from servehall.admission.principal import ANONYMOUS
 from servehall.admission.usage import AdmissionRequest
-from servehall.api.body import check_media_type, drain_body, parse_json_object, read_body
-from servehall.api.errors import error_response, from_validation_error
-from servehall.api.inference import STATUS_CLIENT_CLOSED, InferenceEndpoint
+from servehall.api.body import check_media_type, parse_json_object, read_body
+from servehall.api.errors import from_validation_error
+from servehall.api.intake import (
+    STATUS_CLIENT_CLOSED,
+    end_request,
+    end_with_error,
+    open_state,
+)
 from servehall.api.offload import run_heavy
+from servehall.api.prepare import admit_request, filter_inputs, serve_model
 from servehall.api.state import ApiState
-from servehall.api.tracing import maybe_span, request_span
 from servehall.api.wire import (
     MAX_EMBEDDING_INPUTS,
     EmbeddingData,
@@ -50,16 +51,8 @@ from servehall.api.wire import (
 )
 from servehall.engines.contract import EmbeddingEngine
 from servehall.engines.pooling import truncate
-from servehall.errors import (
-    ContextLengthExceededError,
-    InvalidRequestError,
-    PayloadTooLargeError,
-    ServehallError,
-)
+from servehall.errors import ContextLengthExceededError, InvalidRequestError
 from servehall.plugin.host import ServedModel
-from servehall.rollout.choose import choose_version
-from servehall.rollout.idle import load_on_demand
-from servehall.rollout.router import VERSION_HEADER
 from servehall.serving.priority import request_priority
 from servehall.serving.request import RequestState
 from servehall.text.budget import check_prompt_chars
@@ -214,13 +207,8 @@ class EmbeddingsEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         api: ApiState = scope["app"].state.api
         request = Request(scope, receive)
-        principal = scope.get("state", {}).get("principal") or ANONYMOUS
-        client = scope.get("client")
         rid = "embd-" + uuid.uuid4().hex
-        state = RequestState(api.host, api.metrics, rid, ENDPOINT, client[0] if client else None)
-        state.set_principal(principal)
-        state.trace(api.tracing, request_span(scope))
-        state.pinned_version = request.headers.get(VERSION_HEADER)
+        state = open_state(api, scope, rid, ENDPOINT)
         body_read = False
         try:
             try:
@@ -237,55 +225,20 @@ class EmbeddingsEndpoint:
             state.response_started = True
             await JSONResponse(payload, headers=headers)(scope, receive, send)
             state.finish(200, prompt_text=state.prompt_text)
-        except ServehallError as exc:
-            if not state.response_started:
-                close = isinstance(exc, PayloadTooLargeError) and scope.get("http_version") in (
-                    "1.0",
-                    "1.1",
-                )
-                resp = error_response(exc, close=close)
-                resp.headers["x-request-id"] = rid
-                if state.served is not None and state.served.version:
-                    resp.headers[VERSION_HEADER] = state.served.version
-                await resp(scope, receive, send)
-                if not body_read:
-                    await drain_body(receive)
-            state.finish(exc.status, error_code=exc.code, prompt_text=state.prompt_text or None)
-        except Exception:
-            log.exception("request %s failed", rid)
-            if not state.response_started:
-                await error_response(
-                    ServehallError("The server had an error processing the request.")
-                )(scope, receive, send)
-            state.finish(500, error_code="server_error", finish_reason="error")
+        except Exception as exc:
+            await end_with_error(state, exc, scope, receive, send, body_read=body_read)
         finally:
-            if state.served is not None:
-                state.served.inflight -= 1
-                state.served.last_used = time.monotonic()
-            state.finish(
-                STATUS_CLIENT_CLOSED, finish_reason="client_disconnect", error_code="cancelled"
-            )
+            end_request(state)
 
     async def _handle(
         self, api: ApiState, state: RequestState, body: dict[str, Any]
     ) -> tuple[dict[str, Any], dict[str, str]]:
-        host = api.host
         try:
             req = EmbeddingRequest.model_validate(body)
         except ValidationError as exc:
             raise from_validation_error(exc) from None
         name = req.model
-        check_model_access(state.principal, name, served=bool(api.router.versions(name)))
-        served = choose_version(api, name, state.principal, req.user, state.pinned_version)
-        assert served is not None
-        served.inflight += 1
-        served.last_used = time.monotonic()
-        state.served = served
-        if served.state == "unloaded":
-            await load_on_demand(host, served)
-        state.record.model = served.name
-        state.record.version = served.version
-        state.record.backend = served.backend
+        served = await serve_model(api, state, name, req.user)
         engine = served.engine
         if model_task(served) != "embed" or not isinstance(engine, EmbeddingEngine):
             raise InvalidRequestError(
@@ -297,13 +250,10 @@ class EmbeddingsEndpoint:
         dimensions = check_dimensions(req.dimensions, engine.model_info.extra)
         texts, tokens = as_inputs(req.input)
         inputs = await input_token_ids(served, texts, tokens)
-        if texts is None and host.input_filters:
+        if texts is None and api.host.input_filters:
             texts = [served.tokenizer.decode(ids) for ids in inputs]
-        if host.input_filters:
-            assert texts is not None
-            parts = PromptParts(list(texts), ENDPOINT, name, state.principal)
-            with maybe_span(api.tracing, "filters", servehall__filter_stage="input"):
-                InferenceEndpoint._input_filters(state, host.input_filters, parts, "input")
+        if texts is not None:
+            filter_inputs(api, state, texts, ENDPOINT, name, "input")
         state.prompt_text = "\n".join(texts) if texts is not None else ""
         total = sum(len(ids) for ids in inputs)
         state.prompt_tokens = total
@@ -316,30 +266,12 @@ class EmbeddingsEndpoint:
             prompt_tokens=total,
             max_tokens=0,
         )
-        with maybe_span(api.tracing, "admission"):
-            slot, reservations = await InferenceEndpoint._admit(
-                state, served, admission, request_priority(state.principal, None)
-            )
-        state.admitted = True
-        state.admitted_at = time.monotonic()
-        state.record.queue_time_s = slot.queue_time_s
-        headers: dict[str, str] = {"x-request-id": state.request_id}
-        if served.version:
-            headers[VERSION_HEADER] = served.version
-        for r in reservations:
-            try:
-                headers.update(r.headers())
-            except Exception:
-                log.exception("a reservation's headers failed")
+        priority = request_priority(state.principal, None)
+        admitted = await admit_request(api, state, served, admission, priority)
         try:
             vectors = await engine.embed(inputs)
         finally:
-            slot.release()
-            for r in reservations:
-                try:
-                    await r.settle(total, 0)
-                except Exception:
-                    log.exception("settling a reservation failed")
+            await admitted.done(total, 0)
         api.readiness.mark_ok(served.key)
         normalize = bool(engine.model_info.extra.get("normalize", True))
         data = [
@@ -355,4 +287,4 @@ class EmbeddingsEndpoint:
         out = EmbeddingResponse(
             data=data, model=name, usage=EmbeddingUsage(prompt_tokens=total, total_tokens=total)
         )
-        return out.model_dump(), headers
+        return out.model_dump(), admitted.headers

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
     from servehall.config.models import TracingSettings
+    from servehall.serving.request import RequestState
 
 OPERATIONS = {
     "/v1/chat/completions": "chat",
@@ -146,6 +147,47 @@ def maybe_span(tracing: Tracing | None, name: str, **attributes: Any) -> Iterato
         return
     with tracing.span(name, **attributes):
         yield
+
+
+class RequestTrace:
+    """The listener (:class:`~servehall.serving.request.RequestListener`) that ends a
+    request's trace: the request's facts as attributes of ``span`` (its server span),
+    and its ``prefill``/``decode`` spans drawn from its timestamps."""
+
+    def __init__(self, tracing: Tracing, span: Span) -> None:
+        self.tracing = tracing
+        self.span = span
+
+    def ended(self, state: RequestState, now: float) -> None:
+        """Set the ended request's attributes and draw its phase spans."""
+        span, rec = self.span, state.record
+        if rec.model:
+            span.update_name(f"{span.name} {rec.model}")  # type: ignore[attr-defined,unused-ignore]
+        attrs: dict[str, Any] = {
+            **state.request_attrs,
+            "http.response.status_code": rec.status_code,
+            "gen_ai.response.id": rec.request_id,
+            "gen_ai.request.model": rec.model,
+            "gen_ai.response.model": rec.model if rec.status_code == 200 else None,
+            "gen_ai.usage.input_tokens": rec.prompt_tokens if state.admitted else None,
+            "gen_ai.usage.output_tokens": rec.completion_tokens if state.admitted else None,
+            "gen_ai.response.finish_reasons": [rec.finish_reason] if rec.finish_reason else None,
+            "error.type": rec.error_code,
+            "servehall.backend": rec.backend,
+            "servehall.tenant": rec.tenant,
+            "servehall.queue_time_s": rec.queue_time_s,
+        }
+        span.set_attributes({k: v for k, v in attrs.items() if v is not None})
+        if rec.status_code is not None and rec.status_code >= 500:
+            from opentelemetry.trace import Status, StatusCode
+
+            span.set_status(Status(StatusCode.ERROR, rec.error_code or "server error"))
+        first, admitted = state.first_token_at, state.admitted_at
+        if admitted is not None:
+            phases = [("prefill", admitted, first or now)]
+            if first is not None:
+                phases.append(("decode", first, now))
+            self.tracing.spans_between(span, phases)
 
 
 class TracingMiddleware:

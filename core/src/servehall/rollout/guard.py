@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from servehall.config.models import RollbackIf
     from servehall.metrics import Metrics
     from servehall.plugin.host import Host, ServedModel
+    from servehall.serving.request import RequestState
 
 log = logging.getLogger("servehall.rollout")
 
@@ -122,6 +123,23 @@ def observe(
             )
             continue
         roll_back(host, metrics, canary, found)
+
+
+class GuardListener:
+    """The listener (:class:`~servehall.serving.request.RequestListener`) that shows
+    the canary guard every ended request routed to a version — refusals before admission
+    (queue full or timeout, records unavailable) included — through :func:`observe`."""
+
+    def __init__(self, metrics: Metrics | None) -> None:
+        self.metrics = metrics
+
+    def ended(self, state: RequestState, now: float) -> None:
+        """:func:`observe` the request's outcome (nothing before a version was chosen)."""
+        if state.served is None:
+            return
+        rec = state.record
+        error = rec.status_code >= 500 or rec.finish_reason == "error"
+        observe(state.host, self.metrics, state.served, error, rec.ttft_s)
 
 
 def roll_back(host: Host, metrics: Metrics | None, canary: ServedModel, found: Breach) -> None:

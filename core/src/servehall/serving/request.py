@@ -5,31 +5,35 @@ the one :class:`~servehall.records.RequestRecord` and metrics it ends with.
 It is the one per-request object of the request path: the API endpoints fill it, the
 response writers read it, and :meth:`RequestState.finish` turns it into the record.
 ``finish`` is idempotent: the first call completes the record from the state (token
-counts, the first token's time, inter-token gaps, verdicts, the tools called), emits it
-through ``host.records.emit`` and updates metrics; later calls do nothing. The request
-path calls it in a ``finally`` so every outcome — success, validation error, auth
-failure, overload, client disconnect — produces exactly one record.
+counts, the first token's time, inter-token gaps, verdicts, the tools called), tells its
+listeners (:class:`RequestListener`, in the order given) and updates metrics; later calls
+do nothing. The request path calls it in a ``finally`` so every outcome — success,
+validation error, auth failure, overload, client disconnect — produces exactly one record.
+
+Reporting is handed in, not imported from above: the API opens each state
+(:func:`servehall.api.opening.open_state`) with its listeners — the request's trace
+(:class:`servehall.api.tracing.RequestTrace`), the record (:class:`RecordEmitter`, onto
+``host.records``) and the canary guard (:class:`servehall.rollout.guard.GuardListener`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from servehall.admission.principal import ANONYMOUS, Principal
 from servehall.metrics import ABORT_REASONS, TENANT_REFUSALS
 from servehall.plugin.host import model_key
 from servehall.records.types import RequestRecord
-from servehall.rollout.guard import observe
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span
-
     from servehall.admission.filters import FilterVerdict
-    from servehall.api.tracing import Tracing
     from servehall.metrics import Metrics
     from servehall.plugin.host import Host, ServedModel
     from servehall.serving.choice import ChoiceStream
@@ -54,6 +58,35 @@ def verdict_dict(v: FilterVerdict) -> dict[str, Any]:
     }
 
 
+class RequestListener(Protocol):
+    """Told once when a request ends: :meth:`ended` runs inside
+    :meth:`RequestState.finish`, after the record is complete (``state.record``) and
+    before the request metrics; ``now`` is the end's monotonic time (seconds)."""
+
+    def ended(self, state: RequestState, now: float) -> None:
+        """Report the ended request (must not raise)."""
+        ...  # pragma: no cover - protocol
+
+
+class RecordEmitter:
+    """The listener that emits the request's record (a copy) on ``host.records``;
+    ``around`` (e.g. a tracing span named ``record``) wraps the emit when given. A bus
+    that rejects it is logged, never raised: the bus must never break a response."""
+
+    def __init__(self, around: Callable[[], AbstractContextManager[Any]] | None = None) -> None:
+        self.around = around
+
+    def ended(self, state: RequestState, now: float) -> None:
+        """Emit ``state.record`` (see the class docstring)."""
+        records = state.host.records
+        with self.around() if self.around is not None else contextlib.nullcontext():
+            if records is not None:
+                try:
+                    records.emit(dataclasses.replace(state.record))
+                except Exception:
+                    log.exception("record bus rejected a request record")
+
+
 class RequestState:
     """Facts gathered while one request runs (see the module docstring).
 
@@ -63,7 +96,10 @@ class RequestState:
     ``response_started`` turns true once the response's status line left;
     ``pinned_version`` is the ``x-servehall-model-version`` request header (None:
     absent); ``served`` is the model version chosen for the request (None: not yet);
-    ``structured`` is the request's structured-output constraint (None: none).
+    ``structured`` is the request's structured-output constraint (None: none);
+    ``listeners`` report the request when it ends (:class:`RequestListener`);
+    ``request_attrs`` are its sampling parameters as GenAI ``gen_ai.request.*``
+    attributes (for a trace).
     """
 
     def __init__(
@@ -73,8 +109,10 @@ class RequestState:
         request_id: str,
         endpoint: str,
         client_addr: str | None,
+        listeners: Sequence[RequestListener] = (),
     ) -> None:
         self.host = host
+        self.listeners: list[RequestListener] = list(listeners)
         self.metrics = metrics
         self.request_id = request_id
         self.started = time.monotonic()
@@ -104,27 +142,18 @@ class RequestState:
         self.structured_outcome: str | None = None  # with record.response_format
         #: what a route built on the chat path (``/v1/responses``) keeps between steps
         self.route_data: Any = None
+        self.request_attrs: dict[str, Any] = {}
         self._done = False
-        self._tracing: Tracing | None = None
-        self._span: Span | None = None
-        self._request_attrs: dict[str, Any] = {}
-
-    def trace(self, tracing: Tracing | None, span: Span | None) -> None:
-        """Trace this request on ``span`` (the server span of
-        :class:`~servehall.api.tracing.TracingMiddleware`); no-op when either is None."""
-        if tracing is not None and span is not None:
-            self._tracing, self._span = tracing, span
 
     def request_params(
         self, max_tokens: int, temperature: float | None, top_p: float | None
     ) -> None:
         """Note the sampling parameters for the trace (GenAI ``gen_ai.request.*``)."""
-        if self._span is not None:
-            self._request_attrs = {
-                "gen_ai.request.max_tokens": max_tokens,
-                "gen_ai.request.temperature": temperature,
-                "gen_ai.request.top_p": top_p,
-            }
+        self.request_attrs = {
+            "gen_ai.request.max_tokens": max_tokens,
+            "gen_ai.request.temperature": temperature,
+            "gen_ai.request.top_p": top_p,
+        }
 
     def set_principal(self, principal: Principal | None) -> None:
         """Who asks (the record's principal, tenant and prompt-storage policy)."""
@@ -235,62 +264,13 @@ class RequestState:
         if keep:
             rec.prompt_text = prompt_text
             rec.completion_text = completion_text
-        if self._tracing is not None and self._span is not None:
-            self._end_trace(now)
-            with self._tracing.span("record"):
-                self._emit()
-        else:
-            self._emit()
+        for listener in self.listeners:
+            listener.ended(self, now)
         self._observe(now)
-
-    def _emit(self) -> None:
-        records = self.host.records
-        if records is not None:
-            try:
-                records.emit(dataclasses.replace(self.record))
-            except Exception:  # the bus must never break a response
-                log.exception("record bus rejected a request record")
-
-    def _end_trace(self, now: float) -> None:
-        """The request's facts as span attributes, and its prefill/decode spans."""
-        assert self._tracing is not None and self._span is not None
-        span, rec = self._span, self.record
-        if rec.model:
-            span.update_name(f"{span.name} {rec.model}")  # type: ignore[attr-defined,unused-ignore]
-        attrs: dict[str, Any] = {
-            **self._request_attrs,
-            "http.response.status_code": rec.status_code,
-            "gen_ai.response.id": rec.request_id,
-            "gen_ai.request.model": rec.model,
-            "gen_ai.response.model": rec.model if rec.status_code == 200 else None,
-            "gen_ai.usage.input_tokens": rec.prompt_tokens if self.admitted else None,
-            "gen_ai.usage.output_tokens": rec.completion_tokens if self.admitted else None,
-            "gen_ai.response.finish_reasons": [rec.finish_reason] if rec.finish_reason else None,
-            "error.type": rec.error_code,
-            "servehall.backend": rec.backend,
-            "servehall.tenant": rec.tenant,
-            "servehall.queue_time_s": rec.queue_time_s,
-        }
-        span.set_attributes({k: v for k, v in attrs.items() if v is not None})
-        if rec.status_code is not None and rec.status_code >= 500:
-            from opentelemetry.trace import Status, StatusCode
-
-            span.set_status(Status(StatusCode.ERROR, rec.error_code or "server error"))
-        first, admitted = self.first_token_at, self.admitted_at
-        if admitted is not None:
-            phases = [("prefill", admitted, first or now)]
-            if first is not None:
-                phases.append(("decode", first, now))
-            self._tracing.spans_between(span, phases)
 
     def _observe(self, now: float) -> None:
         m = self.metrics
         rec = self.record
-        if self.served is not None:
-            # the canary guard sees every outcome of a version's traffic, refusals before
-            # admission (queue full or timeout, records unavailable) included
-            error = rec.status_code >= 500 or rec.finish_reason == "error"
-            observe(self.host, m, self.served, error, rec.ttft_s)
         if m is None:
             return
         # only configured model names become label values (no unbounded cardinality)
