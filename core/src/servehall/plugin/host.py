@@ -67,6 +67,9 @@ class ServedModel:
     loads: int = 0
     last_load_s: float = 0.0
     load_task: asyncio.Task[None] | None = None
+    #: Called once when the engine is stopped (:func:`servehall.host.versions.stop_engine`):
+    #: e.g. the release of a pulled model's cache lease.
+    on_stop: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def key(self) -> str:
