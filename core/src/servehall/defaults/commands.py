@@ -1,5 +1,5 @@
 """Default plugin: the core's CLI commands (``serve``, ``plugins``, ``config``, ``demo-model``,
-``bench``)."""
+``bench``, ``batch``, ``models``)."""
 
 from __future__ import annotations
 
@@ -199,6 +199,13 @@ def servehall_register_commands(cli: typer.Typer) -> None:
     cli.command("demo-model")(demo_model_command)
     cli.add_typer(_bench_app(), name="bench")
     cli.add_typer(_batch_app(), name="batch")
+    cli.add_typer(_models_app(), name="models")
+
+
+def _models_app() -> typer.Typer:
+    from servehall.cli.models import models_app
+
+    return models_app
 
 
 def _batch_app() -> typer.Typer:
