@@ -168,10 +168,24 @@ class ModelConfig(_Section):
         if isinstance(data, dict) and isinstance(data.get("path"), str):
             path = data["path"]
             if _URL.match(path):
-                return {**data, "source": check_source_url(path), "path": remote_placeholder(path)}
-        if isinstance(data, dict) and isinstance(data.get("source"), str):
-            check_source_url(data["source"])
+                try:
+                    check_source_url(path)
+                except ValueError:
+                    return data  # reported by _no_bad_url under the key "path"
+                return {**data, "source": path, "path": remote_placeholder(path)}
         return data
+
+    @field_validator("path", mode="before")
+    @classmethod
+    def _no_bad_url(cls, v: Any) -> Any:
+        if isinstance(v, str) and _URL.match(v):
+            check_source_url(v)  # raises: a valid URL never gets here
+        return v
+
+    @field_validator("source")
+    @classmethod
+    def _check_source(cls, v: str | None) -> str | None:
+        return None if v is None else check_source_url(v)
 
     @field_validator("path")
     @classmethod
