@@ -265,3 +265,22 @@ def test_config_url_paths() -> None:
     ):
         with pytest.raises(ValidationError, match=why):
             ModelConfig(name="m", path=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_full_disk_is_one_line_and_the_next_pull_resumes(weed: SeaweedS3, tmp_path: Path) -> None:
+    """A real ENOSPC: the download of one file is pointed at /dev/full (a symlink where
+    the pull writes it)."""
+    src = _model(tmp_path / "src")
+    url = f"s3://{BUCKET}/full/m1"
+    settings = _settings(weed, tmp_path / "cache")
+    key = push(src, url, settings).digest[:32]
+    part = ModelCache(settings.cache_dir).partial_dir(key)
+    (part / "weights").mkdir(parents=True)
+    (part / "weights" / "model.bin.download").symlink_to("/dev/full")
+    with pytest.raises(SourceError, match=r"^disk full writing .*model\.bin\.download"):
+        pull(url, settings)
+    assert ModelCache(settings.cache_dir).entries() == []
+    (part / "weights" / "model.bin.download").unlink()
+    got = pull(url, settings)
+    assert got.files_downloaded == 1  # config.json and tokenizer.json were kept
