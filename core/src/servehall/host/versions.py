@@ -108,28 +108,40 @@ async def pull_source(host: Host, mc: ModelConfig) -> tuple[ModelConfig, Callabl
     if mc.source is None:
         return mc, None
     from servehall.sources.errors import IntegrityError, SourceError, StoreUnavailableError
-    from servehall.sources.pull import pull
+    from servehall.sources.pull import PullProgress, pull
 
     key = model_key(mc.name, mc.version)
     store_settings = host.settings.model_store
     attempts = store_settings.pull_attempts
-    for attempt in range(1, attempts + 1):
-        try:
-            pulled = await asyncio.to_thread(pull, mc.source, store_settings, label=key, lease=True)
-            break
-        except StoreUnavailableError as exc:
-            if attempt == attempts:
-                raise ConfigError(
-                    f"models.{mc.name}.path: {exc.message} (tried {attempts} times)"
-                ) from None
-            wait = 2.0 ** (attempt - 1)
-            log.warning("model %s: %s; retrying in %.0f s", key, exc.message, wait)
-            await asyncio.sleep(wait)
-        except IntegrityError as exc:
-            _audit(host, "model.integrity_refused", key, {"source": mc.source, "file": exc.file})
-            raise ConfigError(f"models.{mc.name}.path: {exc.message}") from None
-        except SourceError as exc:
-            raise ConfigError(f"models.{mc.name}.path: {exc.message}") from None
+
+    def progress(p: PullProgress) -> None:  # on the pull's thread: one dict store
+        host.pulls[key] = f"{p.describe()} from {mc.source}"
+
+    host.pulls[key] = f"pulling {mc.source}"
+    try:
+        for attempt in range(1, attempts + 1):
+            try:
+                pulled = await asyncio.to_thread(
+                    pull, mc.source, store_settings, label=key, lease=True, on_progress=progress
+                )
+                break
+            except StoreUnavailableError as exc:
+                if attempt == attempts:
+                    raise ConfigError(
+                        f"models.{mc.name}.path: {exc.message} (tried {attempts} times)"
+                    ) from None
+                wait = 2.0 ** (attempt - 1)
+                log.warning("model %s: %s; retrying in %.0f s", key, exc.message, wait)
+                host.pulls[key] = f"{exc.message}; retrying in {wait:.0f} s"
+                await asyncio.sleep(wait)
+            except IntegrityError as exc:
+                details = {"source": mc.source, "file": exc.file}
+                _audit(host, "model.integrity_refused", key, details)
+                raise ConfigError(f"models.{mc.name}.path: {exc.message}") from None
+            except SourceError as exc:
+                raise ConfigError(f"models.{mc.name}.path: {exc.message}") from None
+    finally:
+        host.pulls.pop(key, None)
     lease = pulled.lease
     assert lease is not None
     log.info("model %s: %s is %s", key, mc.source, pulled.path)

@@ -97,6 +97,9 @@ class Host:
             guard set a version's weight to 0 (:mod:`servehall.rollout.guard`); the
             live config stores it as a config revision. None: the rollback stays in
             this process.
+        pulls: versions (by key) whose model is being pulled from its source now, with
+            where the pull stands (``pulling 3/7 files, …`` or the retry's reason); shown
+            by ``/health/ready`` (:mod:`servehall.host.versions`).
     """
 
     settings: Settings
@@ -107,6 +110,7 @@ class Host:
     state: PluginState = field(default_factory=PluginState)
     replica: str = ""
     on_canary_rollback: Callable[[ServedModel, Breach], None] | None = None
+    pulls: dict[str, str] = field(default_factory=dict)
 
     def served_names(self) -> list[str]:
         """The model names clients may send, in configured order, once each."""
