@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -403,12 +404,20 @@ class TracingSettings(_Section):
     export_timeout_s: float = Field(default=10.0, gt=0)
 
 
+def _default_cache_dir() -> Path:
+    """``$SERVEHALL_CACHE_DIR/models``, else ``~/.cache/servehall/models`` (like the
+    other caches, :func:`servehall.engines.cache.servehall_cache_dir`)."""
+    base = os.environ.get("SERVEHALL_CACHE_DIR") or "~/.cache/servehall"
+    return Path(base).expanduser() / "models"
+
+
 class ModelStoreSettings(_Section):
     """``[model_store]``: where models given by URL (``[[models]] path = "s3://…"`` or
     ``"https://…"``) are cached, and how the S3 store is reached (docs/models.md, "Model
     sources"; :mod:`servehall.sources`).
 
-    ``cache_dir`` is the node-local cache every servehall process of the node shares
+    ``cache_dir`` (default ``$SERVEHALL_CACHE_DIR/models``, else
+    ``~/.cache/servehall/models``) is the node-local cache every servehall process shares
     (a complete model per directory, renamed into place once every file matched the
     manifest). ``cache_max_bytes`` bounds it (0: no bound): before and after a pull the
     least recently used models no process holds are removed until the cache fits.
@@ -419,7 +428,7 @@ class ModelStoreSettings(_Section):
     version's start tries a pull while the store does not answer.
     """
 
-    cache_dir: Path = Path("~/.cache/servehall/models")
+    cache_dir: Path = Field(default_factory=_default_cache_dir)
     cache_max_bytes: int = Field(default=0, ge=0)
     s3_endpoint_url: str | None = Field(default=None, pattern=r"^https?://")
     s3_region: str | None = None
