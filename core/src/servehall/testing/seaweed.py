@@ -93,19 +93,22 @@ def seaweed_s3(
             }
         )
     )
-    ports = {
-        k: free_port()
-        for k in (
-            "master.port",
-            "master.port.grpc",
-            "volume.port",
-            "volume.port.grpc",
-            "filer.port",
-            "filer.port.grpc",
-            "s3.port",
-            "s3.port.grpc",
-        )
-    }
+    names = (
+        "master.port",
+        "master.port.grpc",
+        "volume.port",
+        "volume.port.grpc",
+        "filer.port",
+        "filer.port.grpc",
+        "s3.port",
+        "s3.port.grpc",
+    )
+    free: list[int] = []
+    while len(free) < len(names):  # distinct, though each is released before weed binds
+        port = free_port()
+        if port not in free:
+            free.append(port)
+    ports = dict(zip(names, free, strict=True))
     store = data_dir / "data"
     store.mkdir(exist_ok=True)
     cmd = [
