@@ -122,6 +122,17 @@ def demo_config(model_dir: Path | str, **sections: Any) -> dict[str, Any]:
     return cfg
 
 
+def sql_records(work: Path, linger_s: float = 0.01) -> tuple[str, dict[str, Any]]:
+    """A SQLite records database in ``work``: ``(url, sections)`` where ``sections``
+    (``database`` with ``auto_migrate``, the ``sql`` sink lingering ``linger_s``) are
+    keyword arguments of :func:`demo_config`."""
+    url = f"sqlite+aiosqlite:///{work / 'records.db'}"
+    return url, {
+        "database": {"url": url, "auto_migrate": True},
+        "sinks": [{"name": "sql", "options": {"linger_s": linger_s}}],
+    }
+
+
 # --- servers ---------------------------------------------------------------------------
 
 

@@ -11,14 +11,12 @@ must all be answered, and the server log must not gain a line per failed write.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,8 +27,8 @@ import h2.events
 import httpx
 import pytest
 
-from servehall.db.testing import run_sql
-from tests.conftest import stream_then_drop
+from servehall.db.testing import wait_rows
+from tests.conftest import sql_records, stream_then_drop
 
 MAX_TOKENS = 1900  # near the 2,048-token context: an abort that lands late still ends early
 BODY = {
@@ -88,11 +86,10 @@ def served(
     demo_model_dir: Path,
     demo_config_factory: Callable[..., dict[str, Any]],
 ) -> Iterator[tuple[Any, str]]:
-    url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('c19l') / 'records.db'}"
+    url, records = sql_records(tmp_path_factory.mktemp("c19l"))
     cfg = demo_config_factory(
         demo_model_dir,
-        database={"url": url, "auto_migrate": True},
-        sinks=[{"name": "sql", "options": {"linger_s": 0.01}}],
+        **records,
         scheduler={"max_concurrency": 4, "max_queue": 16},
     )
     with servehall_server(cfg, name="c19l") as srv:
@@ -156,13 +153,7 @@ def test_c19l_closed_streams_abort_under_cpu_load(
         "SELECT status_code, finish_reason, completion_tokens FROM request_log "
         "WHERE endpoint = '/v1/completions'"
     )
-    end = time.monotonic() + 30
-    rows: list[Any] = []
-    while time.monotonic() < end:
-        rows = asyncio.run(run_sql(url, sql))
-        if len(rows) >= closed:
-            break
-        time.sleep(0.2)
+    rows = wait_rows(url, sql, closed)
     assert len(rows) == closed
     assert {(r.status_code, r.finish_reason) for r in rows} == {(499, "client_disconnect")}
     assert max(r.completion_tokens for r in rows) < MAX_TOKENS  # none ran to the end

@@ -9,9 +9,7 @@ the response reported. Opt-in (``SERVEHALL_TEST_AGENTS_PYTHON``, an interpreter 
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from servehall.db.testing import run_sql
+from servehall.db.testing import wait_rows
+from tests.conftest import sql_records
 
 TRIP: dict[str, Any] = {
     "type": "object",
@@ -46,11 +45,10 @@ def served(
     demo_model_dir: Path,
     demo_config_factory: Callable[..., dict[str, Any]],
 ) -> Iterator[tuple[Any, str]]:
-    url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('resp') / 'records.db'}"
+    url, records = sql_records(tmp_path_factory.mktemp("resp"))
     cfg = demo_config_factory(
         demo_model_dir,
-        database={"url": url, "auto_migrate": True},
-        sinks=[{"name": "sql", "options": {"linger_s": 0.01}}],
+        **records,
     )
     with servehall_server(cfg, name="responses", ready_timeout=600) as srv:
         yield srv, url
@@ -70,14 +68,7 @@ def _rows(url: str, ids: list[str], timeout: float = 20.0) -> list[Any]:
         "SELECT request_id, endpoint, status_code, prompt_tokens, completion_tokens "
         f"FROM request_log WHERE request_id IN ({marks})"
     )
-    end = time.monotonic() + timeout
-    rows: list[Any] = []
-    while time.monotonic() < end:
-        rows = asyncio.run(run_sql(url, sql))
-        if len(rows) >= len(ids):
-            break
-        time.sleep(0.1)
-    return rows
+    return wait_rows(url, sql, len(ids), timeout)
 
 
 def test_text_and_its_one_record(client: Any, served: tuple[Any, str]) -> None:

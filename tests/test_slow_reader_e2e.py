@@ -11,7 +11,6 @@ The request must end as one ``request_log`` row 499 ``client_stalled`` within ab
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import time
@@ -23,8 +22,9 @@ import h2.settings
 import httpx
 import pytest
 
-from servehall.db.testing import run_sql
+from servehall.db.testing import wait_rows
 from servehall.testing.rawhttp import H2Client
+from tests.conftest import sql_records
 
 SEND_TIMEOUT_S = 1.0
 QUEUE_TIMEOUT_S = 25.0
@@ -37,11 +37,10 @@ def served(
     demo_model_dir: Path,
     demo_config_factory: Callable[..., dict[str, Any]],
 ) -> Iterator[tuple[Any, str]]:
-    url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('stall') / 'records.db'}"
+    url, records = sql_records(tmp_path_factory.mktemp("stall"))
     cfg = demo_config_factory(
         demo_model_dir,
-        database={"url": url, "auto_migrate": True},
-        sinks=[{"name": "sql", "options": {"linger_s": 0.01}}],
+        **records,
         scheduler={"max_concurrency": 1, "max_queue": 8, "queue_timeout_s": QUEUE_TIMEOUT_S},
         server={"send_timeout_s": SEND_TIMEOUT_S},
     )
@@ -62,22 +61,11 @@ def open_and_stop_reading(port: int, body: dict[str, Any]) -> socket.socket:
     return sock
 
 
-def rows(url: str, sql: str, want: int, timeout: float = 30.0) -> list[Any]:
-    end = time.monotonic() + timeout
-    got: list[Any] = []
-    while time.monotonic() < end:
-        got = asyncio.run(run_sql(url, sql))
-        if len(got) >= want:
-            break
-        time.sleep(0.2)
-    return got
-
-
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "not-streamed"])
 def test_a_client_that_stops_reading_frees_its_slot(served: tuple[Any, str], stream: bool) -> None:
     srv, url = served
     sql = "SELECT status_code, finish_reason, error_code FROM request_log WHERE status_code <> 200"
-    before = len(rows(url, sql, 0))
+    before = len(wait_rows(url, sql, 0))
     body = {
         "model": "demo",
         "prompt": "The sailor",
@@ -100,7 +88,7 @@ def test_a_client_that_stops_reading_frees_its_slot(served: tuple[Any, str], str
         assert waited < QUEUE_TIMEOUT_S / 2, waited  # the slot came free at the stall bound
     finally:
         sock.close()
-    got = rows(url, sql, before + 1)[before:]
+    got = wait_rows(url, sql, before + 1)[before:]
     assert [(g.status_code, g.finish_reason, g.error_code) for g in got] == [
         (499, "client_disconnect", "client_stalled")
     ]

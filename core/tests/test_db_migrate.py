@@ -15,60 +15,50 @@ from servehall.db import create_db_engine, migrate
 from servehall.db.migrate import ensure_schema, open_checked, pending_heads
 
 
-def _locked() -> sa_exc.OperationalError:
-    return sa_exc.OperationalError("SELECT", {}, Exception("database is locked"))
+def _error(message: str) -> sa_exc.OperationalError:
+    return sa_exc.OperationalError("SELECT", {}, Exception(message))
 
 
-async def test_a_locked_file_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    engine = create_db_engine(f"sqlite+aiosqlite:///{tmp_path / 'r.db'}")
-    calls = 0
+def _failing(monkeypatch: pytest.MonkeyPatch, message: str, times: int) -> list[int]:
+    """Make the schema check's first ``times`` reads fail with ``message``; the returned
+    list holds the number of reads tried."""
+    calls = [0]
 
-    async def flaky(*args: Any, **kwargs: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            raise _locked()
+    async def read(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] <= times:
+            raise _error(message)
         return await pending_heads(*args, **kwargs)
 
-    monkeypatch.setattr(migrate, "pending_heads", flaky)
-    await ensure_schema(engine, auto_migrate=True)
-    assert calls >= 2
-    await engine.dispose()
+    monkeypatch.setattr(migrate, "pending_heads", read)
+    return calls
 
 
-async def test_a_file_that_stays_locked_is_a_config_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("message", "times", "tries", "raised"),
+    [
+        ("database is locked", 1, 2, None),  # retried, then the check passes
+        ("database is locked", 99, migrate.LOCKED_ATTEMPTS, "database is locked"),
+        ("disk I/O error", 99, 1, "disk I/O error"),  # other errors are not retried
+    ],
+    ids=["locked-once", "stays-locked", "other-error"],
+)
+async def test_a_locked_file_is_retried(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    message: str,
+    times: int,
+    tries: int,
+    raised: str | None,
 ) -> None:
     engine = create_db_engine(f"sqlite+aiosqlite:///{tmp_path / 'r.db'}")
-    calls = 0
-
-    async def locked(*args: Any, **kwargs: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        raise _locked()
-
-    monkeypatch.setattr(migrate, "pending_heads", locked)
-    with pytest.raises(ConfigError, match="database is locked"):
+    calls = _failing(monkeypatch, message, times)
+    if raised is None:
         await ensure_schema(engine, auto_migrate=True)
-    assert calls == migrate.LOCKED_ATTEMPTS
-    await engine.dispose()
-
-
-async def test_other_errors_are_not_retried(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    engine = create_db_engine(f"sqlite+aiosqlite:///{tmp_path / 'r.db'}")
-    calls = 0
-
-    async def broken(*args: Any, **kwargs: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        raise sa_exc.OperationalError("SELECT", {}, Exception("disk I/O error"))
-
-    monkeypatch.setattr(migrate, "pending_heads", broken)
-    with pytest.raises(ConfigError, match="disk I/O error"):
-        await ensure_schema(engine, auto_migrate=True)
-    assert calls == 1
+    else:
+        with pytest.raises(ConfigError, match=raised):
+            await ensure_schema(engine, auto_migrate=True)
+    assert calls[0] >= tries if raised is None else calls[0] == tries
     await engine.dispose()
 
 

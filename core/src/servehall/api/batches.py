@@ -37,6 +37,7 @@ from servehall.admission.principal import Principal
 from servehall.api.body import read_json_object
 from servehall.api.files import caller, storage_errors
 from servehall.api.offload import run_heavy
+from servehall.api.paging import list_page, query_limit
 from servehall.api.state import ApiState
 from servehall.batches.principals import principal_to_json
 from servehall.batches.store import Batch, BatchStore, NewLine, UnknownCursor, body_text
@@ -192,26 +193,11 @@ async def create_batch(request: Request) -> Response:
     return JSONResponse(batch.wire())
 
 
-def _limit(request: Request) -> int:
-    raw = request.query_params.get("limit")
-    if raw is None:
-        return 20
-    try:
-        limit = int(raw)
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= MAX_LIST:
-        raise InvalidRequestError(
-            f"'limit' must be an integer from 1 to {MAX_LIST}.", param="limit"
-        )
-    return limit
-
-
 async def list_batches(request: Request) -> Response:
     """``GET /v1/batches`` (see the module docstring)."""
     principal = caller(request.scope)
     api: ApiState = request.app.state.api
-    limit = _limit(request)
+    limit = query_limit(request, default=20, most=MAX_LIST)
     store = await _store(api)
     try:
         with storage_errors("list the batches"):
@@ -222,15 +208,7 @@ async def list_batches(request: Request) -> Response:
         raise InvalidRequestError(
             "'after' names no batch of this caller.", param="after", code="batch_not_found"
         ) from None
-    return JSONResponse(
-        {
-            "object": "list",
-            "data": [b.wire() for b in rows],
-            "first_id": rows[0].id if rows else None,
-            "last_id": rows[-1].id if rows else None,
-            "has_more": more,
-        }
-    )
+    return list_page(rows, more)
 
 
 async def retrieve_batch(request: Request) -> Response:

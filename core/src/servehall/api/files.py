@@ -49,6 +49,7 @@ from servehall.admission.principal import ANONYMOUS, SCOPE_INFERENCE, Principal
 from servehall.api.body import drain_body
 from servehall.api.errors import error_response
 from servehall.api.offload import run_heavy
+from servehall.api.paging import list_page, query_limit
 from servehall.api.state import ApiState
 from servehall.errors import (
     InvalidRequestError,
@@ -281,21 +282,6 @@ async def upload(api: ApiState, principal: Principal, form: FormData) -> Respons
     return JSONResponse(row.wire())
 
 
-def _query_limit(request: Request) -> int:
-    raw = request.query_params.get("limit")
-    if raw is None:
-        return MAX_LIST
-    try:
-        limit = int(raw)
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= MAX_LIST:
-        raise InvalidRequestError(
-            f"'limit' must be an integer from 1 to {MAX_LIST}.", param="limit"
-        )
-    return limit
-
-
 async def list_files(request: Request) -> Response:
     """``GET /v1/files`` (see the module docstring)."""
     principal = caller(request.scope)
@@ -304,7 +290,7 @@ async def list_files(request: Request) -> Response:
     order = params.get("order", "desc")
     if order not in ("asc", "desc"):
         raise InvalidRequestError("'order' must be 'asc' or 'desc'.", param="order")
-    limit = _query_limit(request)
+    limit = query_limit(request, default=MAX_LIST, most=MAX_LIST)
     catalog = await _service(api).catalog()
     try:
         with storage_errors("list the files"):
@@ -319,15 +305,7 @@ async def list_files(request: Request) -> Response:
         raise InvalidRequestError(
             "'after' names no file of this caller.", param="after", code="file_not_found"
         ) from None
-    return JSONResponse(
-        {
-            "object": "list",
-            "data": [r.wire() for r in rows],
-            "first_id": rows[0].id if rows else None,
-            "last_id": rows[-1].id if rows else None,
-            "has_more": more,
-        }
-    )
+    return list_page(rows, more)
 
 
 async def _owned(request: Request) -> tuple[ApiState, Principal, FileRow]:

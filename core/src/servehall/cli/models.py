@@ -10,6 +10,8 @@ sources").
   manifest again (SOURCE: a URL, a model name or a directory holding a manifest); exit 1
   naming each file that differs.
 * ``servehall models ls`` lists the cached models: key, source, size, last use, in use.
+* ``servehall models eval`` runs a version's accuracy gate offline
+  (:mod:`servehall.cli.models_eval`).
 
 ``[model_store]`` of the config (``--config`` or ``$SERVEHALL_CONFIG``) gives the cache
 directory and the S3 endpoint and credentials.
@@ -25,12 +27,15 @@ from typing import Annotated
 
 import typer
 
+from servehall.cli.models_eval import eval_command
 from servehall.config.models import ModelStoreSettings
 
 models_app = typer.Typer(
-    help="Model sources: push to a store, pull into the node's cache, verify, list.",
+    help="Operate on models: push to a store, pull into the node's cache, verify, list; "
+    "the accuracy gate (eval).",
     no_args_is_help=True,
 )
+models_app.command("eval")(eval_command)
 
 ConfigOpt = Annotated[
     Path | None,

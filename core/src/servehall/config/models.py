@@ -112,6 +112,35 @@ class RolledBack(_Section):
     by: str = Field(default="", max_length=128)
 
 
+class GateSettings(_Section):
+    """``[[models]] gate``: the accuracy gate a version passes before it takes traffic.
+
+    ``golden`` is a JSON-lines file (relative paths are relative to the server's working
+    directory), one object per line: ``{"prompt": "...", "reference": "..."}`` (blank
+    lines are skipped). The version's engine answers every prompt greedily (temperature
+    0, at most ``max_tokens`` tokens) before it gets any weight; ``metric`` scores its
+    answers against the references — or, with ``against = "serving"``, against the
+    answers of the name's version now serving (``reference`` is then optional) — and a
+    score below ``min`` (in [0, 1]) refuses the version (:mod:`servehall.host.gate`).
+    ``metric``: ``exact`` (share of prompts answered exactly) or ``token_agreement``
+    (mean share of matching token positions); ``logprob_kl`` is named for the issue's
+    spelling but refused by ``config check``: no engine exposes log-probabilities.
+    ``timeout_s`` bounds the whole run.
+    """
+
+    golden: Path
+    metric: Literal["exact", "token_agreement", "logprob_kl"] = "exact"
+    min: float = Field(ge=0, le=1, allow_inf_nan=False)
+    against: Literal["reference", "serving"] = "reference"
+    max_tokens: int = Field(default=32, ge=1, le=4096)
+    timeout_s: float = Field(default=300.0, gt=0, allow_inf_nan=False)
+
+    @field_validator("golden")
+    @classmethod
+    def _expand(cls, v: Path) -> Path:
+        return v.expanduser()
+
+
 class ModelConfig(_Section):
     """``[[models]]``: one served model.
 
@@ -135,8 +164,9 @@ class ModelConfig(_Section):
     ``x-servehall-model-version`` header). A name served by one entry may leave
     ``version`` empty. :func:`check_versions` checks the set. ``rollback_if`` guards a
     canary (:class:`RollbackIf`); ``rolled_back`` marks a version the guard took out of
-    rotation (:class:`RolledBack`). ``idle_unload_s`` stops the version's engine after that
-    many seconds without requests; the next request loads it again
+    rotation (:class:`RolledBack`); ``gate`` runs a golden set through the version before
+    it takes traffic (:class:`GateSettings`). ``idle_unload_s`` stops the version's
+    engine after that many seconds without requests; the next request loads it again
     (:mod:`servehall.rollout.idle`).
 
     ``path`` may also be a URL (docs/models.md, "Model sources"): ``s3://bucket/prefix``
@@ -151,6 +181,7 @@ class ModelConfig(_Section):
     weight: float = Field(default=1.0, ge=0, allow_inf_nan=False)
     rollback_if: RollbackIf | None = None
     rolled_back: RolledBack | None = None
+    gate: GateSettings | None = None
     idle_unload_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     path: Path
     backend: str = "auto"

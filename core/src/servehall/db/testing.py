@@ -135,6 +135,23 @@ async def run_sql(url: str, sql: str) -> list[Any]:
         await engine.dispose()
 
 
+def wait_rows(url: str, sql: str, n: int, timeout: float = 30.0, every: float = 0.1) -> list[Any]:
+    """The rows of ``sql`` on ``url`` once there are at least ``n`` (records are written
+    asynchronously), or what there is after ``timeout`` seconds. Synchronous: for tests
+    that drive a server in a subprocess. Polls every ``every`` seconds."""
+    import asyncio
+    import time
+
+    end = time.monotonic() + timeout
+    rows: list[Any] = []
+    while time.monotonic() < end:
+        rows = asyncio.run(run_sql(url, sql))
+        if len(rows) >= n:
+            break
+        time.sleep(every)
+    return rows
+
+
 REJECT_MESSAGE = "servehall test: row rejected by reject_rows()"
 """The error a :func:`reject_rows` trigger raises."""
 

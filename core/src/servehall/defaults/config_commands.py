@@ -123,14 +123,25 @@ def config_history(
     diff: Annotated[bool, typer.Option("--diff", help="Print each revision's diff.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines.")] = False,
 ) -> None:
-    """List applied config revisions, newest first: revision, when, who, hash, +/- lines."""
+    """List applied config revisions, newest first: revision, when, who, hash, +/- lines;
+    and the configs a replica refused (a new version failed to start, its probe or its
+    accuracy gate: audit events ``config.refused``), marked ``refused`` with the first
+    error."""
     from servehall.rollout import revisions
 
-    async def go(engine: Any, plugins: Any) -> list[revisions.Revision]:
-        return await revisions.history(engine, limit)
+    async def go(
+        engine: Any, plugins: Any
+    ) -> tuple[list[revisions.Revision], list[revisions.Refusal]]:
+        return await revisions.history(engine, limit), await revisions.refusals(engine, limit)
 
-    rows = _with_engine(config, go)
-    for r in rows:
+    rows, refused = _with_engine(config, go)
+    entries: list[tuple[Any, Any]] = [(r.applied_at, r) for r in rows]
+    entries += [(f.at, f) for f in refused]
+    entries.sort(key=lambda e: e[0], reverse=True)
+    for _, r in entries[:limit]:
+        if isinstance(r, revisions.Refusal):
+            _print_refusal(r, as_json)
+            continue
         lines = r.diff.splitlines()
         plus = sum(1 for ln in lines if ln.startswith("+") and not ln.startswith("+++"))
         minus = sum(1 for ln in lines if ln.startswith("-") and not ln.startswith("---"))
@@ -151,8 +162,33 @@ def config_history(
         typer.echo(f"{r.revision:>5}  {when}  {r.applied_by:<24} {r.hash[:12]}  +{plus} -{minus}")
         if diff and r.diff:
             typer.echo(r.diff.rstrip("\n"))
-    if not rows:
+    if not rows and not refused:
         typer.echo("no config revisions recorded", err=True)
+
+
+def _print_refusal(r: Any, as_json: bool) -> None:
+    """One ``config.refused`` event as a history line (or JSON line: ``refused: true``,
+    ``revision`` (None for a direct apply), ``at``, ``by``, ``replica``, ``errors``,
+    ``gates``)."""
+    d = r.details
+    errors = d.get("errors") or []
+    if as_json:
+        out = {
+            "refused": True,
+            "revision": d.get("revision"),
+            "at": r.at.isoformat(),
+            "by": r.actor,
+            "replica": d.get("replica"),
+            "errors": errors,
+            "gates": d.get("gates") or {},
+        }
+        typer.echo(json.dumps(out))
+        return
+    when = r.at.strftime("%Y-%m-%d %H:%M:%S")
+    what = r.target if r.target.startswith("revision") else "direct apply"
+    first = f"{errors[0][0]}: {errors[0][1]}" if errors else ""
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    typer.echo(f"refused  {when}  {r.actor:<24} {what} on {d.get('replica', '?')}: {first}{more}")
 
 
 def config_rollback(

@@ -58,7 +58,8 @@ async def build_host(settings: Settings, plugins: PluginHost) -> Host:
     await ensure_plugin_schema(settings, plugins)
     host.records = await open_record_bus(settings, plugins)
     try:
-        for mc in settings.models:
+        # gated versions last: one compared against = "serving" finds the others started
+        for mc in sorted(settings.models, key=lambda m: m.gate is not None):
             key = model_key(mc.name, mc.version)
             if key in host.models:
                 raise ConfigError(f"model {key!r} configured twice")
@@ -73,12 +74,18 @@ async def build_host(settings: Settings, plugins: PluginHost) -> Host:
 async def start_version(host: Host, mc: ModelConfig, state: str = "serving") -> ServedModel:
     """Build and start one ``[[models]]`` entry (a version): backend via
     ``BackendRegistry.select``, tokenizer, engine (started: the worker has loaded the
-    model), scheduler per ``[scheduler] policy``. Used at startup and by live config
-    changes (:mod:`servehall.rollout.live`), which register it with ``state="loading"``.
+    model), scheduler per ``[scheduler] policy``; then, with a ``gate``, its accuracy gate
+    (:func:`servehall.host.gate.run_gate`: the golden set answered greedily before the
+    version exists for the router). Used at startup, by live config changes
+    (:mod:`servehall.rollout.live`), which register it with ``state="loading"``, and by
+    idle reloads (:mod:`servehall.rollout.idle`).
 
     Raises:
         ConfigError: a path that is not a model directory, an unusable tokenizer, an
-            unknown backend, a URL whose model cannot be pulled (:func:`pull_source`).
+            unknown backend, a URL whose model cannot be pulled (:func:`pull_source`);
+            the gate could not run (golden file, timeout).
+        GateFailed: the gate's score is below its ``min`` (a ConfigError with the
+            figures); the engine is stopped.
         EngineError: the engine failed to start.
     """
     run_mc, release = await pull_source(host, mc)
@@ -193,6 +200,10 @@ async def _start(host: Host, mc: ModelConfig, run_mc: ModelConfig, state: str) -
         )
         if isinstance(engine, ProcessEngine):
             scheduler = EngineGate(scheduler, engine, mc.name, settings.scheduler)
+        if mc.gate is not None:
+            from servehall.host.gate import run_gate
+
+            await run_gate(host, mc, engine, tokenizer)
     except BaseException:
         await engine.shutdown()
         raise

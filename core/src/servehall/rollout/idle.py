@@ -8,6 +8,8 @@ and its engine (the worker process and the model's memory) stops. It stays liste
 routed to it starts the engine again (:func:`load_on_demand`; concurrent requests share
 one load) and waits like a queued request: longer than ``[scheduler] queue_timeout_s``
 is a 503 ``queue_timeout`` with ``Retry-After`` (the load goes on for later requests).
+A version with a ``gate`` runs it again on reload; a failure is a 503 and, when
+another version of the name has weight, sets its weight to 0 like the canary guard.
 ``servehall_model_loads_total``, ``servehall_model_load_seconds`` and
 ``servehall_model_state`` report loads and states per version.
 """
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 from servehall.errors import EngineUnavailableError, QueueTimeoutError
 
 if TYPE_CHECKING:
+    from servehall.host.gate import GateFailed
     from servehall.plugin.host import Host, ServedModel
 
 log = logging.getLogger("servehall.rollout")
@@ -55,13 +58,37 @@ async def load_on_demand(host: Host, served: ServedModel) -> None:
         ) from None
 
 
+def _gate_rollback(host: Host, served: ServedModel, exc: GateFailed) -> None:
+    """A reload failed its accuracy gate: when another version of the name has weight,
+    take this one out of rotation like a canary the guard rolled back (weight 0, stored
+    by :attr:`Host.on_canary_rollback` with reason ``gate`` and the figures)."""
+    from servehall.plugin.outcomes import Breach
+
+    others = [
+        s for s in host.models.values() if s.name == served.name and s is not served and s.weight
+    ]
+    if not others or served.weight == 0:
+        return
+    served.weight = 0
+    log.error("model %s: accuracy gate failed on reload; weight 0", served.key)
+    if host.on_canary_rollback is not None:
+        host.on_canary_rollback(
+            served, Breach(reason="gate", detail=exc.message, figures=exc.report.figures())
+        )
+
+
 async def _load(host: Host, served: ServedModel) -> None:
+    from servehall.host.gate import GateFailed
     from servehall.host.versions import start_version
 
     assert served.config is not None
     t0 = time.monotonic()
     log.info("model %s: loading on demand", served.key)
-    fresh = await start_version(host, served.config)
+    try:
+        fresh = await start_version(host, served.config)
+    except GateFailed as exc:
+        _gate_rollback(host, served, exc)
+        raise
     served.engine, served.scheduler = fresh.engine, fresh.scheduler
     served.tokenizer, served.max_model_len = fresh.tokenizer, fresh.max_model_len
     served.on_stop.extend(fresh.on_stop)  # the fresh start's cache lease, if pulled

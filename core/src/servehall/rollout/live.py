@@ -95,6 +95,16 @@ def _refuse(errs: list[tuple[str, str]]) -> ConfigError:
     return ConfigError(f"config not applied, nothing changed: {len(errs)} error(s):\n{lines}", errs)
 
 
+class StartRefused(ConfigError):
+    """A config refused because a new version failed to start, its readiness probe or
+    its accuracy gate; ``gates`` holds the failed gates' figures by version key."""
+
+    def __init__(self, errs: list[tuple[str, str]], gates: dict[str, dict[str, Any]]) -> None:
+        base = _refuse(errs)
+        super().__init__(base.message, errs)
+        self.gates = gates
+
+
 def non_live_changes(base: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str]]:
     """``(key path, message)`` for each setting outside ``[[models]]`` that differs
     between the running config ``base`` and ``new`` (raw parsed files)."""
@@ -252,7 +262,11 @@ class LiveConfig:
             data = parse_config_text(text, fmt)
             new, data = self.validate(data, follow=follow_revision is not None)
             stored = text if follow_revision is not None else redact_text(text, fmt, new)
-            result = await self._apply(new)
+            try:
+                result = await self._apply(new)
+            except StartRefused as exc:
+                await self._audit_refusal(exc, applied_by, follow_revision)
+                raise
             result.kept = kept
             if follow_revision is not None:
                 self.revision = follow_revision
@@ -278,6 +292,7 @@ class LiveConfig:
             return result
 
     async def _apply(self, new: Settings) -> ApplyResult:
+        from servehall.host.gate import GateFailed
         from servehall.host.versions import start_version, stop_engine
 
         host = self.host
@@ -285,6 +300,7 @@ class LiveConfig:
         wanted = {model_key(mc.name, mc.version): mc for mc in new.models}
         started: list[ServedModel] = []
         errs: list[tuple[str, str]] = []
+        gates: dict[str, dict[str, Any]] = {}
         for key, mc in wanted.items():
             current = host.models.get(key)
             if current is not None and current.state in (
@@ -297,6 +313,8 @@ class LiveConfig:
             try:
                 served = await start_version(host, mc, state="loading")
             except Exception as exc:
+                if isinstance(exc, GateFailed):
+                    gates[key] = exc.report.figures()
                 errs.append((f"models.{key}", f"cannot start: {getattr(exc, 'message', exc)}"))
                 continue
             started.append(served)
@@ -313,7 +331,7 @@ class LiveConfig:
                 if host.models.get(served.key) is served:
                     del host.models[served.key]
                 await stop_engine(served)
-            raise _refuse(errs)
+            raise StartRefused(errs, gates)
         # the switch: from here on nothing awaits, so no request sees half of it
         for key, mc in wanted.items():
             served = host.models[key]
@@ -336,6 +354,36 @@ class LiveConfig:
                 self._spawn(self._drain(served))
         host.settings.models = list(new.models)
         return result
+
+    async def _audit_refusal(
+        self, exc: StartRefused, applied_by: str, follow_revision: int | None
+    ) -> None:
+        """Audit ``config.refused`` (actor ``applied_by``; target ``revision N`` for a
+        followed revision, else ``config``; details: ``revision``, ``errors``, the failed
+        gates' figures, ``replica``): in the database with revisions on (what ``config
+        history`` lists beside the revisions), else through the record bus. A database
+        error is logged, never raised: the refusal stands either way."""
+        from servehall.records.types import AuditEvent
+
+        event = AuditEvent(
+            action="config.refused",
+            actor=applied_by[:128],
+            target=f"revision {follow_revision}" if follow_revision is not None else "config",
+            details={
+                "revision": follow_revision,
+                "errors": [[k, m[:1000]] for k, m in exc.errors[:20]],
+                "gates": exc.gates,
+                "replica": self.host.replica,
+            },
+        )
+        if self.db is None:
+            if self.host.records is not None:
+                self.host.records.audit(event)
+            return
+        try:
+            await revisions.record_refusal(self.db, event)
+        except Exception as err:
+            log.warning("refused config not audited (%s: %s)", type(err).__name__, err)
 
     async def _drain(self, served: ServedModel) -> None:
         """Shut ``served`` down once its last in-flight request ended (unless re-added)."""

@@ -6,7 +6,10 @@ applied it, when, and the unified diff against the previous revision. The newest
 revision is the deployment's desired config: every replica polls it
 (:class:`~servehall.rollout.live.LiveConfig`) and applies it live. A revision row and its
 ``config.applied`` audit event are written in one transaction, so the hash chain
-(:mod:`servehall.records.chain`) holds every revision.
+(:mod:`servehall.records.chain`) holds every revision. A config a replica refused
+because a new version failed to start, its probe or its accuracy gate is an audit event
+``config.refused`` (:func:`record_refusal`, :func:`refusals`), listed by ``config
+history`` beside the revisions.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from sqlalchemy import Table, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from servehall.db.models import ConfigRevision
+from servehall.db.models import AuditEventRow, ConfigRevision
 from servehall.records.chain import append_events
 from servehall.records.types import AuditEvent
 
@@ -163,3 +166,43 @@ async def record(
             continue
         return rev
     raise RuntimeError("could not record a config revision: the revision number kept moving")
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """One ``config.refused`` audit event: a config a replica would not apply because a
+    new version failed to start, its probe or its accuracy gate."""
+
+    at: datetime
+    actor: str
+    target: str
+    details: dict[str, object]
+
+
+async def record_refusal(engine: AsyncEngine, event: AuditEvent) -> None:
+    """Append ``event`` (a ``config.refused`` audit event) to the audit chain."""
+    if event.at is None:
+        event.at = datetime.now(UTC)
+    async with engine.begin() as conn:
+        await append_events(conn, [event])
+
+
+async def refusals(engine: AsyncEngine, limit: int = 50) -> list[Refusal]:
+    """The newest ``limit`` ``config.refused`` audit events, newest first."""
+    a: Table = AuditEventRow.__table__  # type: ignore[assignment]
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            select(a.c.at, a.c.actor, a.c.target, a.c.details)
+            .where(a.c.action == "config.refused")
+            .order_by(a.c.id.desc())
+            .limit(limit)
+        )
+        return [
+            Refusal(
+                at=r.at,
+                actor=str(r.actor),
+                target=str(r.target or ""),
+                details=dict(r.details or {}),
+            )
+            for r in rows
+        ]

@@ -8,6 +8,7 @@ from servehall.admission.scheduler import POLICY_SETTINGS, SchedulerSpec
 from servehall.config.models import check_versions
 from servehall.config.settings import Settings, load_settings, validate_plugin_sections
 from servehall.errors import ConfigError
+from servehall.host.gate import check_gates
 from servehall.plugin.manager import PluginHost
 
 
@@ -63,6 +64,7 @@ def check_names(settings: Settings, plugins: PluginHost) -> None:
                 (f"sinks[{i}].name", f"unknown sink {sink.name!r}; known: {', '.join(sinks)}{hint}")
             )
     errs.extend(check_versions(list(settings.models)))
+    errs.extend(check_gates(settings.models))
     registry = plugins.backends()
     backends = registry.names()
     for i, model in enumerate(settings.models):
