@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servehall.config.secrets import Secret, SecretReference
 from servehall.config.worker import WorkerSettings
@@ -166,6 +168,12 @@ class ModelConfig(_Section):
     it takes traffic (:class:`GateSettings`). ``idle_unload_s`` stops the version's
     engine after that many seconds without requests; the next request loads it again
     (:mod:`servehall.rollout.idle`).
+
+    ``path`` may also be a URL (docs/models.md, "Model sources"): ``s3://bucket/prefix``
+    or ``https://host/dir`` (``http://`` too, for a mirror on a trusted network). The
+    URL is then kept in ``source`` and the files are pulled into the node's cache
+    (``[model_store]``, :mod:`servehall.sources`) when the version starts; the engine is
+    given the cached directory.
     """
 
     name: str = Field(min_length=1)
@@ -183,11 +191,67 @@ class ModelConfig(_Section):
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     tool_parser: str | None = Field(default=None, min_length=1)
     task: Literal["generate", "embed"] = "generate"
+    #: The URL the model is pulled from, when ``path`` was given as one (set from it).
+    source: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _source_from_path(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("path"), str):
+            path = data["path"]
+            if _URL.match(path):
+                try:
+                    check_source_url(path)
+                except ValueError:
+                    return data  # reported by _no_bad_url under the key "path"
+                return {**data, "source": path, "path": remote_placeholder(path)}
+        return data
+
+    @field_validator("path", mode="before")
+    @classmethod
+    def _no_bad_url(cls, v: Any) -> Any:
+        if isinstance(v, str) and _URL.match(v):
+            check_source_url(v)  # raises: a valid URL never gets here
+        return v
+
+    @field_validator("source")
+    @classmethod
+    def _check_source(cls, v: str | None) -> str | None:
+        return None if v is None else check_source_url(v)
 
     @field_validator("path")
     @classmethod
     def _expand(cls, v: Path) -> Path:
         return v.expanduser()
+
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+REMOTE_SCHEMES = ("s3", "https", "http")
+"""The URL schemes a ``[[models]] path`` may use (:mod:`servehall.sources`)."""
+
+
+def check_source_url(url: str) -> str:
+    """``url`` when it is a model source URL servehall can pull from, else ValueError
+    (reported with its key path): ``s3://bucket[/prefix]``, ``https://host[/dir]`` or
+    ``http://host[/dir]``; no query or fragment."""
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() not in REMOTE_SCHEMES:
+        raise ValueError(
+            f"unknown scheme {scheme + '://'!r} in {url!r}: a model path is a local directory, "
+            "s3://bucket/prefix or https://host/dir"
+        )
+    host = rest.split("/", 1)[0]
+    if not host:
+        raise ValueError(f"{url!r} names no {'bucket' if scheme == 's3' else 'host'}")
+    if "?" in url or "#" in url:
+        raise ValueError(f"{url!r}: a model source URL has no query or fragment")
+    return url
+
+
+def remote_placeholder(url: str) -> Path:
+    """The ``path`` of an entry whose files come from ``url`` until they are pulled: a
+    relative path that names no directory (the cached directory replaces it at start)."""
+    return Path("remote-model-not-pulled") / url.partition("://")[2]
 
 
 def check_versions(models: list[ModelConfig | None]) -> list[tuple[str, str]]:
@@ -369,6 +433,47 @@ class TracingSettings(_Section):
     sample_ratio: float = Field(default=1.0, ge=0, le=1)
     headers: dict[str, Secret] = Field(default_factory=dict)
     export_timeout_s: float = Field(default=10.0, gt=0)
+
+
+def _default_cache_dir() -> Path:
+    """``$SERVEHALL_CACHE_DIR/models``, else ``~/.cache/servehall/models`` (like the
+    other caches, :func:`servehall.engines.cache.servehall_cache_dir`)."""
+    base = os.environ.get("SERVEHALL_CACHE_DIR") or "~/.cache/servehall"
+    return Path(base).expanduser() / "models"
+
+
+class ModelStoreSettings(_Section):
+    """``[model_store]``: where models given by URL (``[[models]] path = "s3://…"`` or
+    ``"https://…"``) are cached, and how the S3 store is reached (docs/models.md, "Model
+    sources"; :mod:`servehall.sources`).
+
+    ``cache_dir`` (default ``$SERVEHALL_CACHE_DIR/models``, else
+    ``~/.cache/servehall/models``) is the node-local cache every servehall process shares
+    (a complete model per directory, renamed into place once every file matched the
+    manifest). ``cache_max_bytes`` bounds it (0: no bound): before and after a pull the
+    least recently used models no process holds are removed until the cache fits.
+    ``s3_endpoint_url`` (any S3-compatible store; None: AWS, or ``AWS_ENDPOINT_URL``),
+    ``s3_region`` and the key pair (secrets: ``{ env = "NAME" }`` or ``{ file = … }``)
+    default to the standard ``AWS_*`` variables and files when unset. ``timeout_s``
+    bounds a connect and each read of a download; ``pull_attempts`` is how often a
+    version's start tries a pull while the store does not answer.
+    """
+
+    cache_dir: Path = Field(default_factory=_default_cache_dir)
+    cache_max_bytes: int = Field(default=0, ge=0)
+    s3_endpoint_url: str | None = Field(default=None, pattern=r"^https?://")
+    s3_region: str | None = None
+    s3_access_key_id: Secret | None = None
+    s3_secret_access_key: Secret | None = None
+    timeout_s: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    #: A version's start tries the pull this many times while the store does not answer
+    #: (waiting 1, 2, 4… seconds in between) before it fails.
+    pull_attempts: int = Field(default=3, ge=1, le=10)
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _expand(cls, v: Path) -> Path:
+        return v.expanduser()
 
 
 class SinkConfig(_Section):

@@ -30,6 +30,7 @@ from servehall.config.models import (
     DatabaseSettings,
     FilesSettings,
     ModelConfig,
+    ModelStoreSettings,
     PluginsSettings,
     ResponsesSettings,
     SchedulerSettings,
@@ -53,6 +54,7 @@ CORE_SECTIONS = (
     "files",
     "batches",
     "responses",
+    "model_store",
 )
 
 
@@ -78,6 +80,7 @@ class Settings(BaseSettings):
     files: FilesSettings = Field(default_factory=FilesSettings)
     batches: BatchesSettings = Field(default_factory=BatchesSettings)
     responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
+    model_store: ModelStoreSettings = Field(default_factory=ModelStoreSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -1,5 +1,5 @@
 """Default plugin: the core's CLI commands (``serve``, ``plugins``, ``config``, ``demo-model``,
-``bench``)."""
+``bench``, ``batch``, ``models``)."""
 
 from __future__ import annotations
 
@@ -203,10 +203,8 @@ def servehall_register_commands(cli: typer.Typer) -> None:
 
 
 def _models_app() -> typer.Typer:
-    from servehall.cli.models_eval import eval_command
+    from servehall.cli.models import models_app
 
-    models_app = typer.Typer(help="Operate on models: the accuracy gate.", no_args_is_help=True)
-    models_app.command("eval")(eval_command)
     return models_app
 
 

@@ -8,13 +8,21 @@ filters collected. :func:`start_version` and :func:`stop_engine` are also what l
 config changes (:mod:`servehall.rollout.live`) and idle unloading
 (:mod:`servehall.rollout.idle`) use, so this module sits below both ``rollout/`` and
 ``server/``; :func:`shutdown_host` stops every engine and closes the record bus.
+
+A version whose ``path`` is a URL (``source``) is first pulled into the node's model
+cache (:func:`servehall.sources.pull.pull`, retried while the store does not answer);
+the engine gets the cached directory, and the version holds a lease on it until its
+engine stops. A file that does not match the manifest refuses the version and is
+audited (``model.integrity_refused``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 from servehall.config.models import ModelConfig
@@ -74,22 +82,100 @@ async def start_version(host: Host, mc: ModelConfig, state: str = "serving") -> 
 
     Raises:
         ConfigError: a path that is not a model directory, an unusable tokenizer, an
-            unknown backend; the gate could not run (golden file, timeout).
+            unknown backend, a URL whose model cannot be pulled (:func:`pull_source`);
+            the gate could not run (golden file, timeout).
         GateFailed: the gate's score is below its ``min`` (a ConfigError with the
             figures); the engine is stopped.
         EngineError: the engine failed to start.
     """
+    run_mc, release = await pull_source(host, mc)
+    try:
+        served = await _start(host, mc, run_mc, state)
+    except BaseException:
+        if release is not None:
+            release()
+        raise
+    if release is not None:
+        served.on_stop.append(release)
+    return served
+
+
+async def pull_source(host: Host, mc: ModelConfig) -> tuple[ModelConfig, Callable[[], None] | None]:
+    """``mc`` itself for a local path; for a URL (``mc.source``) the entry with ``path``
+    set to the pulled model's cached directory and the release of its cache lease.
+
+    The pull runs on a thread and is tried ``[model_store] pull_attempts`` times while
+    the store does not answer (1, 2, 4… s apart).
+
+    Raises:
+        ConfigError: one line naming ``models.NAME.path``: a file that does not match
+            the manifest (audited as ``model.integrity_refused``), a store that did
+            not answer, refused credentials, a malformed manifest, a full disk.
+    """
+    if mc.source is None:
+        return mc, None
+    from servehall.sources.errors import IntegrityError, SourceError, StoreUnavailableError
+    from servehall.sources.pull import PullProgress, pull
+
+    key = model_key(mc.name, mc.version)
+    store_settings = host.settings.model_store
+    attempts = store_settings.pull_attempts
+
+    def progress(p: PullProgress) -> None:  # on the pull's thread: one dict store
+        host.pulls[key] = f"{p.describe()} from {mc.source}"
+
+    host.pulls[key] = f"pulling {mc.source}"
+    try:
+        for attempt in range(1, attempts + 1):
+            try:
+                pulled = await asyncio.to_thread(
+                    pull, mc.source, store_settings, label=key, lease=True, on_progress=progress
+                )
+                break
+            except StoreUnavailableError as exc:
+                if attempt == attempts:
+                    raise ConfigError(
+                        f"models.{mc.name}.path: {exc.message} (tried {attempts} times)"
+                    ) from None
+                wait = 2.0 ** (attempt - 1)
+                log.warning("model %s: %s; retrying in %.0f s", key, exc.message, wait)
+                host.pulls[key] = f"{exc.message}; retrying in {wait:.0f} s"
+                await asyncio.sleep(wait)
+            except IntegrityError as exc:
+                details = {"source": mc.source, "file": exc.file}
+                _audit(host, "model.integrity_refused", key, details)
+                raise ConfigError(f"models.{mc.name}.path: {exc.message}") from None
+            except SourceError as exc:
+                raise ConfigError(f"models.{mc.name}.path: {exc.message}") from None
+    finally:
+        host.pulls.pop(key, None)
+    lease = pulled.lease
+    assert lease is not None
+    log.info("model %s: %s is %s", key, mc.source, pulled.path)
+    return mc.model_copy(update={"path": pulled.path}), lease.release
+
+
+def _audit(host: Host, action: str, target: str, details: dict[str, Any]) -> None:
+    from servehall.records.types import AuditEvent
+
+    if host.records is not None:
+        host.records.audit(AuditEvent(action=action, target=target, details=details))
+
+
+async def _start(host: Host, mc: ModelConfig, run_mc: ModelConfig, state: str) -> ServedModel:
+    """:func:`start_version`'s work once the files are local: ``run_mc`` (``mc`` with the
+    local ``path``) is what the engine gets; ``mc`` what the version keeps."""
     from servehall.text.tokenizer import load_tokenizer
 
     settings = host.settings
     key = model_key(mc.name, mc.version)
-    check_model_dir(mc.name, mc.path)
+    check_model_dir(mc.name, run_mc.path)
     spec = host.plugins.backends().select(mc.backend)
     try:
-        tokenizer = load_tokenizer(mc.path)
+        tokenizer = load_tokenizer(run_mc.path)
     except Exception as exc:
         raise ConfigError(
-            f"models.{mc.name}: cannot load the tokenizer from {mc.path}: {exc}"
+            f"models.{mc.name}: cannot load the tokenizer from {run_mc.path}: {exc}"
         ) from None
     parser_name = mc.tool_parser or guess_parser_name(getattr(tokenizer.hf, "chat_template", None))
     try:
@@ -97,9 +183,13 @@ async def start_version(host: Host, mc: ModelConfig, state: str = "serving") -> 
     except ConfigError as exc:
         raise ConfigError(f"models.{mc.name}.tool_parser: {exc}") from None
     log.info(
-        "model %s: backend %s (%s isolation), loading %s", key, spec.name, mc.isolation, mc.path
+        "model %s: backend %s (%s isolation), loading %s",
+        key,
+        spec.name,
+        mc.isolation,
+        run_mc.path,
     )
-    engine = make_engine(host, mc, spec, tokenizer)
+    engine = make_engine(host, run_mc, spec, tokenizer)
     t0 = time.monotonic()
     await engine.start()
     load_s = time.monotonic() - t0
@@ -208,11 +298,17 @@ async def ensure_plugin_schema(settings: Settings, plugins: PluginHost) -> None:
 
 
 async def stop_engine(served: ServedModel) -> None:
-    """Shut ``served``'s engine down; an error is logged, not raised."""
+    """Shut ``served``'s engine down, then run its ``on_stop`` callbacks (the release of
+    a pulled model's cache lease); an error is logged, not raised."""
     try:
         await served.engine.shutdown()
     except Exception:
         log.exception("engine of %s failed to shut down", served.key)
+    while served.on_stop:
+        try:
+            served.on_stop.pop()()
+        except Exception:
+            log.exception("a stop callback of %s failed", served.key)
 
 
 async def shutdown_host(host: Host) -> None:

@@ -67,6 +67,9 @@ class ServedModel:
     loads: int = 0
     last_load_s: float = 0.0
     load_task: asyncio.Task[None] | None = None
+    #: Called once when the engine is stopped (:func:`servehall.host.versions.stop_engine`):
+    #: e.g. the release of a pulled model's cache lease.
+    on_stop: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -94,6 +97,9 @@ class Host:
             guard set a version's weight to 0 (:mod:`servehall.rollout.guard`); the
             live config stores it as a config revision. None: the rollback stays in
             this process.
+        pulls: versions (by key) whose model is being pulled from its source now, with
+            where the pull stands (``pulling 3/7 files, …`` or the retry's reason); shown
+            by ``/health/ready`` (:mod:`servehall.host.versions`).
     """
 
     settings: Settings
@@ -104,6 +110,7 @@ class Host:
     state: PluginState = field(default_factory=PluginState)
     replica: str = ""
     on_canary_rollback: Callable[[ServedModel, Breach], None] | None = None
+    pulls: dict[str, str] = field(default_factory=dict)
 
     def served_names(self) -> list[str]:
         """The model names clients may send, in configured order, once each."""

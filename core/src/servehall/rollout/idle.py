@@ -91,6 +91,7 @@ async def _load(host: Host, served: ServedModel) -> None:
         raise
     served.engine, served.scheduler = fresh.engine, fresh.scheduler
     served.tokenizer, served.max_model_len = fresh.tokenizer, fresh.max_model_len
+    served.on_stop.extend(fresh.on_stop)  # the fresh start's cache lease, if pulled
     served.loads += 1
     served.last_load_s = time.monotonic() - t0
     served.last_used = time.monotonic()

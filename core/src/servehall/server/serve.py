@@ -270,8 +270,8 @@ def serve(
         settings.server.bind = list(bind)
     check_binds(settings.server.bind)
     for mc in settings.models:
-        if not (demo and mc.name == "demo"):  # --demo replaces a configured "demo"
-            check_model_dir(mc.name, mc.path)
+        if not (demo and mc.name == "demo") and mc.source is None:
+            check_model_dir(mc.name, mc.path)  # a URL's files are pulled at start
     if demo:
         _add_demo_model(settings)
         # the "try it" path must need no file and no extra step: migrate the local DB

@@ -167,6 +167,12 @@ class Readiness:
         # draining version does not turn the replica unready)
         ready = bool(names_ok) and all(names_ok.values())
         body: dict[str, Any] = {"models": models}
+        pulls = dict(self.host.pulls)  # versions whose files are being pulled (a URL path)
+        for key, where in pulls.items():
+            if key in models and not models[key]["ready"]:
+                models[key]["reason"] = where
+        if pulls:
+            body["pulls"] = pulls
         if self.config_report is not None:
             body["config"] = self.config_report()
         unready_sinks = getattr(self.host.records, "unready_sinks", None)
