@@ -74,12 +74,11 @@ def acceptance(engine: Any, ids: list[list[int]], max_tokens: int) -> tuple[int,
     """(draft tokens offered, accepted) over ``ids`` from OpenVINO GenAI's counters."""
     import numpy as np
     import openvino as ov
-
-    from servehall import SamplingParams
+    import openvino_genai
 
     pipe = engine.new_pipeline()
-    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
-    config = engine._generation_config(params)[0]
+    config = engine.assist(openvino_genai.GenerationConfig())
+    config.max_new_tokens, config.do_sample, config.ignore_eos = max_tokens, False, True
     offered = accepted = 0
     for p in ids:  # one at a time, as the 1-stream pass
         (r,) = pipe.generate([ov.Tensor(np.asarray([p], dtype=np.int64))], [config])

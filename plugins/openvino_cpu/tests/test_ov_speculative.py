@@ -105,6 +105,16 @@ async def test_a_hugging_face_draft_is_converted_and_reported(
         assert extra["draft_model"] == str(ov_demo_dir)
         assert extra["num_assistant_tokens"] == 4
         assert extra["draft_ir_dir"] == str(ov_ir_dir)  # converted as the model, cached
+        # servehall bench engine --native drives a second pipeline with the same draft
+        records, _ = await engine.bench_native(
+            [[5, 6, 7], [8, 9]],
+            [6, 6],
+            offsets=None,
+            max_concurrency=None,
+            ignore_eos=True,
+            progress=lambda ok: None,
+        )
+        assert [sum(n for _, n in r["arrivals"]) for r in records] == [6, 6]
     finally:
         await engine.shutdown()
 
@@ -178,14 +188,14 @@ async def test_the_noisy_draft_is_partly_accepted(
     accepted and rejected."""
     import numpy as np
     import openvino as ov
+    import openvino_genai
 
     engine = plugin.factory(ov_model(draft_model=str(draft_dir), num_assistant_tokens=3))
     await engine.start()
     try:
         pipe = engine.new_pipeline()
-        config = engine._generation_config(
-            SamplingParams(max_tokens=N, temperature=0.0, ignore_eos=True)
-        )[0]
+        config = engine.assist(openvino_genai.GenerationConfig())
+        config.max_new_tokens, config.do_sample, config.ignore_eos = N, False, True
         rows = [ov.Tensor(np.asarray([p], dtype=np.int64)) for p in prompts]
         results = await asyncio.to_thread(pipe.generate, rows, [config] * len(rows))
         accepted = sum(r.extended_perf_metrics.get_num_accepted_tokens() for r in results)

@@ -374,13 +374,20 @@ class OpenVINOEngine(StepThreadEngine):
         c.presence_penalty = p.presence_penalty
         c.frequency_penalty = p.frequency_penalty
         c.repetition_penalty = p.repetition_penalty
-        n, conf = self.options.assistant()
-        if n is not None:
-            c.num_assistant_tokens = n
-        elif conf is not None:
-            c.assistant_confidence_threshold = conf
+        self.assist(c)
         c.validate()
         return c, stop_ids
+
+    def assist(self, config: Any) -> Any:
+        """Set ``num_assistant_tokens`` or ``assistant_confidence_threshold`` on a
+        ``GenerationConfig`` when the model has a draft (the speculative pipeline refuses a
+        request without one of them); returns ``config``."""
+        n, conf = self.options.assistant()
+        if n is not None:
+            config.num_assistant_tokens = n
+        elif conf is not None:
+            config.assistant_confidence_threshold = conf
+        return config
 
     # --- step thread -------------------------------------------------------------------
 
