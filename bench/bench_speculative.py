@@ -3,14 +3,15 @@
 
 Usage::
 
-    python bench/bench_speculative.py [-n 40] [--max-tokens 32] [--k 2,4,8] [--rounds 3]
-        [--concurrency 8] [--json out.json]
+    python bench/bench_speculative.py [--main small|demo] [-n 40] [--max-tokens 32]
+        [--k 2,4,8] [--rounds 3] [--concurrency 8] [--pruned 2] [--json out.json]
 
 Both models come from ``servehall demo-model`` (``--size small`` and the default size;
 built if missing): the same tokenizer (trained on the same corpus with the same seed,
 byte-identical ``tokenizer.json``) and the same training recipe, 24.6 M and 1.3 M
-parameters. ``--pruned N`` (default 2) adds a second draft: ``small`` cut to its first N of
-8 decoder layers (:func:`pruned_draft`; shares its embedding and head). One engine per
+parameters. ``--pruned N`` (default 2) adds a draft: the main model cut to its first N decoder
+layers (of 8 in ``small``, 4 in ``demo``; :func:`pruned_draft`: shares its embedding and
+head). ``--main demo`` serves ``demo`` with only the pruned draft. One engine per
 configuration (``small`` alone, then with each draft and each ``num_assistant_tokens``
 in ``--k``; ``inference_precision = "f32"``,
 ``num_kv_blocks = 512``) is started in this process; then, ``--rounds`` times, each
@@ -124,18 +125,20 @@ async def bench(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     from servehall.demo import build_demo_model, default_demo_dir
     from servehall_openvino_cpu import plugin
 
-    main = build_demo_model(default_demo_dir("small"), size="small")
-    draft = build_demo_model(default_demo_dir("demo"), size="demo")
-    same = (main / "tokenizer.json").read_bytes() == (draft / "tokenizer.json").read_bytes()
-    if not same:
-        raise SystemExit("the demo and small models' tokenizers differ")
+    main = build_demo_model(default_demo_dir(args.main), size=args.main)
+    drafts: dict[str, Path] = {}
+    if args.main == "small":
+        draft = build_demo_model(default_demo_dir("demo"), size="demo")
+        same = (main / "tokenizer.json").read_bytes() == (draft / "tokenizer.json").read_bytes()
+        if not same:
+            raise SystemExit("the demo and small models' tokenizers differ")
+        drafts["demo"] = draft
+    if args.pruned:
+        drafts[f"{args.main}-{args.pruned}L"] = pruned_draft(main, args.pruned)
     tok = AutoTokenizer.from_pretrained(main)
     ids = [tok(p).input_ids for p in prompts(args.n)]
     base = {"inference_precision": "f32", "num_kv_blocks": 512}
-    configs: dict[str, dict[str, Any]] = {"small alone": base}
-    drafts = {"demo": draft}
-    if args.pruned:
-        drafts[f"small-{args.pruned}L"] = pruned_draft(main, args.pruned)
+    configs: dict[str, dict[str, Any]] = {f"{args.main} alone": base}
     for dname, dpath in drafts.items():
         for k in (int(x) for x in args.k.split(",")):
             configs[f"+ {dname} draft, k={k}"] = {
@@ -179,6 +182,7 @@ async def bench(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 def main() -> int:
     """Run the comparison and print a Markdown table (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--main", default="small", choices=("small", "demo"), help="main model")
     ap.add_argument("-n", type=int, default=40, help="prompts")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--k", default="2,4,8", help="num_assistant_tokens values")
@@ -188,7 +192,7 @@ def main() -> int:
         "--pruned",
         type=int,
         default=2,
-        help="also draft with small's first N layers (0: not)",
+        help="also draft with the main model's first N layers (0: not)",
     )
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
@@ -197,7 +201,7 @@ def main() -> int:
     ref = rows[ref_name]
     s0, b0 = statistics.median(ref["single"]), statistics.median(ref["batched"])
     print(
-        f"small (main), {args.n} prompts x {args.max_tokens} tokens, greedy, "
+        f"{args.main} (main), {args.n} prompts x {args.max_tokens} tokens, greedy, "
         f"median of {args.rounds} rounds"
     )
     print(
