@@ -140,6 +140,11 @@ def test_speculative_option_errors_are_one_line_per_key(tmp_path: Path, draft_di
             "options",
             "not both",
         ),
+        (
+            {"draft_model": str(draft_dir), "enable_prefix_caching": True},
+            "options",
+            "enable_prefix_caching = true cannot be used with draft_model",
+        ),
     ]
     for raw, key, text in cases:
         with pytest.raises(ConfigError) as err:
@@ -147,7 +152,9 @@ def test_speculative_option_errors_are_one_line_per_key(tmp_path: Path, draft_di
         ((where, msg),) = err.value.errors
         assert where.endswith(key) and text in msg and "\n" not in msg, (raw, where, msg)
     ok = parse_options({"draft_model": str(draft_dir)}, model="m")
-    assert ok.assistant() == (4, None)
+    assert ok.assistant() == (4, None) and not ok.enable_prefix_caching
+    off = {"draft_model": str(draft_dir), "enable_prefix_caching": False}
+    assert not parse_options(off, model="m").enable_prefix_caching
     assert parse_options({}, model="m").assistant() == (None, None)
 
 
@@ -201,5 +208,30 @@ async def test_the_noisy_draft_is_partly_accepted(
         accepted = sum(r.extended_perf_metrics.get_num_accepted_tokens() for r in results)
         offered = sum(r.extended_perf_metrics.get_num_draft_tokens() for r in results)
         assert 0 < accepted < offered, (accepted, offered)
+    finally:
+        await engine.shutdown()
+
+
+async def test_sampled_requests_run_with_a_draft(
+    ov_model: Callable[..., ModelConfig], draft_dir: Path, prompts: list[list[int]]
+) -> None:
+    """Sampling (temperature, top_p, penalties) goes through the speculative pipeline too:
+    full-length outputs, reproducible for a seed (with prefix caching on, which
+    ``draft_model`` turns off, OpenVINO GenAI fails these requests' step)."""
+    engine = plugin.factory(ov_model(draft_model=str(draft_dir), num_assistant_tokens=3))
+    await engine.start()
+    try:
+        p = SamplingParams(
+            max_tokens=N,
+            temperature=0.8,
+            top_p=0.9,
+            seed=11,
+            ignore_eos=True,
+            presence_penalty=0.5,
+        )
+        first = [await collect(engine.add_request(f"s{i}", x, p)) for i, x in enumerate(prompts)]
+        again = [await collect(engine.add_request(f"t{i}", x, p)) for i, x in enumerate(prompts)]
+        assert all(len(x) == N for x in first)
+        assert again == first
     finally:
         await engine.shutdown()

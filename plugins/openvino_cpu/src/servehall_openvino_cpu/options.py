@@ -132,7 +132,10 @@ class OpenVINOOptions(BaseModel):
             or a Hugging Face directory, converted like the main model, with the same
             ``weight_format``) that proposes tokens the main model then verifies in one
             step (OpenVINO GenAI's ``draft_model`` property). Greedy output is the main
-            model's own; sampled output keeps the main model's distribution.
+            model's own; sampled output keeps the main model's distribution. Turns
+            ``enable_prefix_caching`` (and so ``shortest_prefill_first``) off: with it on,
+            OpenVINO GenAI 2026.4's speculative pipeline fails every sampled request's
+            step (an explicit ``enable_prefix_caching = true`` is a config error).
         num_assistant_tokens: with ``draft_model``: tokens the draft proposes per step
             (default 4 when neither this nor ``assistant_confidence_threshold`` is set).
         assistant_confidence_threshold: with ``draft_model``, instead of a fixed count:
@@ -209,6 +212,14 @@ class OpenVINOOptions(BaseModel):
             )
         if n is not None and conf is not None:
             raise ValueError("set num_assistant_tokens or assistant_confidence_threshold, not both")
+        if self.draft_model is not None:
+            if "enable_prefix_caching" in self.model_fields_set and self.enable_prefix_caching:
+                raise ValueError(
+                    "enable_prefix_caching = true cannot be used with draft_model: OpenVINO "
+                    "GenAI's speculative pipeline fails sampled requests with it "
+                    "(content_length check in sequence_group.cpp)"
+                )
+            self.enable_prefix_caching = False  # see above; shortest_prefill_first needs it
         return self
 
     def assistant(self) -> tuple[int | None, float | None]:
