@@ -49,6 +49,35 @@ def test_options_pass_to_engine_args() -> None:
     assert opts.environment() == {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": "0-1"}
 
 
+def test_speculative_config_passes_through(tmp_path: Path) -> None:
+    ngram = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}
+    assert (
+        parse_vllm_options({"speculative_config": ngram}).engine_args()["speculative_config"]
+        == ngram
+    )
+    draft = {"model": str(tmp_path), "num_speculative_tokens": 2}
+    args = parse_vllm_options({"speculative_config": draft}).engine_args()
+    assert args["speculative_config"] == draft
+    assert "speculative_config" not in parse_vllm_options({}).engine_args()
+
+
+@pytest.mark.parametrize(
+    ("spec", "text"),
+    [
+        ({"method": "ngram", "num_speculative_tokens": 0}, "positive integer"),
+        ({"method": "ngram", "num_speculative_tokens": "4"}, "positive integer"),
+        ({"model": "/nonexistent/draft", "num_speculative_tokens": 2}, "not a directory"),
+        ({"model": 3}, "draft model directory"),
+        ("ngram", "dictionary"),
+    ],
+)
+def test_speculative_config_errors_are_one_line(spec: Any, text: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_vllm_options({"speculative_config": spec}, model="m")
+    ((key, msg),) = err.value.errors
+    assert key == "models.m.options.speculative_config" and text in msg and "\n" not in msg
+
+
 def test_defaults_leave_vllm_its_own() -> None:
     assert parse_vllm_options({}).engine_args() == {
         "dtype": "auto",
@@ -156,10 +185,17 @@ def test_vllm_server_command_carries_the_options(tmp_path: Path) -> None:
         path=tmp_path,
         backend="cpu",
         max_model_len=1024,
-        options={"engine": "vllm", "max_num_seqs": 16, "enable_prefix_caching": False},
+        options={
+            "engine": "vllm",
+            "max_num_seqs": 16,
+            "enable_prefix_caching": False,
+            "speculative_config": {"method": "ngram", "num_speculative_tokens": 3},
+        },
         worker=WorkerSettings(python=Path("/venv/bin/python")),
     )
     cmd = vllm_server_command(mc, "small", 8123)
+    spec = cmd[cmd.index("--speculative-config") + 1]
+    assert spec == '{"method": "ngram", "num_speculative_tokens": 3}'
     assert cmd[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
     joined = " ".join(cmd)
     for part in (

@@ -12,6 +12,7 @@ a distribution named ``vllm``), run for its target only, then stopped.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -42,6 +43,8 @@ def vllm_server_command(mc: ModelConfig, served_name: str, port: int) -> list[st
         flag = "--" + key.replace("_", "-")
         if isinstance(value, bool):
             cmd.append(flag if value else "--no-" + key.replace("_", "-"))
+        elif isinstance(value, dict):  # speculative_config: vLLM's CLI reads JSON
+            cmd += [flag, json.dumps(value)]
         else:
             cmd += [flag, str(value)]
     return cmd

@@ -136,6 +136,8 @@ class OpenVINOEngine(StepThreadEngine):
         if not self.path.is_dir():
             raise ConfigError(f"model {model.name!r}: {self.path} is not a directory")
         facts = HfModelFacts.read(self.path)
+        if self.options.draft_model is not None:
+            _check_draft_vocab(model.name, facts.vocab_size, self.options.draft_model)
         self._hf_config = facts.config
         self._eos_ids = facts.eos_token_ids
         native_len = facts.max_position_embeddings
@@ -144,6 +146,7 @@ class OpenVINOEngine(StepThreadEngine):
         self._num_blocks = plan_num_kv_blocks(self.options, self._hf_config, wanted_len)
         self._max_model_len = min(wanted_len, self._num_blocks * KV_BLOCK_SIZE)
         self._ir_dir: Path | None = None
+        self._draft_ir_dir: Path | None = None
         self._pipe: Any = None
         self._ov_tensor: Any = None
         self._gen_config_cls: Any = None
@@ -170,8 +173,22 @@ class OpenVINOEngine(StepThreadEngine):
                 "kv_block_size": KV_BLOCK_SIZE,
                 "prefix_caching": self.options.enable_prefix_caching,
                 "ir_dir": str(self._ir_dir) if self._ir_dir else None,
+                **self._speculative_info(),
             },
         )
+
+    def _speculative_info(self) -> dict[str, Any]:
+        if self.options.draft_model is None:
+            return {}
+        n, conf = self.options.assistant()
+        info: dict[str, Any] = {"draft_model": str(self.options.draft_model)}
+        if self._draft_ir_dir is not None:
+            info["draft_ir_dir"] = str(self._draft_ir_dir)
+        if n is not None:
+            info["num_assistant_tokens"] = n
+        else:
+            info["assistant_confidence_threshold"] = conf
+        return info
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -206,21 +223,29 @@ class OpenVINOEngine(StepThreadEngine):
         # heartbeats mid-service
         warm = threading.Thread(target=_import_grammar_backend, daemon=True)
         warm.start()
-        self._ir_dir = resolve_ir_dir(
-            self.path,
-            cache_dir=self.options.cache_dir,
-            weight_format=self.options.weight_format,
-            group_size=self.options.weight_group_size,
-            ratio=self.options.weight_ratio,
-        )
+        self._ir_dir = self._resolve(self.path)
+        if self.options.draft_model is not None:
+            self._draft_ir_dir = self._resolve(self.options.draft_model)
         self._pipe = self.new_pipeline()
         warm.join()
         self._ov_tensor = ov.Tensor
         self._gen_config_cls = ov_genai.GenerationConfig
 
+    def _resolve(self, path: Path) -> Path:
+        """The IR directory of ``path`` (converted once with this model's weight format)."""
+        return resolve_ir_dir(
+            path,
+            cache_dir=self.options.cache_dir,
+            weight_format=self.options.weight_format,
+            group_size=self.options.weight_group_size,
+            ratio=self.options.weight_ratio,
+        )
+
     def new_pipeline(self) -> Any:
         """A ``ContinuousBatchingPipeline`` of the converted model with this engine's
-        scheduler config and CPU properties (after :meth:`start`: the IR exists)."""
+        scheduler config and CPU properties (after :meth:`start`: the IR exists); with a
+        ``draft_model``, OpenVINO GenAI's speculative-decoding pipeline (the draft on the
+        CPU with the same properties, sharing the scheduler config)."""
         import openvino_genai as ov_genai
 
         sc = ov_genai.SchedulerConfig()
@@ -229,9 +254,11 @@ class OpenVINOEngine(StepThreadEngine):
         sc.max_num_batched_tokens = max(self.options.max_num_batched_tokens, KV_BLOCK_SIZE)
         sc.enable_prefix_caching = self.options.enable_prefix_caching
         sc.dynamic_split_fuse = self.options.dynamic_split_fuse
-        return ov_genai.ContinuousBatchingPipeline(
-            str(self._ir_dir), sc, "CPU", self.options.ov_properties()
-        )
+        props = self.options.ov_properties()
+        if self._draft_ir_dir is not None:
+            draft = ov_genai.draft_model(str(self._draft_ir_dir), "CPU", **props)
+            props = {**props, "draft_model": draft}
+        return ov_genai.ContinuousBatchingPipeline(str(self._ir_dir), sc, "CPU", props)
 
     # --- servehall bench --native ----------------------------------------------------------
 
@@ -347,8 +374,20 @@ class OpenVINOEngine(StepThreadEngine):
         c.presence_penalty = p.presence_penalty
         c.frequency_penalty = p.frequency_penalty
         c.repetition_penalty = p.repetition_penalty
+        self.assist(c)
         c.validate()
         return c, stop_ids
+
+    def assist(self, config: Any) -> Any:
+        """Set ``num_assistant_tokens`` or ``assistant_confidence_threshold`` on a
+        ``GenerationConfig`` when the model has a draft (the speculative pipeline refuses a
+        request without one of them); returns ``config``."""
+        n, conf = self.options.assistant()
+        if n is not None:
+            config.num_assistant_tokens = n
+        elif conf is not None:
+            config.assistant_confidence_threshold = conf
+        return config
 
     # --- step thread -------------------------------------------------------------------
 
@@ -459,6 +498,22 @@ class OpenVINOEngine(StepThreadEngine):
         m = self._pipe.get_metrics()
         used = round(float(m.cache_usage) / 100.0 * self._num_blocks)
         self._snapshot = _Snapshot(int(m.scheduled_requests), int(m.requests), used)
+
+
+def _check_draft_vocab(model: str, vocab_size: int, draft: Path) -> None:
+    """Refuse a draft model whose vocabulary size differs from the main model's (their
+    token ids would not mean the same tokens). Read from ``config.json`` where both say
+    it (0: unknown, not checked).
+
+    Raises:
+        ConfigError: the sizes differ, or the draft's config.json is not JSON.
+    """
+    draft_vocab = HfModelFacts.read(draft).vocab_size
+    if vocab_size and draft_vocab and draft_vocab != vocab_size:
+        raise ConfigError(
+            f"models.{model}.options.draft_model: vocabulary size {draft_vocab} differs "
+            f"from the model's {vocab_size}; the draft must share the model's tokenizer"
+        )
 
 
 def _import_grammar_backend() -> None:

@@ -43,6 +43,7 @@ def run_native(
         warm = ov_genai.GenerationConfig()
         warm.max_new_tokens = 2
         warm.do_sample = False
+        engine.assist(warm)
         handle = pipe.add_request(len(prompts), ov.Tensor(_int64_row(prompts[0])), warm)
         while handle.get_status().name == "RUNNING":
             pipe.step()
@@ -66,6 +67,7 @@ def run_native(
             if eos and not ignore_eos:
                 c.eos_token_id = eos[0]
                 c.stop_token_ids = set(eos)
+            engine.assist(c)
             records[i]["start"] = now
             live[i] = pipe.add_request(i, ov.Tensor(_int64_row(prompts[i])), c)
         if not live:

@@ -36,6 +36,9 @@ WeightFormat = Literal[
 
 WEIGHT_FORMATS: tuple[str, ...] = get_args(WeightFormat)
 
+DEFAULT_NUM_ASSISTANT_TOKENS = 4
+"""Draft tokens proposed per step when ``draft_model`` is set without a count."""
+
 DEFAULT_INT4_GROUP_SIZE = 128
 """optimum-cli's (and NNCF's) recommended 4-bit group size."""
 
@@ -125,6 +128,19 @@ class OpenVINOOptions(BaseModel):
             last MatMul (the LM head) stay in int8 whatever the ratio.
         cache_dir: where converted models are cached; None =
             ``$SERVEHALL_CACHE_DIR/openvino`` (default ``~/.cache/servehall/openvino``).
+        draft_model: speculative decoding: a smaller model of the same tokenizer (an IR
+            or a Hugging Face directory, converted like the main model, with the same
+            ``weight_format``) that proposes tokens the main model then verifies in one
+            step (OpenVINO GenAI's ``draft_model`` property). Greedy output is the main
+            model's own; sampled output keeps the main model's distribution. Turns
+            ``enable_prefix_caching`` (and so ``shortest_prefill_first``) off: with it on,
+            OpenVINO GenAI 2026.4's speculative pipeline fails every sampled request's
+            step (an explicit ``enable_prefix_caching = true`` is a config error).
+        num_assistant_tokens: with ``draft_model``: tokens the draft proposes per step
+            (default 4 when neither this nor ``assistant_confidence_threshold`` is set).
+        assistant_confidence_threshold: with ``draft_model``, instead of a fixed count:
+            the draft proposes tokens while its probability of the next one is at least
+            this (0-1).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -143,6 +159,9 @@ class OpenVINOOptions(BaseModel):
     weight_group_size: int | None = None
     weight_ratio: float | None = Field(default=None, gt=0, le=1)
     cache_dir: Path | None = None
+    draft_model: Path | None = None
+    num_assistant_tokens: int | None = Field(default=None, ge=1)
+    assistant_confidence_threshold: float | None = Field(default=None, gt=0, lt=1)
 
     @model_validator(mode="before")
     @classmethod
@@ -168,6 +187,50 @@ class OpenVINOOptions(BaseModel):
         if self.kv_cache_size_gb is not None and self.num_kv_blocks is not None:
             raise ValueError("set kv_cache_size_gb or num_kv_blocks, not both")
         return self
+
+    @field_validator("draft_model")
+    @classmethod
+    def _draft_dir(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return None
+        path = value.expanduser()
+        if not path.is_dir():
+            raise ValueError(f"{path} is not a directory")
+        if not (path / "config.json").is_file() and not (path / "openvino_model.xml").is_file():
+            raise ValueError(
+                f"{path} is neither an OpenVINO IR directory (openvino_model.xml) "
+                "nor a Hugging Face model directory (config.json)"
+            )
+        return path
+
+    @model_validator(mode="after")
+    def _speculative(self) -> OpenVINOOptions:
+        n, conf = self.num_assistant_tokens, self.assistant_confidence_threshold
+        if self.draft_model is None and (n is not None or conf is not None):
+            raise ValueError(
+                "num_assistant_tokens / assistant_confidence_threshold need draft_model"
+            )
+        if n is not None and conf is not None:
+            raise ValueError("set num_assistant_tokens or assistant_confidence_threshold, not both")
+        if self.draft_model is not None:
+            if "enable_prefix_caching" in self.model_fields_set and self.enable_prefix_caching:
+                raise ValueError(
+                    "enable_prefix_caching = true cannot be used with draft_model: OpenVINO "
+                    "GenAI's speculative pipeline fails sampled requests with it "
+                    "(content_length check in sequence_group.cpp)"
+                )
+            self.enable_prefix_caching = False  # see above; shortest_prefill_first needs it
+        return self
+
+    def assistant(self) -> tuple[int | None, float | None]:
+        """``(num_assistant_tokens, assistant_confidence_threshold)`` for each request's
+        ``GenerationConfig`` with a draft model (exactly one set: the default is 4 tokens);
+        ``(None, None)`` without one."""
+        if self.draft_model is None:
+            return None, None
+        if self.assistant_confidence_threshold is not None:
+            return None, self.assistant_confidence_threshold
+        return self.num_assistant_tokens or DEFAULT_NUM_ASSISTANT_TOKENS, None
 
     @field_validator("weight_group_size", "weight_ratio")
     @classmethod

@@ -28,22 +28,26 @@ def factory(model: ModelConfig) -> OpenVINOEngine:
 
 
 def prepare(model: ModelConfig) -> None:
-    """Convert a Hugging Face model directory to OpenVINO IR (cached) before the worker
-    starts, so the worker's start window only covers loading (raises ConfigError /
-    EngineError)."""
+    """Convert a Hugging Face model directory (and a ``draft_model``'s) to OpenVINO IR
+    (cached) before the worker starts, so the worker's start window only covers loading
+    (raises ConfigError / EngineError)."""
     from pathlib import Path
 
     from servehall_openvino_cpu.convert import resolve_ir_dir
     from servehall_openvino_cpu.options import parse_options
 
     opts = parse_options(model.options, model=model.name)
-    resolve_ir_dir(
-        Path(model.path).expanduser(),
-        cache_dir=opts.cache_dir,
-        weight_format=opts.weight_format,
-        group_size=opts.weight_group_size,
-        ratio=opts.weight_ratio,
-    )
+    paths = [Path(model.path).expanduser()]
+    if opts.draft_model is not None:
+        paths.append(opts.draft_model)
+    for path in paths:
+        resolve_ir_dir(
+            path,
+            cache_dir=opts.cache_dir,
+            weight_format=opts.weight_format,
+            group_size=opts.weight_group_size,
+            ratio=opts.weight_ratio,
+        )
 
 
 def check_options(model: ModelConfig) -> None:

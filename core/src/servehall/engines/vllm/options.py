@@ -19,9 +19,10 @@ Example::
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servehall.config.options import canonical_dtype, parse_model_options
 
@@ -65,6 +66,12 @@ class VllmOptions(BaseModel):
         enforce_eager: no CUDA graphs (faster start, slower decode); None = vLLM's default.
         max_logprobs: most log-probabilities vLLM may return per token (its default 20).
         seed: vLLM's global seed (per-request seeds come with each request).
+        speculative_config: vLLM's speculative decoding settings, passed through as
+            ``AsyncEngineArgs(speculative_config=...)`` (a table: ``method`` — e.g.
+            ``"ngram"``, ``"draft_model"``, ``"eagle"`` —, ``model`` — a draft model
+            directory —, ``num_speculative_tokens``, ...; vLLM checks the keys when the
+            engine is built). Checked here: ``num_speculative_tokens`` is a positive
+            integer, and a ``model`` given as a path (``/``, ``./``, ``~``) is a directory.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -85,6 +92,25 @@ class VllmOptions(BaseModel):
     enforce_eager: bool | None = None
     max_logprobs: int | None = Field(default=None, ge=0)
     seed: int = 0
+    speculative_config: dict[str, Any] | None = None
+
+    @field_validator("speculative_config")
+    @classmethod
+    def _speculative(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        n = value.get("num_speculative_tokens")
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"num_speculative_tokens must be a positive integer, not {n!r}")
+        model = value.get("model")
+        if model is not None and not (isinstance(model, str) and model):
+            raise ValueError(f"model must be a draft model directory, not {model!r}")
+        if isinstance(model, str) and model.startswith(("/", "./", "../", "~")):
+            path = Path(model).expanduser()
+            if not path.is_dir():
+                raise ValueError(f"model: {path} is not a directory")
+            value = {**value, "model": str(path)}
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -125,6 +151,7 @@ class VllmOptions(BaseModel):
             "enforce_eager",
             "max_logprobs",
             "seed",
+            "speculative_config",
         )
         return {k: v for k in keys if (v := getattr(self, k)) is not None}
 
