@@ -3,6 +3,7 @@ open_checked (the engine of a service that opens the database on first use)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +72,17 @@ async def test_open_checked_migrates_or_refuses(tmp_path: Path) -> None:
     engine = await open_checked(ok)
     assert not await pending_heads(engine)
     await engine.dispose()
+
+
+async def test_schema_checks_interleaved_in_one_process(tmp_path: Path) -> None:
+    """Several services check (and migrate) their databases at once on one event loop:
+    Alembic's module-global context must not be shared between the runs (it was:
+    ``KeyError: 'script'`` in a CI run, a 503 on the first ``/v1/responses``)."""
+    engines = [create_db_engine(f"sqlite+aiosqlite:///{tmp_path / f'r{i}.db'}") for i in range(4)]
+    try:
+        await asyncio.gather(*(ensure_schema(e, auto_migrate=True) for e in engines))
+        missing = await asyncio.gather(*(pending_heads(e) for e in engines))
+        assert missing == [set()] * len(engines)
+    finally:
+        for e in engines:
+            await e.dispose()

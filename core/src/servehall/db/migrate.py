@@ -20,7 +20,8 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,32 @@ UPGRADE_HINT = "servehall db upgrade"
 LOCKED_ATTEMPTS = 3
 
 log = logging.getLogger("servehall.db")
+
+_ALEMBIC = threading.Lock()
+
+
+@contextlib.asynccontextmanager
+async def _alembic_turn() -> AsyncIterator[None]:
+    """One Alembic run at a time in this process.
+
+    Alembic keeps the running migration context in module globals (``alembic.context``,
+    ``alembic.op``): two runs interleaved in one process — two coroutines whose
+    ``run_sync`` switch at every statement (the records sink, the file service and the
+    response store each check the schema on first use), or two threads — clobber each
+    other (``KeyError: 'script'``). The lock is taken without blocking the event loop; a
+    waiter cancelled meanwhile gives the lock back as soon as it gets it.
+    """
+    if not _ALEMBIC.acquire(blocking=False):
+        got = asyncio.get_running_loop().run_in_executor(None, _ALEMBIC.acquire)
+        try:
+            await asyncio.shield(got)
+        except asyncio.CancelledError:
+            got.add_done_callback(lambda _: _ALEMBIC.release())
+            raise
+    try:
+        yield
+    finally:
+        _ALEMBIC.release()
 CORE_LABEL = "servehall"
 
 #: ``pg_advisory_xact_lock`` key held while migrating, so replicas started together with
@@ -230,7 +257,7 @@ async def upgrade_database(
     ``complete``: ``branches`` + ``known`` cover every installed plugin (the host's view);
     then any unknown revision means a newer schema."""
     plan = MigrationPlan(branches, known, complete=complete)
-    async with engine.begin() as conn:
+    async with _alembic_turn(), engine.begin() as conn:
         await conn.run_sync(plan.upgrade)
 
 
@@ -260,7 +287,7 @@ async def pending_heads(
             core revisions count unless ``complete``)."""
     plan = MigrationPlan(branches, known, complete=complete)
     with _quiet_alembic():
-        async with engine.connect() as conn:
+        async with _alembic_turn(), engine.connect() as conn:
             return await conn.run_sync(plan.missing)
 
 
@@ -274,7 +301,7 @@ async def branch_status(
     """``[(label, heads, applied, enabled)]`` per branch, for ``servehall db status``."""
     plan = MigrationPlan(branches, known, complete=complete)
     with _quiet_alembic():
-        async with engine.connect() as conn:
+        async with _alembic_turn(), engine.connect() as conn:
             return await conn.run_sync(plan.status)
 
 
