@@ -365,7 +365,7 @@ def test_bad_creates_and_privacy(batches: Batches) -> None:
 
         assert envelope(create(bob), 404)["code"] == "file_not_found"  # alice's file
         assert envelope(create(alice, input_file_id="file-nope"), 404)["code"] == "file_not_found"
-        assert envelope(create(alice, endpoint="/v1/embeddings"), 400)["param"] == "endpoint"
+        assert envelope(create(alice, endpoint="/v1/moderations"), 400)["param"] == "endpoint"
         assert envelope(create(alice, endpoint="/v1/completions"), 400)["code"] == (
             "invalid_batch_file"
         )

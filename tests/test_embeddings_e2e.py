@@ -86,6 +86,8 @@ def served(
         demo_model_dir,
         database={"url": f"sqlite+aiosqlite:///{db}", "auto_migrate": True},
         sinks=[{"name": "sql", "options": {"linger_s": 0.05}}],
+        files={"dir": str(work / "files")},
+        batches={"poll_s": 0.1},
     )
     cfg["models"].append({"name": EMBED, "path": str(model_dir), "backend": "cpu", "task": "embed"})
     with servehall_server(cfg, name="embeddings") as server:
@@ -337,3 +339,63 @@ def test_auth_allow_list_and_token_rate_limit(
         second = post(limited)  # 12 more input tokens do not fit the 8 left
         assert second.status_code == 429, second.text
         assert second.json()["error"]["type"] == "rate_limit_error"
+
+
+# --- offline: embeddings lines in a batch (issue 36) --------------------------------------
+
+
+def test_batch_of_embeddings_matches_online(served: Served, tmp_path: Path) -> None:
+    """A ``/v1/embeddings`` batch (the openai client's files and batches calls): every
+    line's vector equals the online answer for the same body, a bad line lands in the
+    error file as the online 400 would, and each line leaves its ``request_log`` row with
+    the batch id and ``custom_id``."""
+    import json
+
+    client = served.client()
+    bodies = {
+        "fox": {"model": EMBED, "input": TEXTS[0]},
+        "pair": {"model": EMBED, "input": TEXTS[1:3], "encoding_format": "float"},
+        "empty": {"model": EMBED, "input": []},
+    }
+    path = tmp_path / "embed.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"custom_id": k, "method": "POST", "url": "/v1/embeddings", "body": b})
+            + "\n"
+            for k, b in bodies.items()
+        )
+    )
+    with path.open("rb") as f:
+        made = client.files.create(file=f, purpose="batch")
+    batch = client.batches.create(
+        input_file_id=made.id, endpoint="/v1/embeddings", completion_window="24h"
+    )
+    deadline = time.monotonic() + 300
+    while (got := client.batches.retrieve(batch.id)).status not in ("completed", "failed"):
+        assert time.monotonic() < deadline, got
+        time.sleep(0.3)
+    assert got.status == "completed", got
+    assert got.request_counts is not None
+    assert (got.request_counts.completed, got.request_counts.failed) == (2, 1)
+
+    def lines(file_id: str | None) -> dict[str, Any]:
+        assert file_id is not None
+        text = client.files.content(file_id).read().decode()
+        return {o["custom_id"]: o for o in map(json.loads, text.splitlines())}
+
+    out, err = lines(got.output_file_id), lines(got.error_file_id)
+    assert set(out) == {"fox", "pair"} and set(err) == {"empty"}
+    with httpx.Client(base_url=served.server.base_url, timeout=60) as c:
+        for cid, line in out.items():
+            online = c.post("/v1/embeddings", json=bodies[cid]).json()
+            body = line["response"]["body"]
+            assert line["response"]["status_code"] == 200
+            assert body["usage"] == online["usage"]
+            for a, b in zip(body["data"], online["data"], strict=True):
+                assert np.allclose(a["embedding"], b["embedding"], atol=1e-6)
+        bad = c.post("/v1/embeddings", json=bodies["empty"])
+    assert err["empty"]["response"]["status_code"] == bad.status_code == 400
+    assert err["empty"]["response"]["body"] == bad.json()  # the online 400 envelope
+    rows = [r for r in served.rows(0) if r["batch_id"] == batch.id]
+    assert sorted(r["custom_id"] for r in rows) == ["empty", "fox", "pair"]
+    assert {r["endpoint"] for r in rows} == {"/v1/embeddings"}

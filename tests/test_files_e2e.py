@@ -164,7 +164,7 @@ def test_list_pages(files: Files) -> None:
     [
         (batch_line("a") + "{oops\n", "Line 2: not valid JSON"),
         (batch_line("a") + batch_line("b") + batch_line("a"), "Line 3: 'custom_id' 'a'"),
-        (batch_line("a", url="/v1/embeddings"), "Line 1: 'url' must be one of"),
+        (batch_line("a", url="/v1/moderations"), "Line 1: 'url' must be one of"),
         (batch_line("a", method="GET"), "Line 1: 'method'"),
         (batch_line("a", body=[1]), "Line 1: 'body'"),
         ("", "empty"),

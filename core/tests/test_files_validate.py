@@ -39,7 +39,7 @@ def refused(data: bytes) -> InvalidRequestError:
 def test_good_file_counts_requests() -> None:
     data = line("a") + line("b", url="/v1/completions", body={"prompt": "x"}) + b"\n  \n"
     assert check_batch_lines(io.BytesIO(data)) == 2
-    assert set(BATCH_URLS) == {"/v1/chat/completions", "/v1/completions"}
+    assert set(BATCH_URLS) == {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"}
 
 
 def test_no_trailing_newline_and_crlf() -> None:
@@ -65,7 +65,7 @@ def test_empty_file(data: bytes) -> None:
         (line("x" * (MAX_CUSTOM_ID + 1)), "longer than"),
         (line("x", method="GET"), "'method' must be \"POST\""),
         (line("x", method=_DROP), "'method'"),
-        (line("x", url="/v1/embeddings"), "'url' must be one of"),
+        (line("x", url="/v1/moderations"), "'url' must be one of"),
         (line("x", url=_DROP), "'url'"),
         (line("x", body="text"), "'body' must be a JSON object"),
         (line("x", body=_DROP), "'body'"),

@@ -19,7 +19,7 @@ from typing import Any
 
 from servehall.errors import InvalidRequestError
 
-BATCH_URLS = ("/v1/chat/completions", "/v1/completions")
+BATCH_URLS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 """The endpoints a batch line may name."""
 MAX_LINES = 50_000
 """Most requests one batch input file may hold (OpenAI's limit)."""
