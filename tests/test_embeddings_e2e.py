@@ -12,6 +12,7 @@ the OpenAI envelope naming the field (never a 500); each request writes one
 from __future__ import annotations
 
 import base64
+import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -399,3 +400,12 @@ def test_batch_of_embeddings_matches_online(served: Served, tmp_path: Path) -> N
     rows = [r for r in served.rows(0) if r["batch_id"] == batch.id]
     assert sorted(r["custom_id"] for r in rows) == ["empty", "fox", "pair"]
     assert {r["endpoint"] for r in rows} == {"/v1/embeddings"}
+    # the online/batch split of engine time
+    text = httpx.get(served.server.base_url + "/metrics", timeout=30).text
+    held = {}
+    for kind in ("online", "batch"):
+        series = f'servehall_slot_seconds_total{{class="{kind}",model="{EMBED}",version=""}} '
+        m = re.search("^" + re.escape(series) + r"(\S+)$", text, re.M)
+        if m:
+            held[kind] = float(m.group(1))
+    assert held.get("batch", 0) > 0 and held.get("online", 0) > 0, held

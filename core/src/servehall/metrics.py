@@ -49,7 +49,9 @@ checked against a live server in tests/test_ops_metrics_e2e.py):
   every batch of the database, as the batch runner last read it),
   ``servehall_batch_lines_running`` (this replica's lines in flight),
   ``servehall_batch_lines_finished_total{outcome}`` (lines this replica ran to a stored
-  result: ``completed`` or ``failed``);
+  result: ``completed`` or ``failed``), and the online/batch split of engine time:
+  ``servehall_slot_seconds_total{model,version,class}`` (seconds admitted requests held
+  an engine slot, from admission to their end; ``class`` ``online`` or ``batch``);
 * ``servehall_config_revision`` (the running config revision; 0 until revisions exist)
   and ``servehall_config_info{sha256}`` (1, the digest of the effective config with secrets
   masked, as in the ``config.loaded`` audit event).
@@ -364,6 +366,13 @@ _REQUEST_FAMILIES: dict[str, _Family] = {
         Counter, "servehall_prompt_tokens", "Prompt tokens of admitted requests"
     ),
     "generation_tokens": _Family(Counter, "servehall_generation_tokens", "Generated tokens"),
+    "slot_seconds": _Family(
+        Counter,
+        "servehall_slot_seconds",
+        "Seconds admitted requests held an engine slot (admission to the end), by class: "
+        "online, or batch (a /v1/batches line)",
+        (*_MV, "class"),
+    ),
     "aborts": _Family(
         Counter,
         "servehall_request_aborts",
@@ -641,6 +650,7 @@ class Metrics:
     queue: Histogram
     prompt_tokens: Counter
     generation_tokens: Counter
+    slot_seconds: Counter
     aborts: Counter
     canary_rollbacks: Counter
     config_revision: Gauge

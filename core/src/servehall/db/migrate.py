@@ -72,6 +72,8 @@ async def _alembic_turn() -> AsyncIterator[None]:
         yield
     finally:
         _ALEMBIC.release()
+
+
 CORE_LABEL = "servehall"
 
 #: ``pg_advisory_xact_lock`` key held while migrating, so replicas started together with

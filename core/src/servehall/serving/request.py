@@ -293,6 +293,9 @@ class RequestState:
         m.e2e.labels(model, version).observe(now - self.started)
         if rec.queue_time_s is not None:
             m.queue.labels(model, version).observe(rec.queue_time_s)
+        held = now - self.started - (rec.queue_time_s or 0.0)
+        kind = "online" if self.batch_priority is None else "batch"
+        m.slot_seconds.labels(model, version, kind).inc(max(0.0, held))
         m.prompt_tokens.labels(model, version).inc(rec.prompt_tokens)
         m.generation_tokens.labels(model, version).inc(rec.completion_tokens)
         if rec.ttft_s is not None:
