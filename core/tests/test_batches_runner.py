@@ -204,3 +204,59 @@ async def test_stop_lets_lines_finish_then_gives_the_rest_back(app: Starlette) -
     assert not runner._inflight
     fresh = BatchRunner(app, host, app.state.api.files)  # "slow" is pending again
     assert (await _drain(fresh, app, batch_id))["request_counts"]["failed"] == 1
+
+
+async def test_a_tenant_cap_leaves_room_for_another_tenant(app: Starlette) -> None:
+    """Tenant a's batch is older and has more lines than the replica's three slots; with
+    ``max_lines_per_tenant = 1`` tenant b's batch runs beside it from the start, and
+    neither tenant ever has two lines in flight. Without the cap (the control) the
+    oldest-first claim gives a every slot first."""
+    from dataclasses import replace
+
+    from sqlalchemy import text
+
+    from servehall.admission.principal import ANONYMOUS
+    from servehall.batches.principals import principal_to_json
+
+    def owner(tenant: str) -> Any:
+        return replace(ANONYMOUS, id=f"key-{tenant}", tenant=tenant)
+
+    a = await _create(app, {f"a{i}": _msg("hi") for i in range(4)})
+    b = await _create(app, {f"b{i}": _msg("hi") for i in range(2)})
+    host: Host = app.state.api.host
+    catalog = await app.state.api.files.catalog()
+    async with catalog.engine.begin() as conn:  # the owners, as auth would have stored them
+        for batch_id, tenant in ((a, "a"), (b, "b")):
+            await conn.execute(
+                text("UPDATE batch SET principal = :p WHERE id = :id"),
+                {"p": json.dumps(principal_to_json(owner(tenant))), "id": batch_id},
+            )
+
+    async def run(cap: int | None) -> list[dict[str, int]]:
+        live: dict[str, int] = {}
+        seen: list[dict[str, int]] = []
+
+        async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+            tenant = scope[SCOPE_KEY].principal.tenant
+            live[tenant] = live.get(tenant, 0) + 1
+            seen.append(dict(live))
+            await asyncio.sleep(0.15)
+            live[tenant] -= 1
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"{}"})
+
+        runner = BatchRunner(answer, host, app.state.api.files)
+        runner.settings = runner.settings.model_copy(update={"max_lines_per_tenant": cap})
+        for _ in range(3):
+            await runner.tick()
+            await asyncio.sleep(0.05)
+        await runner.stop()
+        return seen
+
+    first = await run(None)  # the control: a's lines take all three slots
+    assert first[:3] == [{"a": 1}, {"a": 2}, {"a": 3}], first
+    async with catalog.engine.begin() as conn:  # run it all again, now capped
+        await conn.execute(text("UPDATE batch_line SET status = 'pending'"))
+    capped = await run(1)
+    assert max(s.get("a", 0) for s in capped) == 1 and max(s.get("b", 0) for s in capped) == 1
+    assert {"a": 1, "b": 1} in capped, capped  # both tenants at once

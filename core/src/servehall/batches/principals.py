@@ -49,3 +49,9 @@ def principal_from_json(data: dict[str, Any]) -> Principal:
             max_priority=pol.get("max_priority"),
         ),
     )
+
+
+def tenant_of(p: Principal) -> str:
+    """The group a principal's batch lines are capped in (``[batches]
+    max_lines_per_tenant``): its tenant, or its own id when it has none."""
+    return p.tenant if p.tenant is not None else f"principal:{p.id}"

@@ -34,6 +34,7 @@ import json
 import logging
 import time
 import uuid
+from collections import Counter
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +43,7 @@ from starlette.types import ASGIApp, Message
 
 from servehall.batches.call import SCOPE_KEY, BatchCall
 from servehall.batches.lines import response_line, unrun_line
-from servehall.batches.principals import principal_from_json
+from servehall.batches.principals import principal_from_json, tenant_of
 from servehall.batches.store import BatchStore, Claimed
 from servehall.errors import ServehallError
 from servehall.records.types import AuditEvent
@@ -83,6 +84,7 @@ class BatchRunner:
         self._task: asyncio.Task[None] | None = None
         self._inflight: dict[int, tuple[Claimed, asyncio.Task[None]]] = {}
         self._owners: dict[str, tuple[Any, str]] = {}
+        self._tenants: dict[int, str] = {}  # line seq -> its tenant, while in flight
         self._paused_until = 0.0
         self._renewed = 0.0
         self._metrics_at = 0.0
@@ -178,7 +180,7 @@ class BatchRunner:
             await self._finalize(store, batch_id)
         room = self.settings.max_concurrent_lines - len(self._inflight)
         if room > 0 and mono >= self._paused_until and not self.online_waiting():
-            for line in await store.claim(self.name, room, now, lease):
+            for line in await store.claim(self.name, room, now, lease, self._full_batches()):
                 task = asyncio.get_running_loop().create_task(self._run(store, line))
                 self._inflight[line.seq] = (line, task)
                 if not self._renewed:
@@ -188,6 +190,25 @@ class BatchRunner:
             self._metrics_at = mono
             queued = (await store.line_totals()).get("pending", 0)
         self._report(queued)
+
+    def _full_batches(self) -> list[str]:
+        """Known batches whose tenant has ``max_lines_per_tenant`` lines in flight here
+        (the claim skips them)."""
+        cap = self.settings.max_lines_per_tenant
+        if cap is None or not self._tenants:
+            return []
+        busy = Counter(self._tenants.values())
+        return [b for b, (p, _) in self._owners.items() if busy[tenant_of(p)] >= cap]
+
+    def _take_tenant_slot(self, seq: int, principal: Any) -> bool:
+        """Count line ``seq`` against its tenant's cap; False when the cap is full (a
+        line of a batch claimed before its tenant was known: it is given back)."""
+        tenant = tenant_of(principal)
+        cap = self.settings.max_lines_per_tenant
+        if cap is not None and sum(1 for t in self._tenants.values() if t == tenant) >= cap:
+            return False
+        self._tenants[seq] = tenant
+        return True
 
     def _report(self, queued: int | None) -> None:
         """Set the gauges: lines in flight, and ``queued`` when it was read."""
@@ -211,6 +232,8 @@ class BatchRunner:
         stored = False
         try:
             principal, endpoint = await self._owner(store, line.batch_id)
+            if not self._take_tenant_slot(line.seq, principal):
+                return  # given back below; the next claims skip this batch
             body: Any = json.loads(line.body)
             if isinstance(body, dict) and body.get("stream"):
                 result = unrun_line(
@@ -270,6 +293,7 @@ class BatchRunner:
             self._pause("2")
         finally:
             self._inflight.pop(line.seq, None)
+            self._tenants.pop(line.seq, None)
             if not stored:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(store.release(line, self.name))

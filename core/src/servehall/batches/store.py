@@ -321,10 +321,17 @@ class BatchStore:
                 )
         return int(done.rowcount or 0)
 
-    async def claim(self, runner: str, n: int, now: datetime, lease_s: float) -> list[Claimed]:
+    async def claim(
+        self,
+        runner: str,
+        n: int,
+        now: datetime,
+        lease_s: float,
+        skip_batches: Sequence[str] = (),
+    ) -> list[Claimed]:
         """Claim up to ``n`` lines for ``runner``: pending lines (or lines whose claim
-        lapsed: ``lease_s``) of ``in_progress`` batches not past their expiry, oldest
-        first."""
+        lapsed: ``lease_s``) of ``in_progress`` batches not past their expiry and not in
+        ``skip_batches``, oldest first."""
         if n <= 0:
             return []
         stale = now - timedelta(seconds=lease_s)
@@ -332,6 +339,8 @@ class BatchStore:
             _L.c.status == "pending", and_(_L.c.status == "running", _L.c.claimed_at < stale)
         )
         active = select(_B.c.id).where(_B.c.status == "in_progress", _B.c.expires_at > now)
+        if skip_batches:
+            active = active.where(_B.c.id.not_in(list(skip_batches)))
         pick = select(_L.c.seq).where(claimable, _L.c.batch_id.in_(active)).order_by(_L.c.seq)
         pick = pick.limit(n)
         if self.engine.dialect.name == "postgresql":

@@ -390,11 +390,14 @@ class BatchesSettings(_Section):
     ``lease_s`` is how long a claimed line stays another replica's after its claim was
     last renewed (a runner renews its claims every ``lease_s / 3``; a line of a replica
     that died is claimed again after it). ``poll_s`` is how often the runner looks for
-    work.
+    work. ``max_lines_per_tenant`` caps the lines of one tenant (a principal without a
+    tenant counts alone) in flight on one replica, so one tenant's large batch leaves
+    room for another's (None: only ``max_concurrent_lines``).
     """
 
     enabled: bool = True
     max_concurrent_lines: int = Field(default=4, ge=1, le=1024)
+    max_lines_per_tenant: int | None = Field(default=None, ge=1, le=1024)
     priority: int = -1000
     lease_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     poll_s: float = Field(default=0.25, gt=0, le=60, allow_inf_nan=False)
