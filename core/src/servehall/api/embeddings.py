@@ -39,7 +39,7 @@ from servehall.api.intake import (
     end_with_error,
     open_state,
 )
-from servehall.api.offload import run_heavy
+from servehall.api.offload import encode_plain
 from servehall.api.prepare import admit_request, filter_inputs, serve_model
 from servehall.api.state import ApiState
 from servehall.api.wire import (
@@ -60,8 +60,6 @@ from servehall.text.budget import check_prompt_chars
 log = logging.getLogger("servehall.api")
 
 ENDPOINT = "/v1/embeddings"
-LONG_TEXT = 20_000
-"""Characters of input text past which tokenizing runs on the worker thread."""
 
 
 def model_task(served: ServedModel) -> str:
@@ -190,10 +188,7 @@ async def input_token_ids(
     for i, text in enumerate(texts):
         param = _param(i, len(texts))
         check_prompt_chars(len(text), getattr(tok, "max_token_chars", None), limit + 1, param)
-        if len(text) > LONG_TEXT:
-            ids = await run_heavy(tok.encode_plain, text, add_special_tokens=True)
-        else:
-            ids = tok.encode_plain(text, add_special_tokens=True)
+        ids = await encode_plain(tok, text)
         if not ids:
             raise InvalidRequestError("An input has no tokens.", param=param)
         check_length(ids, limit, param)

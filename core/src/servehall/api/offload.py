@@ -20,9 +20,15 @@ import asyncio
 import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from servehall.text.tokenizer import TextTokenizer
 
 T = TypeVar("T")
+
+LONG_TEXT = 20_000
+"""Characters (or token ids) past which tokenizing (decoding) runs on the worker thread."""
 
 _executor: ThreadPoolExecutor | None = None
 
@@ -38,3 +44,11 @@ async def run_heavy(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` on the dedicated worker thread; its result or exception."""
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(_heavy(), functools.partial(fn, *args, **kwargs))
+
+
+async def encode_plain(tok: TextTokenizer, text: str) -> list[int]:
+    """``tok.encode_plain(text, add_special_tokens=True)`` (token ids), on the worker
+    thread when ``text`` is longer than :data:`LONG_TEXT` characters."""
+    if len(text) > LONG_TEXT:
+        return await run_heavy(tok.encode_plain, text, add_special_tokens=True)
+    return tok.encode_plain(text, add_special_tokens=True)

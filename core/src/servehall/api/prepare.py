@@ -27,7 +27,7 @@ from servehall.admission.access import check_model_access
 from servehall.admission.filters import PromptParts
 from servehall.admission.usage import AdmissionRequest
 from servehall.api.errors import from_validation_error
-from servehall.api.offload import run_heavy
+from servehall.api.offload import LONG_TEXT, encode_plain, run_heavy
 from servehall.api.prompt import chat_turns, prompt_texts
 from servehall.api.sampling import check_unsupported, resolve_max_tokens, sampling_params
 from servehall.api.state import ApiState
@@ -49,9 +49,6 @@ from servehall.structured.request import StructuredRequest, structured_request
 from servehall.text.budget import check_prompt_chars
 from servehall.text.stops import StopMatcher
 from servehall.tools.plan import ToolPlan
-
-LONG_TEXT = 20_000
-"""Characters of prompt text past which tokenizing runs on the worker thread (N31)."""
 
 Kind = Literal["chat", "completion"]
 
@@ -366,11 +363,7 @@ async def _tokenize(
         else:
             prompt_ids = tok.render_chat(turns, tools)
     else:
-        text = texts[0]
-        if len(text) > LONG_TEXT:
-            prompt_ids = await run_heavy(tok.encode_plain, text, add_special_tokens=True)
-        else:
-            prompt_ids = tok.encode_plain(text, add_special_tokens=True)
+        prompt_ids = await encode_plain(tok, texts[0])
     if not prompt_ids:
         raise InvalidRequestError("The prompt is empty.", param=prompt_param)
     return prompt_ids

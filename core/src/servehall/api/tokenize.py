@@ -41,7 +41,7 @@ from servehall.admission.access import check_model_access
 from servehall.admission.principal import ANONYMOUS, Principal
 from servehall.api.body import check_media_type, drain_body, parse_json_object, read_body
 from servehall.api.errors import error_response, from_validation_error
-from servehall.api.offload import run_heavy
+from servehall.api.offload import LONG_TEXT, run_heavy
 from servehall.api.prompt import chat_turns, prompt_texts
 from servehall.api.state import ApiState
 from servehall.api.tools import tool_plan
@@ -63,10 +63,6 @@ from servehall.errors import (
 from servehall.plugin.host import ServedModel
 from servehall.rollout.choose import choose_version
 from servehall.rollout.router import VERSION_HEADER
-
-LONG_TEXT = 20_000
-"""Characters (or ids) past which tokenizing (decoding) runs on the worker thread
-(:func:`~servehall.api.offload.run_heavy`), as the inference routes do."""
 
 _KWARG_NAME = re.compile(TEMPLATE_KWARG_NAME)
 
