@@ -18,7 +18,7 @@ from servehall.engines.vllm.engine import (
     engine_stats,
     record_scheduler_stats,
 )
-from servehall.metrics import _EngineOpsFamilies
+from servehall.metrics_scrape import _EngineOpsFamilies
 from servehall.worker.messages import Heartbeat, report_decoder, report_encoder
 
 
