@@ -10,6 +10,7 @@ Modules, one concept each:
 * :mod:`~servehall.bench.engine_driver` — the same workload into an ``Engine``, in-process;
 * :mod:`~servehall.bench.targets` — one run against one target, with a progress bar;
 * :mod:`~servehall.bench.compare` — several targets in one command, ratios, CPU per token;
+* :mod:`~servehall.bench.launch` — servers a run starts and stops, CPU seconds per process;
 * :mod:`~servehall.bench.report` / :mod:`~servehall.bench.plot` — tables, JSON, PNG;
 * :mod:`~servehall.bench.cli` — the Typer commands.
 """

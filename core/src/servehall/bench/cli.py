@@ -488,7 +488,8 @@ def compare_command(
     async def main() -> None:
         from contextlib import ExitStack
 
-        from servehall.bench.compare import comparison_rows, launched_server, run_target
+        from servehall.bench.compare import comparison_rows, run_target
+        from servehall.bench.launch import launched_server
         from servehall.bench.report import comparison_table, print_summary, write_json
 
         tok_dir = tokenizer

@@ -57,7 +57,7 @@ def launched_vllm(
     """Start vLLM's server for ``mc``; yield ``(url, pid)`` once ``/health`` answers 200;
     SIGTERM it (SIGKILL after 30 s) on exit. Raises TargetError when it exits or is not
     ready within ``timeout_s`` (with the last line of its output)."""
-    from servehall.bench.compare import launched_process
+    from servehall.bench.launch import launched_process
     from servehall.engines.vllm.options import parse_vllm_options
     from servehall.testing.sockets import free_port
 
