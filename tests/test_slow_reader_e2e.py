@@ -61,8 +61,17 @@ def open_and_stop_reading(port: int, body: dict[str, Any]) -> socket.socket:
     return sock
 
 
-@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "not-streamed"])
-def test_a_client_that_stops_reading_frees_its_slot(served: tuple[Any, str], stream: bool) -> None:
+@pytest.mark.parametrize(
+    ("stream", "closes"),
+    [(True, False), (False, False), (True, True)],
+    ids=["streamed", "not-streamed", "streamed-then-closed"],
+)
+def test_a_client_that_stops_reading_frees_its_slot(
+    served: tuple[Any, str], stream: bool, closes: bool
+) -> None:
+    """``closes``: the client closes its connection while the server's last write still
+    waits for the window (the response was all handed over, so the close reads as the
+    normal end of a response): the write must still be bounded."""
     srv, url = served
     sql = "SELECT status_code, finish_reason, error_code FROM request_log WHERE status_code <> 200"
     before = len(wait_rows(url, sql, 0))
@@ -77,6 +86,9 @@ def test_a_client_that_stops_reading_frees_its_slot(served: tuple[Any, str], str
     sock = open_and_stop_reading(srv.port, body)
     try:
         time.sleep(0.3)  # the stalled request takes the one slot first
+        if closes:
+            time.sleep(0.5)  # its last write waits for the window
+            sock.close()
         t0 = time.monotonic()
         r = httpx.post(
             srv.base_url + "/v1/completions",

@@ -68,7 +68,16 @@ class DisconnectWatch:
             leaving).
     """
 
-    __slots__ = ("_receive", "_send", "complete", "gone", "send_started", "stalled", "task")
+    __slots__ = (
+        "_receive",
+        "_send",
+        "complete",
+        "gone",
+        "send_started",
+        "stalled",
+        "task",
+        "work",
+    )
 
     def __init__(self, receive: Receive, send: Send) -> None:
         self._receive = receive
@@ -80,6 +89,10 @@ class DisconnectWatch:
         #: the client stopped reading (:meth:`stall`), a kind of :attr:`gone`.
         self.stalled = False
         self.task: asyncio.Future[None] | None = None
+        #: the request's work (set by the endpoint): a stall cancels it too, since the
+        #: endpoint may be waiting on it alone (a client that closed after the last body
+        #: message was handed over, while that message still waits for its window)
+        self.work: asyncio.Future[None] | None = None
 
     def start(self) -> asyncio.Future[None]:
         """Start the watcher task (on the running loop) and return it."""
@@ -113,12 +126,14 @@ class DisconnectWatch:
                 raise ClientGone
 
     def stall(self) -> None:
-        """The client stopped reading: mark the request gone and end the watcher task, so
-        that the endpoint waiting on it cancels the work (see :class:`StallSweeper`)."""
+        """The client stopped reading: mark the request gone, end the watcher task and
+        cancel the work (:attr:`work`), so that the endpoint waiting on either records the
+        request and frees its slot (see :class:`StallSweeper`)."""
         self.stalled = True
         self.gone = True
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
+        for task in (self.task, self.work):
+            if task is not None and not task.done():
+                task.cancel()
 
     async def stop(self) -> None:
         """Cancel the watcher task (idempotent)."""

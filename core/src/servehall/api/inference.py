@@ -88,14 +88,18 @@ class InferenceEndpoint:
             watch = DisconnectWatch(receive, send)
             watcher = watch.start()
             api.stalls.add(watch)
-            work = asyncio.ensure_future(self._handle(api, state, body, watch.send))
+            work = watch.work = asyncio.ensure_future(self._handle(api, state, body, watch.send))
             try:
                 await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
                 if not work.done() and not watch.gone:
-                    await asyncio.wait({work})  # response complete: let the work finish
+                    # response complete: let the work finish (its last write may still
+                    # wait for the client; a stall then cancels it, watch.stall)
+                    await asyncio.wait({work})
             finally:
-                gone = not work.done() or (
-                    not work.cancelled() and isinstance(work.exception(), ClientGone)
+                gone = (
+                    watch.stalled
+                    or not work.done()
+                    or (not work.cancelled() and isinstance(work.exception(), ClientGone))
                 )
                 if not work.done():
                     work.cancel()
