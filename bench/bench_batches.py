@@ -11,7 +11,8 @@ One real ``servehall serve`` (bench/_serve.py) serves the demo model of ``--size
 plugin (one key made with the real CLI), a SQLite records database with the ``sql``
 sink, ``[scheduler] policy = "priority"`` and ``max_concurrency = --cap``, and
 ``[batches] max_concurrent_lines = --cap`` (raised from the default 4 so a batch can
-fill every slot) and ``poll_s = --poll-s``. Batches are made with the ``openai`` SDK
+fill every slot; ``--batch-lines`` sets another) and ``poll_s = --poll-s``. Batches
+are made with the ``openai`` SDK
 (``files.create``, ``batches.create/retrieve/cancel``, ``files.content``), as in
 ``tests/test_batches_e2e.py``. Three phases:
 
@@ -103,7 +104,10 @@ class Bench:
             "database": {"url": f"sqlite+aiosqlite:///{work / 'bench.db'}"},
             "sinks": [{"name": "sql", "options": {"linger_s": 0.05}}],
             "files": {"dir": str(work / "store")},
-            "batches": {"max_concurrent_lines": args.cap, "poll_s": args.poll_s},
+            "batches": {
+                "max_concurrent_lines": args.batch_lines or args.cap,
+                "poll_s": args.poll_s,
+            },
             "auth": {"pepper": {"env": PEPPER_ENV}, "key_cache_ttl_s": 0},
         }
         self.config = work / "bench.toml"
@@ -538,6 +542,12 @@ def main() -> int:
     ap.add_argument("--sample", type=int, default=40, help="plain lines re-sent online")
     ap.add_argument("--max-tokens", type=int, default=16, help="tokens per throughput line")
     ap.add_argument("--poll-s", type=float, default=0.25, help="[batches] poll_s")
+    ap.add_argument(
+        "--batch-lines",
+        type=int,
+        default=0,
+        help="[batches] max_concurrent_lines (0: --cap)",
+    )
     ap.add_argument("--phases", default="online,idle,accept")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
@@ -569,7 +579,7 @@ def report(r: dict[str, Any]) -> str:
     p = r["params"]
     lines = [
         f"model {p['size']}, [scheduler] priority, max_concurrency {p['cap']}, "
-        f"[batches] max_concurrent_lines {p['cap']}, poll_s {p['poll_s']}",
+        f"[batches] max_concurrent_lines {p['batch_lines'] or p['cap']}, poll_s {p['poll_s']}",
     ]
     if "online" in r:
         o = r["online"]
