@@ -260,3 +260,32 @@ async def test_a_tenant_cap_leaves_room_for_another_tenant(app: Starlette) -> No
     capped = await run(1)
     assert max(s.get("a", 0) for s in capped) == 1 and max(s.get("b", 0) for s in capped) == 1
     assert {"a": 1, "b": 1} in capped, capped  # both tenants at once
+
+
+async def test_a_line_that_ends_wakes_the_runner(app: Starlette) -> None:
+    """With a 5 s poll, six lines on three slots finish in well under two polls: each
+    line that ends wakes the loop, which claims the next one at once."""
+    batch_id = await _create(app, {f"l{i}": _msg("hi") for i in range(6)})
+    host: Host = app.state.api.host
+    done = 0
+
+    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+        nonlocal done
+        await asyncio.sleep(0.1)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+        done += 1
+
+    runner = BatchRunner(answer, host, app.state.api.files)
+    runner.settings = runner.settings.model_copy(update={"poll_s": 5.0})
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    runner.start()
+    try:
+        while done < 6:
+            assert loop.time() - t0 < 4.5, done  # the second claim did not wait the poll
+            await asyncio.sleep(0.02)
+    finally:
+        await runner.stop()
+    got = (await _get(app, f"/v1/batches/{batch_id}")).json()
+    assert got["request_counts"]["completed"] == 6

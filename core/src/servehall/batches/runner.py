@@ -1,8 +1,9 @@
 """The batch runner: one task per serve process (``[batches] enabled``), started and
 stopped with the server.
 
-Every ``[batches] poll_s`` seconds it looks for an open batch (one read; nothing more
-when there is none) and then moves ``validating`` batches to ``in_progress``,
+Every ``[batches] poll_s`` seconds — and at once when one of its lines ends, so a
+freed slot is filled without waiting for the poll — it looks for an open batch (one
+read; nothing more when there is none) and then moves ``validating`` batches to ``in_progress``,
 expires the unrun lines of batches past their completion window, finalizes batches with
 no line left (writing the output and error files, :mod:`servehall.batches.lines`), and —
 while no model's scheduler queue has a waiting request — claims lines up to
@@ -85,6 +86,7 @@ class BatchRunner:
         self._inflight: dict[int, tuple[Claimed, asyncio.Task[None]]] = {}
         self._owners: dict[str, tuple[Any, str]] = {}
         self._tenants: dict[int, str] = {}  # line seq -> its tenant, while in flight
+        self._line_ended = asyncio.Event()  # wakes the loop before its next poll
         self._paused_until = 0.0
         self._renewed = 0.0
         self._metrics_at = 0.0
@@ -135,7 +137,13 @@ class BatchRunner:
             except Exception:
                 log.exception("batch runner: unexpected error")
                 delay = RETRY_S
-            await asyncio.sleep(delay)
+            if delay == RETRY_S:
+                await asyncio.sleep(delay)
+                continue
+            # the next pass at poll_s, or as soon as a line ends (its slot is free now)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._line_ended.wait(), delay)
+            self._line_ended.clear()
 
     async def _get_store(self) -> BatchStore | None:
         """The store, or None while the records database is a SQLite file that does
@@ -294,6 +302,7 @@ class BatchRunner:
         finally:
             self._inflight.pop(line.seq, None)
             self._tenants.pop(line.seq, None)
+            self._line_ended.set()
             if not stored:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(store.release(line, self.name))
