@@ -335,7 +335,7 @@ def hostile_shapes(model: str) -> list[Shape]:
     bad_files = {
         "files_malformed_line": (line + "\n{oops\n").encode(),
         "files_duplicate_custom_id": (line + "\n" + line + "\n").encode(),
-        "files_unknown_url": line.replace(CHAT, "/v1/embeddings").encode(),
+        "files_unknown_url": line.replace(CHAT, "/v1/moderations").encode(),
         "files_empty": b"",
     }
     for name, data in bad_files.items():
@@ -347,7 +347,7 @@ def hostile_shapes(model: str) -> list[Shape]:
     # file id reads exactly like another principal's (404 file_not_found)
     create = {"input_file_id": "file-0000soak", "endpoint": CHAT, "completion_window": "24h"}
     body("batches_unknown_file", create, BATCHES)
-    body("batches_bad_endpoint", create | {"endpoint": "/v1/embeddings"}, BATCHES)
+    body("batches_bad_endpoint", create | {"endpoint": "/v1/moderations"}, BATCHES)
     body("batches_bad_window", create | {"completion_window": "1h"}, BATCHES)
     body("batches_bad_metadata", create | {"metadata": {"k": 5}}, BATCHES)
     body("batches_no_file_id", {"endpoint": CHAT, "completion_window": "24h"}, BATCHES)
