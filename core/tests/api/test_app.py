@@ -17,7 +17,7 @@ import pytest
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from api_fixtures import ScriptedEngine, make_host
 from text_fixtures import build_tokenizer
 

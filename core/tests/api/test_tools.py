@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from api_fixtures import ScriptedEngine, make_host
 from text_fixtures import build_tokenizer
 

@@ -11,7 +11,7 @@ import pytest
 
 from servehall.plugin import hookspecs
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 HOOKS = sorted(hookspecs.HOOK_NAMES)
 
 

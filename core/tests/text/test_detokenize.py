@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from text_fixtures import build_tokenizer
 
 from servehall.text import TextTokenizer, load_tokenizer

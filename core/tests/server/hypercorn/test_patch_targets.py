@@ -16,7 +16,7 @@ from servehall.server.hypercorn.patch_targets import (
     check_patch_targets,
 )
 
-PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+PYPROJECT = Path(__file__).resolve().parents[3] / "pyproject.toml"
 
 
 def test_installed_libraries_match_every_patch() -> None:

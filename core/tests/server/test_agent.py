@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from api_fixtures import ScriptedEngine, make_host
 from text_fixtures import build_tokenizer
 
