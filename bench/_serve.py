@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from servehall.testing.cli import servehall_cmd
 from servehall.testing.sockets import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -85,9 +86,7 @@ def serving(cfg: Mapping[str, Any], *, env: Mapping[str, str] | None = None) -> 
     port = free_port()
     log_path = tmp / "server.log"
     cmd = [
-        sys.executable,
-        "-c",
-        "from servehall.cli import main; main()",
+        *servehall_cmd(),
         "serve",
         "--config",
         str(cfg_path),

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from servehall.testing.rawhttp import H2Client, read_response
-from servehall.testing.sockets import open_fds, server_socket_states
+from servehall.testing.sockets import free_port, open_fds, server_socket_states
 
 KEEP_ALIVE_S = 75.0
 
@@ -72,12 +72,6 @@ asyncio.run(serve(app, cfg))
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_http(port: int, proc: subprocess.Popen[Any], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -95,7 +89,7 @@ def _wait_http(port: int, proc: subprocess.Popen[Any], timeout: float) -> None:
 
 
 def start_hypercorn(mode: str) -> tuple[subprocess.Popen[bytes], int]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-c", _APP, str(port), mode, str(KEEP_ALIVE_S)],
         stdout=subprocess.PIPE,
@@ -107,7 +101,7 @@ def start_hypercorn(mode: str) -> tuple[subprocess.Popen[bytes], int]:
 
 
 def start_servehall(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
-    port = _free_port()
+    port = free_port()
     exe = shutil.which("servehall") or str(Path(sys.executable).with_name("servehall"))
     proc = subprocess.Popen(
         [exe, "serve", "--demo", "--bind", f"127.0.0.1:{port}"],

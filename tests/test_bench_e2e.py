@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from servehall.testing.cli import servehall_cmd
 from tests.conftest import ServerHandle, demo_config, dump_toml, free_port, run_cli
 
-CLI = [sys.executable, "-c", "from servehall.cli import main; main()"]
+CLI = servehall_cmd()
 
 
 def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

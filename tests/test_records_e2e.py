@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ import httpx
 import pytest
 
 from servehall.db.testing import create_pg_database, drop_pg_database, require_pg, run_sql
+from servehall.testing.cli import servehall_cmd
 from tests.conftest import stream_then_drop
 
 CANARY = "sk-canary-4c1d7e0b9f2a"
@@ -60,7 +60,7 @@ def served(
     else:
         url = asyncio.run(create_pg_database(require_pg()))
         done = subprocess.run(
-            [sys.executable, "-c", "from servehall.cli import main; main()", "db", "upgrade"],
+            [*servehall_cmd(), "db", "upgrade"],
             env={**os.environ, "SERVEHALL_DATABASE__URL": url},
             capture_output=True,
             text=True,

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,6 +32,7 @@ from servehall.db.testing import (
     require_pg,
     run_sql,
 )
+from servehall.testing.cli import servehall_cmd
 from tests.conftest import run_cli, start_server
 
 WEATHER = {
@@ -113,7 +113,7 @@ def database(
     else:
         url = asyncio.run(create_pg_database(require_pg()))
     done = subprocess.run(
-        [sys.executable, "-c", "from servehall.cli import main; main()", "db", "upgrade"],
+        [*servehall_cmd(), "db", "upgrade"],
         env={**os.environ, "SERVEHALL_DATABASE__URL": url},
         capture_output=True,
         text=True,

@@ -33,7 +33,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import tomllib
@@ -47,6 +46,7 @@ import pytest
 
 from servehall.db.migrate import script_heads
 from servehall.db.testing import create_pg_database, drop_pg_database, require_pg, run_sql
+from servehall.testing.cli import servehall_cmd
 from servehall_auth.testing import RedisServer, redis_server_binary
 from tests.conftest import (
     ServerHandle,
@@ -443,9 +443,7 @@ def config_check(path: Path) -> subprocess.CompletedProcess[str]:
     """``servehall config check FILE`` (a subprocess)."""
     return subprocess.run(
         [
-            sys.executable,
-            "-c",
-            "from servehall.cli import main; main()",
+            *servehall_cmd(),
             "config",
             "check",
             str(path),

@@ -15,13 +15,13 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
 from servehall.db.testing import pg_execute
+from servehall.testing.cli import servehall_cmd
 from tests.conftest import dump_toml, run_cli
 
 DURATION_S = int(os.environ.get("SERVEHALL_SOAK_S", "90"))
@@ -36,9 +36,7 @@ def soak(workdir: Path, *args: str, env: dict[str, str] | None = None) -> dict[s
     report = workdir / "soak.json"
     proc = subprocess.run(
         [
-            sys.executable,
-            "-c",
-            "from servehall.cli import main; main()",
+            *servehall_cmd(),
             "bench",
             "soak",
             "--duration",

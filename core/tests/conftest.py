@@ -48,22 +48,28 @@ def ort_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-async def migrated(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    """The URL of a database upgraded to the core's head revision: a SQLite file, then a
-    fresh PostgreSQL database (skips without PostgreSQL; fails under CI), dropped after."""
-    from servehall.db import create_db_engine
-    from servehall.db.migrate import upgrade_database
+async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """An empty database: a SQLite file, then a fresh PostgreSQL database (skips without
+    PostgreSQL; fails under CI), dropped after."""
     from servehall.db.testing import create_pg_database, drop_pg_database, require_pg
 
     if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path / 'records.db'}"
-    else:
-        url = await create_pg_database(require_pg())
-    engine = create_db_engine(url)
-    await upgrade_database(engine)
-    await engine.dispose()
+        yield f"sqlite+aiosqlite:///{tmp_path / 'records.db'}"
+        return
+    url = await create_pg_database(require_pg())
     try:
         yield url
     finally:
-        if request.param == "postgresql":
-            await drop_pg_database(url)
+        await drop_pg_database(url)
+
+
+@pytest.fixture
+async def migrated(db_url: str) -> str:
+    """The URL of a database (:func:`db_url`) upgraded to the core's head revision."""
+    from servehall.db import create_db_engine
+    from servehall.db.migrate import upgrade_database
+
+    engine = create_db_engine(db_url)
+    await upgrade_database(engine)
+    await engine.dispose()
+    return db_url

@@ -5,7 +5,6 @@ PostgreSQL; plugin branches are applied only when enabled and never dropped."""
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from servehall import MigrationBranch
 from servehall.db.engine import create_db_engine
 from servehall.db.migrate import branch_status, pending_heads, upgrade_database
-from servehall.db.testing import create_pg_database, drop_pg_database, require_pg, run_sql
+from servehall.db.testing import run_sql
 from servehall.errors import ConfigError, PluginError
 from servehall.testing.migrations import schema_diff
 
@@ -33,18 +32,6 @@ def _example() -> list[MigrationBranch]:
     from servehall_webhook_sink.plugin import servehall_migrations
 
     return servehall_migrations()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite+aiosqlite:///{tmp_path / 'm.db'}"
-        return
-    url = await create_pg_database(require_pg())
-    try:
-        yield url
-    finally:
-        await drop_pg_database(url)
 
 
 @pytest.mark.parametrize("which", ["core", "auth", "example", "all"])

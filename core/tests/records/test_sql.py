@@ -4,7 +4,6 @@ PostgreSQL database (a private database per test on the server of .ci/services.d
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,35 +18,14 @@ from sqlalchemy import text
 from servehall import AuditEvent, ConfigError
 from servehall.config.settings import Settings, load_settings
 from servehall.db import create_db_engine
-from servehall.db.migrate import ensure_schema, pending_heads, upgrade_database
-from servehall.db.testing import create_pg_database, drop_pg_database, require_pg, run_sql
+from servehall.db.migrate import ensure_schema, pending_heads
+from servehall.db.testing import run_sql
 from servehall.plugin.manager import PluginHost
 from servehall.records.bus import open_record_bus
 from servehall.records.chain import append_events, verify_chain
 from servehall.records.sql_sink import SqlSink
 
 _rec = request_record
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    """An empty database: a SQLite file, or a fresh PostgreSQL database."""
-    if request.param == "sqlite":
-        yield f"sqlite+aiosqlite:///{tmp_path / 'records.db'}"
-        return
-    url = await create_pg_database(require_pg())
-    try:
-        yield url
-    finally:
-        await drop_pg_database(url)
-
-
-@pytest.fixture
-async def migrated(db_url: str) -> str:
-    engine = create_db_engine(db_url)
-    await upgrade_database(engine)
-    await engine.dispose()
-    return db_url
 
 
 def _settings(url: str, tmp_path: Path, **database: Any) -> Settings:

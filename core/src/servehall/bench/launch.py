@@ -10,12 +10,12 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from servehall.bench.client import TargetError
+from servehall.testing.cli import servehall_cmd
 from servehall.testing.sockets import free_port
 
 
@@ -58,9 +58,7 @@ def launched_server(config: Path, *, timeout_s: float = 1200.0) -> Iterator[tupl
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [
-        sys.executable,
-        "-c",
-        "from servehall.cli import main; main()",
+        *servehall_cmd(),
         "serve",
         "--config",
         str(config),

@@ -34,6 +34,8 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from servehall.testing.sockets import free_port
+
 PG_DEFAULT_URL = "postgresql+asyncpg://servehall:servehall@127.0.0.1:55432/servehall_test"
 
 
@@ -200,12 +202,6 @@ def pg_bin_dir() -> Path | None:
     return Path(initdb).resolve().parent if initdb else None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class PgCluster:
     """A private PostgreSQL cluster in ``root`` (trust auth on loopback; test only).
 
@@ -222,7 +218,7 @@ class PgCluster:
         # The server user must reach the directory: pytest's tmp dirs are private to root.
         self.root = root or Path(tempfile.mkdtemp(prefix="servehall-pgc-", dir="/tmp"))
         self.data = self.root / "data"
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.url = f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/postgres"
         self._user = "postgres" if os.geteuid() == 0 else None
 

@@ -26,15 +26,9 @@ import pytest
 
 from servehall.server.hypercorn import h1_early_response
 from servehall.testing.rawhttp import H2Client, read_response, read_until_closed
-from servehall.testing.sockets import server_socket_states, wait_for_states
+from servehall.testing.sockets import free_port, server_socket_states, wait_for_states
 
 SERVER = Path(__file__).with_name("conn_server.py")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Server:
@@ -60,7 +54,7 @@ def start() -> Iterator[Callable[..., Server]]:
     servers: list[Server] = []
 
     def factory(*args: str, fixes: bool = True) -> Server:
-        port = _free_port()
+        port = free_port()
         cmd = [sys.executable, str(SERVER), str(port), *(["--fixes"] if fixes else []), *args]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         srv = Server(proc, port)

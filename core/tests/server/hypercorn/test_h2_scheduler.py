@@ -15,6 +15,7 @@ import pytest
 
 from servehall.server.hypercorn.h2_scheduler import RoundRobinStreams
 from servehall.testing.rawhttp import H2Client
+from servehall.testing.sockets import free_port
 
 SERVER = Path(__file__).with_name("conn_server.py")
 
@@ -70,9 +71,7 @@ def test_errors_match_the_priority_tree() -> None:
 
 @pytest.fixture
 def port() -> Iterator[int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        free = int(s.getsockname()[1])
+    free = free_port()
     proc = subprocess.Popen(
         [sys.executable, str(SERVER), str(free), "--fixes", "--max-streams", "64"],
         stdout=subprocess.PIPE,

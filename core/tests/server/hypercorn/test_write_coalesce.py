@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from servehall.testing.rawhttp import H2Client
+from servehall.testing.sockets import free_port
 
 SERVER = Path(__file__).with_name("conn_server.py")
 STREAMS, EVENTS = 16, 20
@@ -24,9 +25,7 @@ def start() -> Iterator[Callable[[bool], int]]:
     procs: list[subprocess.Popen[bytes]] = []
 
     def run(fixes: bool) -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            free = int(s.getsockname()[1])
+        free = free_port()
         args = [sys.executable, str(SERVER), str(free), "--count-writes"]
         proc = subprocess.Popen(
             args + (["--fixes"] if fixes else []),

@@ -15,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from servehall.testing.sockets import free_port
+
 
 def redis_server_binary() -> str | None:
     """Path of ``redis-server`` (PATH, /usr/bin, /usr/sbin), or None."""
@@ -25,12 +27,6 @@ def redis_server_binary() -> str | None:
         if Path(p).is_file():
             return p
     return None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class RedisServer:
@@ -46,7 +42,7 @@ class RedisServer:
         if binary is None:
             raise RuntimeError("redis-server is not installed (.ci/services.d/redis.sh)")
         self.binary = binary
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.dir = Path(tempfile.mkdtemp(prefix="servehall-redis-"))
         self.process: subprocess.Popen[bytes] | None = None

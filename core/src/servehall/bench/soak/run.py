@@ -54,6 +54,8 @@ from servehall.bench.soak.invariants import (
     check_rss,
 )
 from servehall.bench.soak.mix import Mix
+from servehall.testing.cli import servehall_cmd
+from servehall.testing.sockets import free_port
 
 
 class SoakError(Exception):
@@ -90,18 +92,6 @@ class SoakOptions:
 
 
 # --- the server ------------------------------------------------------------------------
-
-
-def _cli() -> list[str]:
-    return [sys.executable, "-c", "from servehall.cli import main; main()"]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -144,8 +134,8 @@ def start_server(opts: SoakOptions, workdir: Path) -> Server:
         config = workdir / "soak.toml"
         url = f"sqlite+aiosqlite:///{workdir / 'servehall.db'}"
         config.write_text(f'[database]\nurl = "{url}"\n')
-    port = _free_port()
-    args = [*_cli(), "serve", "--config", str(config), "--bind", f"127.0.0.1:{port}"]
+    port = free_port()
+    args = [*servehall_cmd(), "serve", "--config", str(config), "--bind", f"127.0.0.1:{port}"]
     if opts.demo:
         args.append("--demo")
     log_path = workdir / "server.log"
@@ -575,7 +565,7 @@ def audit_verify(config: Path, workdir: Path | None) -> tuple[int | None, str]:
     """Run ``servehall audit verify --config CONFIG``: (exit code, output)."""
     try:
         proc = subprocess.run(
-            [*_cli(), "audit", "verify", "--config", str(config)],
+            [*servehall_cmd(), "audit", "verify", "--config", str(config)],
             capture_output=True,
             text=True,
             cwd=workdir,
