@@ -5,7 +5,7 @@ server no new request, and an agent that stops answering leaves its last weight 
 
 The two backends are small HTTP servers standing in for replicas and the agents answer
 lines the test sets (what a servehall agent answers for a given load is tested in
-core/tests/test_agent.py); HAProxy and its configuration are the real ones.
+core/tests/server/test_agent.py); HAProxy and its configuration are the real ones.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ round-trip exactly (the demo tokenizer is byte-level BPE with no normalizer, so 
 string can); the chat path counts what chat completions report as ``prompt_tokens``;
 bad inputs are 400 envelopes naming the field; both routes are in ``/openapi.json``.
 (Credentials: ``tests/test_auth_e2e.py``'s route table covers every route; the
-in-process tests in ``core/tests/test_api_tokenize.py`` check scopes and allow-lists.)
+in-process tests in ``core/tests/api/test_tokenize.py`` check scopes and allow-lists.)
 """
 
 from __future__ import annotations

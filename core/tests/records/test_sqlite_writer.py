@@ -114,7 +114,7 @@ async def test_a_row_sqlite_rejects_fails_the_batch_with_a_suspect_error(url: st
     try:
         with pytest.raises(sqlite3.IntegrityError) as info:
             await sink.write([_rec(0), _rec(1), _rec(2)])
-        assert suspect_row(info.value)  # the runner splits it (test_records_quarantine)
+        assert suspect_row(info.value)  # the runner splits it (records/test_quarantine.py)
         await sink.write([_rec(0), _rec(2)])  # the kept connection still writes
     finally:
         await sink.close()

@@ -127,7 +127,7 @@ def bound_any_numbers(ebnf: str) -> str:
     fraction :data:`FRACTION_DIGITS`, exponent :data:`EXPONENT_DIGITS`. Without a cap a
     weak model writes digits until ``max_tokens``. Only a rule printed exactly as
     xgrammar 0.1.31 prints it is replaced (a user's regex or grammar is never touched);
-    ``core/tests/test_structured_request.py`` fails if a new xgrammar prints them
+    ``core/tests/structured/test_request.py`` fails if a new xgrammar prints them
     differently.
     """
     lines = ebnf.splitlines()

@@ -1,6 +1,6 @@
 """The vLLM engine's options, probe and selection — vLLM-free (they run in the main
 environment, where vLLM is not installed; the engine itself is tested in
-``tests/test_vllm_e2e.py`` and ``core/tests/test_vllm_conformance.py`` under .venv-vllm)."""
+``tests/test_vllm_e2e.py`` and ``core/tests/engines/vllm/test_conformance.py`` under .venv-vllm)."""
 
 from __future__ import annotations
 
