@@ -165,3 +165,20 @@ class ConfigError(ServehallError):
 
 class PluginError(ServehallError):
     """A plugin cannot be loaded, is unknown, or targets an incompatible hook API."""
+
+
+def status_of_code(code: str) -> int | None:
+    """The HTTP status of the error whose ``default_code`` is ``code`` (e.g.
+    ``"engine_unavailable"`` → 503), or None for a code no error class declares.
+
+    An error inside a 200 stream is an SSE event carrying only the envelope (OpenAI's
+    shape: ``message``, ``type``, ``param``, ``code``), whose ``type`` is ``server_error``
+    for a 500 and a 503 alike; a client that must tell them apart (the accounting soak)
+    reads the status from the code."""
+    pending: list[type[ServehallError]] = [ServehallError]
+    while pending:
+        cls = pending.pop()
+        if cls.default_code == code:
+            return cls.status
+        pending.extend(cls.__subclasses__())
+    return None

@@ -258,3 +258,17 @@ def test_recorded_sdk_bodies_are_loaded_with_the_model_replaced() -> None:
     assert "openai" in libs
     assert all(s.body is not None and s.body.get("model") == "m-1" for s in shapes)
     assert all(s.path in ("/v1/chat/completions", "/v1/completions") for s in shapes)
+
+
+def test_a_stream_error_event_of_a_worker_death_counts_as_503() -> None:
+    # the envelope of engine_unavailable inside a 200 stream: type server_error, no
+    # status; the soak allowed it in a fault window only once it read the code
+    from servehall.bench.soak.run import _error_status
+    from servehall.errors import EngineError, EngineUnavailableError
+
+    assert _error_status(EngineUnavailableError("worker died").envelope()) == 503
+    assert _error_status(EngineError("boom").envelope()) == 500
+    assert _error_status({"error": {"type": "server_error"}}) == 500
+    assert _error_status({"error": {"type": "invalid_request_error", "code": None}}) == 400
+    assert _error_status({"error": {"code": 429}}) == 429
+    assert _error_status("not an envelope") == 500

@@ -54,6 +54,7 @@ from servehall.bench.soak.invariants import (
     check_rss,
 )
 from servehall.bench.soak.mix import Mix
+from servehall.errors import status_of_code
 from servehall.testing.cli import servehall_cmd
 from servehall.testing.sockets import free_port
 
@@ -199,7 +200,9 @@ def worker_pids(server_pid: int) -> list[int]:
 
 
 def _error_status(envelope: Any) -> int:
-    """The HTTP status an SSE error event stands for (500 unless it says otherwise)."""
+    """The HTTP status an SSE error event stands for: a numeric ``status``/``code``, else
+    the status of servehall's error with that ``code``, else by ``type`` (500 unless it
+    says otherwise)."""
     err = envelope.get("error") if isinstance(envelope, dict) else None
     if not isinstance(err, dict):
         return 500
@@ -207,6 +210,10 @@ def _error_status(envelope: Any) -> int:
         v = err.get(key)
         if isinstance(v, int) and 400 <= v < 600:
             return v
+    code = err.get("code")
+    status = status_of_code(code) if isinstance(code, str) else None
+    if status is not None:  # e.g. engine_unavailable: a 503 whose type is server_error
+        return status
     if err.get("type") in ("server_error", "internal_error", "service_unavailable"):
         return 503 if err.get("type") == "service_unavailable" else 500
     return 400
