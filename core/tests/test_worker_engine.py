@@ -1,5 +1,5 @@
 """The engine worker process pieces: ProcessEngine on the torch ``cpu`` backend (tiny
-random Llama), the admission gate, exit reasons, the fault-hook parser, config."""
+random Llama), the admission gate, exit reasons, config."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
-import sys
 import time
 from pathlib import Path
 
@@ -30,15 +28,8 @@ from servehall.schedulers.fcfs import FcfsScheduler
 from servehall.serving.choice import engine_failure
 from servehall.worker import ProcessEngine
 from servehall.worker.exits import describe_exit, signal_name, with_stderr
+from servehall.worker.faults import FAULT_ENV, STALL_LOOP_S
 from servehall.worker.gate import EngineGate
-from servehall.worker.main import (
-    FAULT_ENV,
-    STALL_LOOP_S,
-    WorkerSpec,
-    _Worker,
-    apply_switch_interval,
-    parse_fault,
-)
 from servehall.worker.messages import StepOutput, delta_tuple, report_decoder, report_encoder
 from servehall.worker.supervisor import WATCH_INTERVAL_S
 
@@ -190,15 +181,6 @@ def test_exit_reasons() -> None:
     assert with_stderr("x", []) == "x"
 
 
-def test_fault_hook_parser() -> None:
-    assert parse_fault(None, 1) is None
-    assert parse_fault("hang_step", 1) == "hang_step"
-    assert parse_fault("hang_step", 2) is None
-    assert parse_fault("exit_after_ready@2+", 1) is None
-    assert parse_fault("exit_after_ready@2+", 3) == "exit_after_ready"
-    assert parse_fault("x@2", 2) == "x" and parse_fault("x@2", 3) is None
-
-
 def test_isolation_config(tmp_path: Path) -> None:
     m = ModelConfig(name="m", path=tmp_path)
     assert m.isolation == "process" and m.worker.restart_backoff_s == 1.0
@@ -214,33 +196,6 @@ def test_isolation_config(tmp_path: Path) -> None:
     for bad in (0, -1, 2):
         with pytest.raises(pydantic.ValidationError):
             WorkerSettings(switch_interval_s=bad)
-
-
-def test_the_worker_switch_interval_comes_from_the_model_settings(tmp_path: Path) -> None:
-    """``[[models]] worker.switch_interval_s`` becomes the worker process's switch interval
-    (an engine whose step() holds the GIL makes the loop wait that long per socket call);
-    unset, Python's default stays."""
-
-    def spec(value: float | None) -> WorkerSpec:
-        return WorkerSpec(
-            model=ModelConfig(name="m", path=tmp_path),
-            backend="null",
-            plugins=(),
-            socket_path="unused",
-            parent_pid=os.getpid(),
-            generation=1,
-            heartbeat_interval_s=0.1,
-            switch_interval_s=WorkerSettings(switch_interval_s=value).switch_interval_s,
-        )
-
-    before = sys.getswitchinterval()
-    try:
-        apply_switch_interval(spec(None))
-        assert sys.getswitchinterval() == before
-        apply_switch_interval(spec(0.002))
-        assert sys.getswitchinterval() == pytest.approx(0.002)
-    finally:
-        sys.setswitchinterval(before)
 
 
 def test_a_step_output_crosses_the_wire_as_tuples_and_any_finish_reason_decodes() -> None:
@@ -262,57 +217,6 @@ def test_a_step_output_crosses_the_wire_as_tuples_and_any_finish_reason_decodes(
         report_decoder.decode(
             report_encoder.encode(["step", [["a", "not ids", None, None, None]], [0, 0, 0]])
         )
-
-
-def test_step_output_waits_for_the_stream_interval_but_firsts_and_ends_do_not(
-    tmp_path: Path,
-) -> None:
-    """The worker's step sink (engine step thread) sends a step's tokens at once when they
-    start or end a request, else at most once per ``stream_interval_s``: held tokens are
-    merged per request into the next message."""
-    assert WorkerSettings().stream_interval_s == 0.02
-    with pytest.raises(pydantic.ValidationError):
-        WorkerSettings(stream_interval_s=-0.1)
-    spec = WorkerSpec(
-        model=ModelConfig(name="m", path=tmp_path),
-        backend="null",
-        plugins=(),
-        socket_path=str(tmp_path / "w.sock"),
-        parent_pid=os.getpid(),
-        generation=1,
-        heartbeat_interval_s=0.1,
-        stream_interval_s=0.01,
-    )
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(spec.socket_path)
-    listener.listen(2)  # the worker connects at once (commands, reports)
-    worker = _Worker(spec)
-    sent: list[list[tuple[object, ...]]] = []
-    now = [100.0]
-    worker.clock = lambda: now[0]
-    worker._ship = sent.append  # type: ignore[method-assign]
-    try:
-        worker.on_step([("a", TokenDelta((1,)))])  # a's first tokens: at once
-        now[0] += 0.002
-        worker.on_step([("a", TokenDelta((2,)))])  # held
-        now[0] += 0.002
-        worker.on_step([("a", TokenDelta((3,)))])  # held
-        assert sent == [[("a", (1,), None, None, None)]]
-        now[0] += 0.007  # 11 ms since the last message
-        worker.on_step([("a", TokenDelta((4,)))])
-        assert sent[1] == [("a", (2, 3, 4), None, None, None)]
-        now[0] += 0.001
-        worker.on_step([("a", TokenDelta((5,))), ("b", TokenDelta((7,)))])  # b is new
-        assert sent[2] == [("a", (5,), None, None, None), ("b", (7,), None, None, None)]
-        now[0] += 0.001
-        worker.on_step([("a", TokenDelta((6,))), ("b", TokenDelta((8,)))])  # held
-        now[0] += 0.001
-        worker.on_step([("a", TokenDelta((9,), "stop"))])  # a ends: at once, with b's
-        assert sent[3] == [("a", (6, 9), "stop", None, None), ("b", (8,), None, None, None)]
-        assert len(sent) == 4
-    finally:
-        worker._close()
-        listener.close()
 
 
 async def test_request_sent_to_a_worker_that_just_died_never_blocks_the_loop(

@@ -53,9 +53,9 @@ from typing import Any
 
 from servehall.config.models import ModelConfig
 from servehall.config.worker import WorkerSettings
+from servehall.worker.bootstrap import WorkerSpec, worker_main
 from servehall.worker.exits import describe_exit, oom_kill_count, with_stderr
 from servehall.worker.liveness import ProcSample, liveness
-from servehall.worker.main import WorkerSpec, worker_main
 from servehall.worker.messages import (
     EmbedOutput,
     Heartbeat,
@@ -635,7 +635,7 @@ class WorkerSupervisor:
 
 def kill_group(pgid: int | None) -> None:
     """SIGKILL what is left of a worker's process group (the worker leads its own group,
-    :func:`~servehall.worker.main.worker_main`): processes an engine started under it —
+    :func:`~servehall.worker.bootstrap.worker_main`): processes an engine started under it —
     vLLM's engine core — must not outlive it. A group with no process left is no error."""
     if pgid is None or pgid <= 1 or pgid == os.getpgrp():
         return
