@@ -94,7 +94,7 @@ async def test_worker_refuses_bad_input_and_keeps_serving(tiny_model: ModelConfi
     finally:
         await engine.shutdown()
     assert not (await engine.health()).ok
-    assert engine.worker_pid is None or engine._gen.proc.exitcode is not None  # type: ignore[union-attr]
+    assert engine.worker_pid is None or engine.supervisor._gen.proc.exitcode is not None  # type: ignore[union-attr]
 
 
 async def test_start_failure_is_a_config_error_without_restart(tmp_path: Path) -> None:
@@ -105,7 +105,7 @@ async def test_start_failure_is_a_config_error_without_restart(tmp_path: Path) -
     with pytest.raises(ConfigError, match="model m") as info:
         await engine.start()
     assert "no_such_option" in str(info.value)
-    assert engine._generations == 1
+    assert engine.supervisor._generations == 1
 
 
 class FakeRestartable:
@@ -228,7 +228,7 @@ async def test_request_sent_to_a_worker_that_just_died_never_blocks_the_loop(
     engine = ProcessEngine(tiny_model, "cpu", (), settings=WorkerSettings(restart_backoff_s=60))
     await engine.start()
     try:
-        proc = engine._gen.proc  # type: ignore[union-attr]
+        proc = engine.supervisor._gen.proc  # type: ignore[union-attr]
         os.kill(proc.pid, signal.SIGKILL)
         proc.join(10)  # dead and disconnected, and the loop has not run since
         assert proc.exitcode is not None
@@ -252,14 +252,14 @@ async def test_a_busy_api_loop_is_not_mistaken_for_a_silent_worker(
     try:
         for _ in range(3):
             time.sleep(3 * settings.heartbeat_timeout_s)  # blocks the loop on purpose
-            engine._judge()  # the watch's tick comes before the reader's turn
+            engine.supervisor._judge()  # the watch's tick comes before the reader's turn
             await asyncio.sleep(2 * WATCH_INTERVAL_S)
         assert sum(engine.restart_counts.values()) == 0, engine.restart_counts
         assert (await engine.health()).ok
         deltas = await asyncio.wait_for(collect(engine.add_request("r", [3, 4, 5], GREEDY)), 30)
         assert deltas[-1].finish_reason == "length"
 
-        proc = engine._gen.proc  # type: ignore[union-attr]
+        proc = engine.supervisor._gen.proc  # type: ignore[union-attr]
         os.kill(proc.pid, signal.SIGSTOP)
         try:
             for _ in range(100):
@@ -315,9 +315,9 @@ async def test_a_machine_wide_stall_gives_the_worker_time_to_be_heard(
     engine = ProcessEngine(tiny_model, "cpu", (), settings=settings)
     await engine.start()
     try:
-        proc = engine._gen.proc  # type: ignore[union-attr]
+        proc = engine.supervisor._gen.proc  # type: ignore[union-attr]
         for round_ in range(3):
-            assert engine._gen.proc is proc and proc.exitcode is None, (  # type: ignore[union-attr]
+            assert engine.supervisor._gen.proc is proc and proc.exitcode is None, (  # type: ignore[union-attr]
                 f"round {round_}: the worker was replaced before the stop",
                 engine.restart_counts,
                 engine.state_reason,

@@ -42,7 +42,7 @@ def test_step_output_waits_for_the_stream_interval_but_firsts_and_ends_do_not(
     sent: list[list[tuple[object, ...]]] = []
     now = [100.0]
     worker.clock = lambda: now[0]
-    worker._ship = sent.append  # type: ignore[method-assign]
+    worker._ship = sent.append  # type: ignore[method-assign,assignment]
     try:
         worker.on_step([("a", TokenDelta((1,)))])  # a's first tokens: at once
         now[0] += 0.002
