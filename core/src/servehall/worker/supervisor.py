@@ -3,16 +3,9 @@ worker, reads its reports and its stderr, watches it, and restarts it.
 
 Supervision (``[[models]] worker``, :class:`~servehall.config.worker.WorkerSettings`):
 
-* the worker is watched for exit (its process sentinel, at once), missed heartbeats
-  (no report at all for ``heartbeat_timeout_s``; the worker sends them from a thread of
-  its own, so a busy worker event loop is not mistaken for a dead one) and stalled
-  steps (requests in flight but no step output for ``step_timeout_s``), polled every
-  0.1 s;
-* an overdue heartbeat is judged with the kernel's view of the worker
-  (:mod:`servehall.worker.liveness`): a stopped worker (SIGSTOP) is lost (reason
-  ``stopped``); a busy one (starved of CPU, or computing) is forgiven up to
-  ``busy_timeout_s`` (counted in :attr:`WorkerSupervisor.busy_silences`); an asleep one
-  is lost (``heartbeat_timeout``);
+* the worker is watched for exit (its process sentinel, at once), and every 0.1 s for
+  missed heartbeats and stalled steps (:mod:`servehall.worker.watch`: the verdict, with
+  the kernel's view of a silent worker — stopped, busy, asleep);
 * when it is lost, every in-flight request ends at once with ``finish_reason="error"``
   and ``code="engine_unavailable"`` (the host answers 503 + ``Retry-After``, or one SSE
   error event then ``[DONE]``); ``health()`` turns false with the reason;
@@ -59,7 +52,6 @@ from servehall.errors import ConfigError, EngineError
 from servehall.worker.bootstrap import WorkerSpec
 from servehall.worker.exits import describe_exit, oom_kill_count, with_stderr
 from servehall.worker.generation import Generation
-from servehall.worker.liveness import ProcSample, liveness
 from servehall.worker.messages import (
     EmbedOutput,
     Heartbeat,
@@ -68,6 +60,7 @@ from servehall.worker.messages import (
     StopWorker,
     WorkerReady,
 )
+from servehall.worker.watch import OK, WorkerWatch
 
 log = logging.getLogger("servehall.worker")
 
@@ -173,15 +166,12 @@ class WorkerSupervisor:
         self._up = asyncio.Event()
         self._hb: Heartbeat | None = None
         self._counters = (0, 0, 0)
-        self._last_hb = 0.0
-        self._silence_sample: tuple[float, ProcSample | None] = (-1.0, None)
-        self._forgiven_hb = -1.0  # the _last_hb of the silence last forgiven as busy
-        self._hb_grace_until = 0.0  # no heartbeat verdict before (monotonic s)
-        self._last_progress = 0.0
+        self.watch = WorkerWatch(self.name, self.settings)
+        """When the worker was last heard from, and the verdict on it."""
         self._up_since = 0.0
         self._failures: collections.deque[float] = collections.deque()
         self._consecutive = 0
-        self._watch: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
         self._restart: asyncio.Task[None] | None = None
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self.started_at = 0.0
@@ -190,11 +180,14 @@ class WorkerSupervisor:
         """The kind (a :data:`RESTART_REASONS` value) of the last loss, "" before any."""
         self.oom_kills = 0
         """Workers killed by the OOM killer (``servehall_engine_oom_kills_total``)."""
-        self.busy_silences = 0
-        """Heartbeat silences forgiven because the worker was busy
-        (``servehall_engine_busy_silences_total``): one per silence."""
 
     # --- state -------------------------------------------------------------------------
+
+    @property
+    def busy_silences(self) -> int:
+        """Heartbeat silences forgiven because the worker was busy
+        (``servehall_engine_busy_silences_total``): one per silence."""
+        return self.watch.busy_silences
 
     @property
     def worker_up(self) -> bool:
@@ -248,7 +241,7 @@ class WorkerSupervisor:
 
     def start_stall_clock(self) -> None:
         """Work was queued with none in flight: the stalled-step check counts from now."""
-        self._last_progress = time.monotonic()
+        self.watch.stall_clock()
 
     def send(self, cmds: list[Any]) -> None:
         """Send ``cmds`` to the current worker as one frame (dropped when none is
@@ -297,7 +290,7 @@ class WorkerSupervisor:
                 f"model {self.name}: the engine worker failed to start: {exc.message}"
             ) from None
         self._set_up()
-        self._watch = asyncio.ensure_future(self._watch_loop())
+        self._watcher = asyncio.ensure_future(self._watch_loop())
 
     async def _run_prepare(self, prepare: Callable[[ModelConfig], None]) -> None:
         """Run the backend's build step on a thread (see ``prepare`` in the class doc)."""
@@ -326,7 +319,7 @@ class WorkerSupervisor:
         self._reason = "engine is shut down"
         self._up.clear()
         self.client.abort_all()
-        for task in (self._watch, self._restart):
+        for task in (self._watcher, self._restart):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(BaseException):
@@ -402,16 +395,16 @@ class WorkerSupervisor:
         if gen is not self._gen:
             return
         if isinstance(msg, StepOutput):
-            self._last_progress = self._last_hb = time.monotonic()  # output is life too
+            self.watch.heard(progress=True)  # output is life too
             self._counters = msg.counters
             self.client.on_step(msg)
         elif isinstance(msg, EmbedOutput):
-            self._last_progress = self._last_hb = time.monotonic()
+            self.watch.heard(progress=True)
             self.client.on_embed(msg)
         elif isinstance(msg, Heartbeat):
             self._hb = msg
             self._counters = (msg.running, msg.waiting, msg.kv_cache_blocks_used)
-            self._last_hb = time.monotonic()
+            self.watch.heard()
             if gen.info is not None and gen.ready is not None and not gen.ready.done():
                 gen.ready.set_result(None)
         elif isinstance(msg, WorkerReady):
@@ -460,7 +453,7 @@ class WorkerSupervisor:
         self._reason = ""
         self._up_since = time.monotonic()
         self.started_at = time.time()
-        self._last_hb = time.monotonic()
+        self.watch.heard()
         self._up.set()
 
     async def _watch_loop(self) -> None:
@@ -468,75 +461,27 @@ class WorkerSupervisor:
         while True:
             asleep = time.monotonic()
             await asyncio.sleep(interval)
-            now = time.monotonic()
-            if now - asleep > interval + self.settings.heartbeat_interval_s:
-                # this process was not running (a stopped or starved machine, a blocked
-                # loop): the worker may have been frozen with it, so it gets two of its
-                # heartbeat intervals to be heard before its silence is judged
-                self._hb_grace_until = now + 2 * self.settings.heartbeat_interval_s
+            self.watch.woke(asleep, time.monotonic(), interval)
             self._judge()
 
     def _judge(self) -> None:
-        """One look at the worker: exited, silent, stalled, or up long enough."""
-        s = self.settings
+        """One look at the worker: exited, lost (:meth:`WorkerWatch.judge
+        <servehall.worker.watch.WorkerWatch.judge>`), or up long enough."""
         if self._state not in ("up", "probing"):
             return
-        now = time.monotonic()
         gen = self._gen
         if gen is not None and gen.proc is not None and gen.proc.exitcode is not None:
             self._on_exit(gen)
             return
-        silent = now - self._last_hb
-        stalled = self.client.in_flight() > 0 and now - self._last_progress > s.step_timeout_s
-        if (silent > s.heartbeat_timeout_s or stalled) and (
-            now < self._hb_grace_until or (gen is not None and gen.reports_pending())
+        verdict = self.watch.judge(gen, self.client.in_flight())
+        if verdict.lost:
+            self._lost(verdict.kind, verdict.reason)
+        elif (
+            verdict is OK
+            and self._consecutive
+            and time.monotonic() - self._up_since > self.settings.crash_loop_window_s
         ):
-            return  # this process was behind, not the worker: read its reports first
-        verdict = "unknown"
-        if silent > s.heartbeat_timeout_s / 2 and gen is not None and gen.proc is not None:
-            verdict = self._look(gen.proc.pid)
-        if silent > s.heartbeat_timeout_s and verdict == "stopped":
-            self._lost("stopped", f"worker stopped (SIGSTOP?) and silent for {silent:.1f} s")
-        elif silent > max(s.heartbeat_timeout_s, s.busy_timeout_s) and verdict == "busy":
-            self._lost(
-                "heartbeat_timeout",
-                f"worker missed heartbeats for {silent:.1f} s while busy "
-                f"(busy_timeout_s={s.busy_timeout_s:g})",
-            )
-        elif silent > s.heartbeat_timeout_s and verdict != "busy":
-            self._lost("heartbeat_timeout", f"worker missed heartbeats for {silent:.1f} s")
-        elif stalled:
-            self._lost(
-                "step_stalled",
-                f"engine step stalled: no output for {now - self._last_progress:.1f} s "
-                f"with {self.client.in_flight()} request(s) in flight",
-            )
-        elif self._consecutive and now - self._up_since > s.crash_loop_window_s:
             self._consecutive = 0  # stayed up long enough: back to the first delay
-
-    def _look(self, pid: int) -> str:
-        """The liveness verdict on the silent worker ``pid``; counts and logs a silence
-        forgiven as busy once (the CPU-time baseline is the previous look at the same
-        silence)."""
-        since, previous = self._silence_sample
-        verdict, sample = liveness(pid, previous if since == self._last_hb else None)
-        self._silence_sample = (self._last_hb, sample)
-        silent = time.monotonic() - self._last_hb
-        if (
-            verdict == "busy"
-            and silent > self.settings.heartbeat_timeout_s
-            and self._forgiven_hb != self._last_hb
-        ):
-            self._forgiven_hb = self._last_hb
-            self.busy_silences += 1
-            log.warning(
-                "model %s: worker silent for %.1f s but busy (starved of CPU or computing): "
-                "not restarted before busy_timeout_s=%g",
-                self.name,
-                silent,
-                self.settings.busy_timeout_s,
-            )
-        return verdict
 
     def _lost(self, kind: str, reason: str) -> None:
         """The worker failed (any state): end in-flight work, restart or give up."""
@@ -593,7 +538,7 @@ class WorkerSupervisor:
             self._lost("start_failed", f"restarted worker failed to start: {exc.message}")
             return
         self._state = "probing"
-        self._last_hb = time.monotonic()
+        self.watch.heard()
         if not await self.client.probe():
             if self._state == "probing":
                 self._state = "starting"
