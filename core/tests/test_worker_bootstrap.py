@@ -14,7 +14,6 @@ import pytest
 from servehall.config.models import ModelConfig
 from servehall.config.worker import WorkerSettings
 from servehall.worker.bootstrap import GUARD_INTERVAL_S, WorkerSpec, apply_switch_interval
-from servehall.worker.foreign import spec_from_json, spec_to_json
 
 
 def test_the_worker_switch_interval_comes_from_the_model_settings(tmp_path: Path) -> None:
@@ -42,22 +41,6 @@ def test_the_worker_switch_interval_comes_from_the_model_settings(tmp_path: Path
         assert sys.getswitchinterval() == pytest.approx(0.002)
     finally:
         sys.setswitchinterval(before)
-
-
-def test_a_spec_survives_its_json_form(tmp_path: Path) -> None:
-    """A worker under another interpreter reads its spec back as it was written."""
-    spec = WorkerSpec(
-        model=ModelConfig(name="m", path=tmp_path),
-        backend="null",
-        plugins=("a", "b"),
-        socket_path="s",
-        parent_pid=os.getpid(),
-        generation=3,
-        heartbeat_interval_s=0.1,
-        stream_interval_s=0.01,
-        strict_plugins=False,
-    )
-    assert spec_from_json(spec_to_json(spec)) == spec
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="process groups and /bin/sh")

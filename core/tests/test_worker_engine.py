@@ -31,7 +31,7 @@ from servehall.worker.exits import describe_exit, signal_name, with_stderr
 from servehall.worker.faults import FAULT_ENV, STALL_LOOP_S
 from servehall.worker.gate import EngineGate
 from servehall.worker.messages import StepOutput, delta_tuple, report_decoder, report_encoder
-from servehall.worker.supervisor import WATCH_INTERVAL_S
+from servehall.worker.supervisor import WATCH_INTERVAL_S, WorkerSupervisor
 
 GREEDY = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
 
@@ -159,6 +159,27 @@ async def test_gate_keeps_the_fair_policy_visible_and_charged() -> None:
     assert states["t"].running == 1 and states["t"].service_tokens >= 7
     slot.release()
     assert gate.tenant_states()["t"].service_tokens == 12  # type: ignore[attr-defined]
+
+
+async def test_the_engine_holds_its_supervisor_and_shows_its_facts(tmp_path: Path) -> None:
+    """ProcessEngine is the client of a WorkerSupervisor it holds (not one itself); the
+    supervision facts hosts and metrics read are the supervisor's."""
+    engine = ProcessEngine(ModelConfig(name="m", path=tmp_path), "null", ())
+    sup = engine.supervisor
+    assert not isinstance(engine, WorkerSupervisor)
+    assert sup.client is engine and sup.settings is engine.settings and sup.name == "m"
+    assert (engine.worker_up, engine.worker_pid, engine.crash_looping) == (False, None, False)
+    assert engine.state_reason == sup.state_reason == "engine not started"
+    assert engine.restart_counts is sup.restart_counts
+    assert (engine.started_at, engine.last_exit_reason) == (0.0, "")
+    assert (engine.oom_kills, engine.busy_silences) == (0, 0)
+    sup.watch.busy_silences = 2
+    assert engine.busy_silences == 2
+    assert not await engine.wait_up(0.01)  # never started
+    with pytest.raises(EngineError, match="not running"):
+        engine.add_request("r", [1], GREEDY)
+    await engine.shutdown()  # before start: only marks it stopped
+    assert sup.state == "stopped" and engine.state_reason == "engine is shut down"
 
 
 def test_engine_failure_codes() -> None:

@@ -88,7 +88,8 @@ class Generation:
             mp: the ``multiprocessing`` context (``spawn``).
             python: another interpreter for the worker (``worker.python``), or None.
             spec_path: where a worker under ``python`` reads its spec.
-            on_exit: called with this generation once its process ended.
+            on_exit: called with this generation once its process ended (its sentinel
+                became readable; the callee removes that reader).
         """
         self.loop = loop
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
