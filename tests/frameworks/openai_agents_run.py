@@ -25,7 +25,7 @@ set_tracing_disabled(True)  # no trace export to OpenAI
 
 QUESTION = "What is the weather in Paris?"
 SETTINGS = ModelSettings(temperature=0, max_tokens=128)
-"""temperature 0: one run per case, the same each time."""
+"""temperature 0 (greedy): the demo model's likeliest answer, not a sample of it."""
 
 
 @function_tool
