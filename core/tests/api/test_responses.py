@@ -28,9 +28,9 @@ from servehall.api.responses_translate import (
     public_param,
 )
 from servehall.api.responses_wire import ResponsesRequest
+from servehall.bench.soak.clients import _usage
 from servehall.bench.soak.corpus import hostile_shapes
 from servehall.bench.soak.mix import Mix
-from servehall.bench.soak.run import _usage
 from servehall.plugin.host import Host
 from servehall.text import load_tokenizer
 

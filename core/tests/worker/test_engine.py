@@ -1,5 +1,5 @@
 """The engine worker process pieces: ProcessEngine on the torch ``cpu`` backend (tiny
-random Llama), the admission gate, exit reasons, the fault-hook parser, config."""
+random Llama), the admission gate, exit reasons, config."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
-import sys
 import time
 from pathlib import Path
 
@@ -30,17 +28,10 @@ from servehall.schedulers.fcfs import FcfsScheduler
 from servehall.serving.choice import engine_failure
 from servehall.worker import ProcessEngine
 from servehall.worker.exits import describe_exit, signal_name, with_stderr
+from servehall.worker.faults import FAULT_ENV, STALL_LOOP_S
 from servehall.worker.gate import EngineGate
-from servehall.worker.main import (
-    FAULT_ENV,
-    STALL_LOOP_S,
-    WorkerSpec,
-    _Worker,
-    apply_switch_interval,
-    parse_fault,
-)
 from servehall.worker.messages import StepOutput, delta_tuple, report_decoder, report_encoder
-from servehall.worker.supervisor import WATCH_INTERVAL_S
+from servehall.worker.supervisor import WATCH_INTERVAL_S, WorkerSupervisor
 
 GREEDY = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
 
@@ -103,7 +94,7 @@ async def test_worker_refuses_bad_input_and_keeps_serving(tiny_model: ModelConfi
     finally:
         await engine.shutdown()
     assert not (await engine.health()).ok
-    assert engine.worker_pid is None or engine._gen.proc.exitcode is not None  # type: ignore[union-attr]
+    assert engine.worker_pid is None or engine.supervisor._gen.proc.exitcode is not None  # type: ignore[union-attr]
 
 
 async def test_start_failure_is_a_config_error_without_restart(tmp_path: Path) -> None:
@@ -114,7 +105,7 @@ async def test_start_failure_is_a_config_error_without_restart(tmp_path: Path) -
     with pytest.raises(ConfigError, match="model m") as info:
         await engine.start()
     assert "no_such_option" in str(info.value)
-    assert engine._generations == 1
+    assert engine.supervisor._generations == 1
 
 
 class FakeRestartable:
@@ -170,6 +161,27 @@ async def test_gate_keeps_the_fair_policy_visible_and_charged() -> None:
     assert gate.tenant_states()["t"].service_tokens == 12  # type: ignore[attr-defined]
 
 
+async def test_the_engine_holds_its_supervisor_and_shows_its_facts(tmp_path: Path) -> None:
+    """ProcessEngine is the client of a WorkerSupervisor it holds (not one itself); the
+    supervision facts hosts and metrics read are the supervisor's."""
+    engine = ProcessEngine(ModelConfig(name="m", path=tmp_path), "null", ())
+    sup = engine.supervisor
+    assert not isinstance(engine, WorkerSupervisor)
+    assert sup.client is engine and sup.settings is engine.settings and sup.name == "m"
+    assert (engine.worker_up, engine.worker_pid, engine.crash_looping) == (False, None, False)
+    assert engine.state_reason == sup.state_reason == "engine not started"
+    assert engine.restart_counts is sup.restart_counts
+    assert (engine.started_at, engine.last_exit_reason) == (0.0, "")
+    assert (engine.oom_kills, engine.busy_silences) == (0, 0)
+    sup.watch.busy_silences = 2
+    assert engine.busy_silences == 2
+    assert not await engine.wait_up(0.01)  # never started
+    with pytest.raises(EngineError, match="not running"):
+        engine.add_request("r", [1], GREEDY)
+    await engine.shutdown()  # before start: only marks it stopped
+    assert sup.state == "stopped" and engine.state_reason == "engine is shut down"
+
+
 def test_engine_failure_codes() -> None:
     assert type(engine_failure(TokenDelta((), "error", "x"))) is EngineError
     e = engine_failure(TokenDelta((), "error", "gone", "engine_unavailable"))
@@ -190,15 +202,6 @@ def test_exit_reasons() -> None:
     assert with_stderr("x", []) == "x"
 
 
-def test_fault_hook_parser() -> None:
-    assert parse_fault(None, 1) is None
-    assert parse_fault("hang_step", 1) == "hang_step"
-    assert parse_fault("hang_step", 2) is None
-    assert parse_fault("exit_after_ready@2+", 1) is None
-    assert parse_fault("exit_after_ready@2+", 3) == "exit_after_ready"
-    assert parse_fault("x@2", 2) == "x" and parse_fault("x@2", 3) is None
-
-
 def test_isolation_config(tmp_path: Path) -> None:
     m = ModelConfig(name="m", path=tmp_path)
     assert m.isolation == "process" and m.worker.restart_backoff_s == 1.0
@@ -214,33 +217,6 @@ def test_isolation_config(tmp_path: Path) -> None:
     for bad in (0, -1, 2):
         with pytest.raises(pydantic.ValidationError):
             WorkerSettings(switch_interval_s=bad)
-
-
-def test_the_worker_switch_interval_comes_from_the_model_settings(tmp_path: Path) -> None:
-    """``[[models]] worker.switch_interval_s`` becomes the worker process's switch interval
-    (an engine whose step() holds the GIL makes the loop wait that long per socket call);
-    unset, Python's default stays."""
-
-    def spec(value: float | None) -> WorkerSpec:
-        return WorkerSpec(
-            model=ModelConfig(name="m", path=tmp_path),
-            backend="null",
-            plugins=(),
-            socket_path="unused",
-            parent_pid=os.getpid(),
-            generation=1,
-            heartbeat_interval_s=0.1,
-            switch_interval_s=WorkerSettings(switch_interval_s=value).switch_interval_s,
-        )
-
-    before = sys.getswitchinterval()
-    try:
-        apply_switch_interval(spec(None))
-        assert sys.getswitchinterval() == before
-        apply_switch_interval(spec(0.002))
-        assert sys.getswitchinterval() == pytest.approx(0.002)
-    finally:
-        sys.setswitchinterval(before)
 
 
 def test_a_step_output_crosses_the_wire_as_tuples_and_any_finish_reason_decodes() -> None:
@@ -264,57 +240,6 @@ def test_a_step_output_crosses_the_wire_as_tuples_and_any_finish_reason_decodes(
         )
 
 
-def test_step_output_waits_for_the_stream_interval_but_firsts_and_ends_do_not(
-    tmp_path: Path,
-) -> None:
-    """The worker's step sink (engine step thread) sends a step's tokens at once when they
-    start or end a request, else at most once per ``stream_interval_s``: held tokens are
-    merged per request into the next message."""
-    assert WorkerSettings().stream_interval_s == 0.02
-    with pytest.raises(pydantic.ValidationError):
-        WorkerSettings(stream_interval_s=-0.1)
-    spec = WorkerSpec(
-        model=ModelConfig(name="m", path=tmp_path),
-        backend="null",
-        plugins=(),
-        socket_path=str(tmp_path / "w.sock"),
-        parent_pid=os.getpid(),
-        generation=1,
-        heartbeat_interval_s=0.1,
-        stream_interval_s=0.01,
-    )
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(spec.socket_path)
-    listener.listen(2)  # the worker connects at once (commands, reports)
-    worker = _Worker(spec)
-    sent: list[list[tuple[object, ...]]] = []
-    now = [100.0]
-    worker.clock = lambda: now[0]
-    worker._ship = sent.append  # type: ignore[method-assign]
-    try:
-        worker.on_step([("a", TokenDelta((1,)))])  # a's first tokens: at once
-        now[0] += 0.002
-        worker.on_step([("a", TokenDelta((2,)))])  # held
-        now[0] += 0.002
-        worker.on_step([("a", TokenDelta((3,)))])  # held
-        assert sent == [[("a", (1,), None, None, None)]]
-        now[0] += 0.007  # 11 ms since the last message
-        worker.on_step([("a", TokenDelta((4,)))])
-        assert sent[1] == [("a", (2, 3, 4), None, None, None)]
-        now[0] += 0.001
-        worker.on_step([("a", TokenDelta((5,))), ("b", TokenDelta((7,)))])  # b is new
-        assert sent[2] == [("a", (5,), None, None, None), ("b", (7,), None, None, None)]
-        now[0] += 0.001
-        worker.on_step([("a", TokenDelta((6,))), ("b", TokenDelta((8,)))])  # held
-        now[0] += 0.001
-        worker.on_step([("a", TokenDelta((9,), "stop"))])  # a ends: at once, with b's
-        assert sent[3] == [("a", (6, 9), "stop", None, None), ("b", (8,), None, None, None)]
-        assert len(sent) == 4
-    finally:
-        worker._close()
-        listener.close()
-
-
 async def test_request_sent_to_a_worker_that_just_died_never_blocks_the_loop(
     tiny_model: ModelConfig,
 ) -> None:
@@ -324,7 +249,7 @@ async def test_request_sent_to_a_worker_that_just_died_never_blocks_the_loop(
     engine = ProcessEngine(tiny_model, "cpu", (), settings=WorkerSettings(restart_backoff_s=60))
     await engine.start()
     try:
-        proc = engine._gen.proc  # type: ignore[union-attr]
+        proc = engine.supervisor._gen.proc  # type: ignore[union-attr]
         os.kill(proc.pid, signal.SIGKILL)
         proc.join(10)  # dead and disconnected, and the loop has not run since
         assert proc.exitcode is not None
@@ -348,14 +273,14 @@ async def test_a_busy_api_loop_is_not_mistaken_for_a_silent_worker(
     try:
         for _ in range(3):
             time.sleep(3 * settings.heartbeat_timeout_s)  # blocks the loop on purpose
-            engine._judge()  # the watch's tick comes before the reader's turn
+            engine.supervisor._judge()  # the watch's tick comes before the reader's turn
             await asyncio.sleep(2 * WATCH_INTERVAL_S)
         assert sum(engine.restart_counts.values()) == 0, engine.restart_counts
         assert (await engine.health()).ok
         deltas = await asyncio.wait_for(collect(engine.add_request("r", [3, 4, 5], GREEDY)), 30)
         assert deltas[-1].finish_reason == "length"
 
-        proc = engine._gen.proc  # type: ignore[union-attr]
+        proc = engine.supervisor._gen.proc  # type: ignore[union-attr]
         os.kill(proc.pid, signal.SIGSTOP)
         try:
             for _ in range(100):
@@ -411,9 +336,9 @@ async def test_a_machine_wide_stall_gives_the_worker_time_to_be_heard(
     engine = ProcessEngine(tiny_model, "cpu", (), settings=settings)
     await engine.start()
     try:
-        proc = engine._gen.proc  # type: ignore[union-attr]
+        proc = engine.supervisor._gen.proc  # type: ignore[union-attr]
         for round_ in range(3):
-            assert engine._gen.proc is proc and proc.exitcode is None, (  # type: ignore[union-attr]
+            assert engine.supervisor._gen.proc is proc and proc.exitcode is None, (  # type: ignore[union-attr]
                 f"round {round_}: the worker was replaced before the stop",
                 engine.restart_counts,
                 engine.state_reason,

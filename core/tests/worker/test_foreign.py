@@ -19,8 +19,8 @@ from servehall.config.worker import WorkerSettings
 from servehall.engines.contract import SamplingParams
 from servehall.errors import ConfigError
 from servehall.worker import ProcessEngine
+from servehall.worker.bootstrap import WorkerSpec
 from servehall.worker.foreign import check_interpreter, spec_from_json, spec_to_json
-from servehall.worker.main import WorkerSpec
 from servehall.worker.messages import WIRE_VERSION
 
 

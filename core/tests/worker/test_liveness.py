@@ -125,7 +125,7 @@ async def test_a_stopped_worker_is_restarted_with_reason_stopped(
     engine = ProcessEngine(model, "cpu", (), settings=settings)
     await engine.start()
     try:
-        proc = engine._gen.proc  # type: ignore[union-attr]
+        proc = engine.supervisor._gen.proc  # type: ignore[union-attr]
         os.kill(proc.pid, signal.SIGSTOP)
         stopped = time.monotonic()
         while not engine.restart_counts["stopped"]:

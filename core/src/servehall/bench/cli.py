@@ -635,12 +635,8 @@ def soak_command(
     inputs, generated schemas, client disconnects) from concurrent clients, optional
     faults, then invariants I1-I6 after a clean stop; exit 1 on any violation."""
     from servehall.bench.soak.faults import FAULTS
-    from servehall.bench.soak.run import (
-        SoakError,
-        SoakOptions,
-        check_fault_options,
-        run_soak,
-    )
+    from servehall.bench.soak.options import SoakError, SoakOptions, check_fault_options
+    from servehall.bench.soak.run import run_soak
 
     def check() -> SoakOptions:
         if duration <= 0:

@@ -1,6 +1,6 @@
 """Child processes that die with their parent (Linux ``PR_SET_PDEATHSIG``).
 
-Used by the supervised worker (:mod:`servehall.worker.main`) and by model converters
+Used by the supervised worker (:mod:`servehall.worker.bootstrap`) and by model converters
 (:func:`servehall.engines.conversion.run_converter`): when the process that started
 them is killed — even with SIGKILL, where no cleanup of its own runs — the kernel sends
 them SIGKILL, so no orphan keeps a GPU, a port or a half-built cache entry busy.

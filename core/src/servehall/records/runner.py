@@ -44,12 +44,13 @@ spill file) — logged with its request id and counted (``rejected``,
 healthy. A failing probe means an outage: the batch is retried as above (records already
 written alone are not written again). The spill file's replay goes the same way, and an
 unreadable spill-file line is quarantined in the file. See
-:mod:`servehall.records.quarantine`.
+:mod:`servehall.records.bad_records` (telling a bad record from an outage) and
+:mod:`servehall.records.quarantine` (where it is kept).
 
 At close, whatever could not be written is saved to the spill file (in order) and
 replayed at the next start. While the spill file is replayed, the read position is saved
 after each batch (``<spill_path>.pos``), so a replay cut off by a crash resumes where it
-was: a restart writes nothing twice.
+was: a restart writes nothing twice (:mod:`servehall.records.spill`).
 
 Confirmed writes: with ``commit_wait_s`` > 0, :meth:`SinkRunner.wait_written` lets the
 request path wait (up to that many seconds) until a request's record has been written
@@ -60,18 +61,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
 import time
 from collections import deque
 from itertools import islice
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from servehall.records.codec import dumps, from_json
-from servehall.records.quarantine import quarantine_line, quarantine_path, request_id_of
-from servehall.records.rows import record_kind
+from servehall.records.bad_records import BadRecords
+from servehall.records.quarantine import quarantine_path
+from servehall.records.spill import SpillFile
 from servehall.records.types import AuditEvent, Record, RequestRecord, Sink
 
 log = logging.getLogger("servehall.records")
@@ -192,10 +191,6 @@ class SinkRunner:
         self.spill_path: Path | None = (
             Path(spill_path or f"servehall-spill-{sink.name}.jsonl").expanduser() if spill else None
         )
-        self.quarantine_path = quarantine_path(sink.name, self.spill_path)
-        self._pos_path = (
-            self.spill_path.with_name(self.spill_path.name + ".pos") if self.spill_path else None
-        )
         self.spill_max_bytes = int(spill_max_bytes)
         self.retry_initial_s = float(retry_initial_s)
         self.retry_max_s = float(retry_max_s)
@@ -212,18 +207,20 @@ class SinkRunner:
         self.checks_failed = 0
         self.write_timeout_s = max(0.0, float(write_timeout_s))
         self.write_timeouts = 0
+        self._bad = BadRecords(
+            sink, quarantine_path(sink.name, self.spill_path), self.write_timeout_s or 10.0
+        )
         self._tail_refused = 0
 
         self.mem: deque[Record] = deque()
         self.tail: deque[Record] = deque()
-        self._spill_fh: IO[str] | None = None
-        self._spill_active = False
-        self._spill_bytes = 0
-        self._spill_read_pos = 0
-        self._spill_broken = False
+        self._spill_file = (
+            SpillFile(self.spill_path, self.name, self.spill_max_bytes, self._warn)
+            if self.spill_path is not None
+            else None
+        )
 
         self.written = 0
-        self.rejected = 0
         self.dropped = 0
         self.failures = 0
         self.audit_failures = 0
@@ -245,8 +242,8 @@ class SinkRunner:
             with contextlib.suppress(Exception):
                 await self.sink.close()
             raise
-        if self.spill_path is not None and self.spill_path.exists():
-            self._adopt_spill_file()
+        if self._spill_file is not None and self._spill_file.path.exists():
+            self._spill_file.adopt()
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"servehall-sink-{self.name}"
         )
@@ -272,16 +269,26 @@ class SinkRunner:
 
     # --- the producer side -------------------------------------------------------------
 
+    @property
+    def quarantine_path(self) -> Path:
+        """The quarantine file (``servehall-rejected-<sink>.jsonl`` next to the spill file)."""
+        return self._bad.path
+
+    @property
+    def rejected(self) -> int:
+        """Records (and spill-file lines) quarantined."""
+        return self._bad.rejected
+
+    @property
+    def _spill_active(self) -> bool:
+        """Whether the spill file holds records not replayed yet (new ones go there)."""
+        return self._spill_file is not None and self._spill_file.active
+
     def _can_mem(self) -> bool:
         return not self._spill_active and not self.tail and len(self.mem) < self.buffer
 
     def _can_spill(self) -> bool:
-        return (
-            self.spill_path is not None
-            and not self._spill_broken
-            and not self.tail
-            and self._spill_bytes - self._spill_read_pos < self.spill_max_bytes
-        )
+        return self._spill_file is not None and not self.tail and self._spill_file.has_room
 
     @property
     def exhausted(self) -> bool:
@@ -306,7 +313,7 @@ class SinkRunner:
         """Queue ``record``. Never blocks, never raises."""
         if self._can_mem():
             self.mem.append(record)
-        elif self._can_spill() and self._spill(record):
+        elif self._can_spill() and self._spill_file is not None and self._spill_file.append(record):
             pass
         elif self.required and not _is_refusal(record):
             self.tail.append(record)  # admitted before the sink failed: never dropped
@@ -318,29 +325,6 @@ class SinkRunner:
             self._warn("drop", f"sink {self.name!r}: buffer and spill file full; record dropped")
             return
         self._wake.set()
-
-    def _spill(self, record: Record) -> bool:
-        assert self.spill_path is not None
-        try:
-            if self._spill_fh is None:
-                self.spill_path.parent.mkdir(parents=True, exist_ok=True)
-                self._spill_fh = self.spill_path.open("a", encoding="utf-8")
-                if not self._spill_active:
-                    self._spill_read_pos = self._spill_bytes = self._spill_fh.tell()
-            line = dumps(record) + "\n"
-            self._spill_fh.write(line)
-            self._spill_fh.flush()
-        except OSError as exc:
-            self._spill_broken = True
-            self._warn(
-                "spill-error", f"sink {self.name!r}: cannot write spill file: {exc.strerror}"
-            )
-            return False
-        if not self._spill_active:
-            self._spill_active = True
-            self._warn("spill", f"sink {self.name!r}: buffer full; spilling to {self.spill_path}")
-        self._spill_bytes += len(line.encode("utf-8"))
-        return True
 
     def _warn(self, kind: str, msg: str) -> None:
         """Log a warning, at most once per 5 s per ``kind``."""
@@ -394,43 +378,6 @@ class SinkRunner:
 
     # --- the consumer side -------------------------------------------------------------
 
-    def _read_spill(self) -> tuple[list[Record], list[int], int]:
-        """Up to ``batch_size`` records from the spill file's read position: the records,
-        the file offset after each, and the offset after the last line read (an
-        unreadable line is quarantined and skipped)."""
-        assert self.spill_path is not None
-        records: list[Record] = []
-        ends: list[int] = []
-        with self.spill_path.open("r", encoding="utf-8", errors="surrogateescape") as fh:
-            fh.seek(self._spill_read_pos)
-            pos = self._spill_read_pos
-            while len(records) < self.batch_size:
-                line = fh.readline()
-                if not line.endswith("\n"):
-                    break
-                pos = fh.tell()
-                try:
-                    records.append(from_json(json.loads(line)))
-                except (ValueError, KeyError, TypeError) as exc:
-                    self._reject_line(line, exc)
-                else:
-                    ends.append(pos)
-        return records, ends, pos
-
-    def _end_spill(self) -> None:
-        """The spill file is fully replayed: remove it, resume memory buffering."""
-        if self._spill_fh is not None:
-            self._spill_fh.close()
-            self._spill_fh = None
-        assert self.spill_path is not None
-        with contextlib.suppress(OSError):
-            self.spill_path.unlink()
-        self._drop_pos()
-        self._spill_active = False
-        self._spill_bytes = 0
-        self._spill_read_pos = 0
-        log.info("sink %r: spill file replayed", self.name)
-
     def _next_batch(self) -> tuple[list[Record], list[int] | None]:
         """The next batch and, when it comes from the spill file, the file offset after
         each of its records."""
@@ -439,19 +386,19 @@ class SinkRunner:
             self._tail_refused = 0
         if self.mem:
             return list(islice(self.mem, 0, self.batch_size)), None
-        if self._spill_active:
+        spill = self._spill_file
+        if spill is not None and spill.active:
             try:
-                records, ends, pos = self._read_spill()
+                records, ends, pos = spill.read(self.batch_size, self._bad.reject_line)
             except OSError as exc:
                 log.error("sink %r: cannot read spill file: %s", self.name, exc.strerror)
-                records, ends, pos = [], [], self._spill_read_pos
+                records, ends, pos = [], [], spill.read_pos
             if records:
                 return records, ends
-            if pos != self._spill_read_pos:  # only unreadable lines were read
-                self._spill_read_pos = pos
-                self._save_pos()
+            if pos != spill.read_pos:  # only unreadable lines were read
+                spill.advance(pos)
                 return self._next_batch()
-            self._end_spill()
+            spill.end()
             return self._next_batch()
         return [], None
 
@@ -476,7 +423,7 @@ class SinkRunner:
                 await self._write(batch)
             except Exception as exc:
                 error = exc
-            if error is not None and self._suspect(error):
+            if error is not None and self._bad.suspect(error):
                 # maybe one record's content: write them one by one, quarantine the bad
                 before = self.rejected
                 done, error = await self._write_alone(batch)
@@ -511,25 +458,14 @@ class SinkRunner:
             for _ in range(done):
                 self.mem.popleft()
         else:
-            self._spill_read_pos = ends[done - 1]
-            self._save_pos()
+            assert self._spill_file is not None
+            self._spill_file.advance(ends[done - 1])
 
     # --- bad records: split, probe, quarantine -------------------------------------------
 
-    def _suspect(self, exc: Exception) -> bool:
-        """Whether ``exc`` may come from a record's content (the sink's ``suspect(exc)``;
-        for sinks without one, ``ValueError``/``TypeError``)."""
-        judge = getattr(self.sink, "suspect", None)
-        if judge is not None:
-            try:
-                return bool(judge(exc))
-            except Exception:
-                return False
-        return isinstance(exc, ValueError | TypeError)
-
     async def _write_alone(self, batch: list[Record]) -> tuple[int, Exception | None]:
         """Write ``batch`` record by record; a record refused for its content while the
-        sink takes a known-good one (:meth:`_takes_good_records`) is quarantined.
+        sink takes a known-good one (:meth:`BadRecords.takes_good_records`) is quarantined.
 
         Returns how many records, from the first, are done (written or quarantined) and
         the error that stopped it (an outage), or None when all are done.
@@ -538,96 +474,10 @@ class SinkRunner:
             try:
                 await self._write([rec])
             except Exception as exc:
-                if not self._suspect(exc) or not await self._takes_good_records():
+                if not self._bad.suspect(exc) or not await self._bad.takes_good_records():
                     return i, exc
-                await self._reject(rec, exc)
+                await self._bad.reject(rec, exc)
         return len(batch), None
-
-    async def _takes_good_records(self) -> bool:
-        """Whether the sink can write right now: its ``probe()`` (a known-good record,
-        not kept), else its ``check()``, passes within ``write_timeout_s`` (10 s when 0).
-        A sink with neither is taken at its word."""
-        probe = getattr(self.sink, "probe", None) or getattr(self.sink, "check", None)
-        if probe is None:
-            return True
-        try:
-            await asyncio.wait_for(probe(), self.write_timeout_s or 10.0)
-        except Exception as exc:
-            log.warning(
-                "sink %r: a record was refused and a known-good one cannot be written "
-                "either (%s): an outage, not a bad record; retrying",
-                self.name,
-                type(exc).__name__,
-            )
-            return False
-        return True
-
-    async def _reject(self, record: Record, exc: Exception) -> None:
-        """Quarantine ``record`` (refused with ``exc``): the sink's ``quarantine(record,
-        error)`` (e.g. the ``record_rejected`` table), else the quarantine file."""
-        self.rejected += 1
-        error = f"{type(exc).__name__}: {str(exc).strip()}"
-        rid = request_id_of(record) or "-"
-        keep = getattr(self.sink, "quarantine", None)
-        if keep is not None:
-            try:
-                await asyncio.wait_for(keep(record, error), self.write_timeout_s or 10.0)
-            except Exception as why:
-                log.warning(
-                    "sink %r: cannot keep a rejected record in the database (%s); "
-                    "using the quarantine file",
-                    self.name,
-                    type(why).__name__,
-                )
-            else:
-                log.error(
-                    "sink %r: %s record of request %s rejected and quarantined in "
-                    "record_rejected: %s",
-                    self.name,
-                    record_kind(record),
-                    rid,
-                    error[:300],
-                )
-                return
-        where = self._quarantine_file(quarantine_line(self.name, record, error))
-        log.error(
-            "sink %r: %s record of request %s rejected and quarantined in %s: %s",
-            self.name,
-            record_kind(record),
-            rid,
-            where,
-            error[:300],
-        )
-
-    def _reject_line(self, line: str, exc: Exception) -> None:
-        """Quarantine an unreadable spill-file line (kind ``line``)."""
-        self.rejected += 1
-        error = f"unreadable spill-file line: {type(exc).__name__}: {exc}"
-        where = self._quarantine_file(quarantine_line(self.name, None, error, raw=line))
-        log.error(
-            "sink %r: skipped an unreadable spill-file line; quarantined in %s", self.name, where
-        )
-
-    def _quarantine_file(self, line: str) -> str:
-        """Append ``line`` to the quarantine file; where it went (the path, or "the log"
-        with the line itself when the file cannot be written)."""
-        path = self.quarantine_path
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("a", encoding="utf-8") as fh:
-                fh.write(line + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-        except OSError as exc:
-            log.error(
-                "sink %r: cannot write the quarantine file %s (%s); the record: %s",
-                self.name,
-                path,
-                exc.strerror,
-                line,
-            )
-            return "the log"
-        return str(path)
 
     async def _write(self, batch: list[Record]) -> None:
         """``sink.write(batch)``; past ``write_timeout_s`` the sink is marked unhealthy
@@ -709,107 +559,17 @@ class SinkRunner:
 
     def _save_leftovers(self) -> None:
         """Write mem + unread spill + tail, in order, to the spill file (atomically)."""
-        unread = b""
-        if self._spill_fh is not None:
-            self._spill_fh.close()
-            self._spill_fh = None
-        if self._spill_active and self.spill_path is not None and self.spill_path.exists():
-            with self.spill_path.open("rb") as fh:
-                fh.seek(self._spill_read_pos)
-                unread = fh.read()
         left = len(self.mem) + len(self.tail)
-        if not left and not unread:
-            if self._spill_active and self.spill_path is not None:
-                with contextlib.suppress(OSError):
-                    self.spill_path.unlink()
-                self._drop_pos()
-            return
-        if self.spill_path is None:
+        if self._spill_file is None:
             if left:
                 log.error(
                     "sink %r: %d record(s) could not be written and are lost", self.name, left
                 )
             return
-        tmp = self.spill_path.with_name(self.spill_path.name + ".tmp")
-        try:
-            with tmp.open("wb") as fh:
-                fh.write("".join(dumps(r) + "\n" for r in self.mem).encode("utf-8"))
-                fh.write(unread)
-                fh.write("".join(dumps(r) + "\n" for r in self.tail).encode("utf-8"))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.spill_path)
-            self._drop_pos()  # the file now starts with its first unread record
-        except OSError as exc:
-            log.error("sink %r: cannot save %d record(s): %s", self.name, left, exc.strerror)
-            return
-        log.warning(
-            "sink %r: %d record(s) saved to %s; replayed at the next start",
-            self.name,
-            left,
-            self.spill_path,
-        )
-        self.mem.clear()
-        self.tail.clear()
-        self._tail_refused = 0
-
-    def _adopt_spill_file(self) -> None:
-        assert self.spill_path is not None
-        size = self.spill_path.stat().st_size
-        if size == 0:
-            self.spill_path.unlink()
-            self._drop_pos()
-            return
-        with self.spill_path.open("rb+") as fh:  # drop a torn last line
-            data = fh.read()
-            end = data.rfind(b"\n") + 1
-            if end != len(data):
-                fh.truncate(end)
-        self._spill_active = True
-        self._spill_bytes = end
-        self._spill_read_pos = self._load_pos(end)
-        if self._spill_read_pos:
-            log.info(
-                "sink %r: resuming the replay of %s at byte %d (replayed before a restart)",
-                self.name,
-                self.spill_path,
-                self._spill_read_pos,
-            )
-        else:
-            log.info("sink %r: replaying %s from a previous run", self.name, self.spill_path)
-
-    # The replay position survives a crash: after each replayed batch the read offset is
-    # saved next to the spill file (``<spill>.pos``: the file's inode and the offset), so
-    # a restart resumes where the replay was instead of writing it all again.
-
-    def _save_pos(self) -> None:
-        if self._pos_path is None or self.spill_path is None:
-            return
-        try:
-            ino = self.spill_path.stat().st_ino
-            tmp = self._pos_path.with_name(self._pos_path.name + ".tmp")
-            tmp.write_text(json.dumps({"ino": ino, "pos": self._spill_read_pos}))
-            os.replace(tmp, self._pos_path)
-        except OSError as exc:
-            self._warn("pos", f"sink {self.name!r}: cannot save the replay position: {exc}")
-
-    def _load_pos(self, end: int) -> int:
-        """The saved replay offset of the spill file (0 when none, stale or past ``end``)."""
-        if self._pos_path is None or self.spill_path is None:
-            return 0
-        try:
-            saved = json.loads(self._pos_path.read_text())
-            ino, pos = int(saved["ino"]), int(saved["pos"])
-            if ino == self.spill_path.stat().st_ino and 0 <= pos <= end:
-                return pos
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-        return 0
-
-    def _drop_pos(self) -> None:
-        if self._pos_path is not None:
-            with contextlib.suppress(OSError):
-                self._pos_path.unlink()
+        if self._spill_file.save(self.mem, self.tail, left):
+            self.mem.clear()
+            self.tail.clear()
+            self._tail_refused = 0
 
     def stats(self) -> dict[str, Any]:
         """Counters for health and metrics (records, bytes)."""
@@ -820,7 +580,7 @@ class SinkRunner:
             "exhausted": self.exhausted,
             "refusing": self.refusing,
             "queued": self.pending,
-            "spilled_bytes": self._spill_bytes - self._spill_read_pos if self._spill_active else 0,
+            "spilled_bytes": self._spill_file.unread_bytes if self._spill_file else 0,
             "written": self.written,
             "dropped": self.dropped,
             "failures": self.failures,

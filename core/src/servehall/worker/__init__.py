@@ -2,8 +2,12 @@
 "process"``), reached through :class:`ProcessEngine`, an ordinary ``Engine``.
 
 * :mod:`servehall.worker.client` — :class:`ProcessEngine`, the engine client over IPC;
-* :mod:`servehall.worker.supervisor` — spawning, watching and restarting the worker;
-* :mod:`servehall.worker.main` — the child's side (engine built by the backend factory);
+* :mod:`servehall.worker.supervisor` — starting, stopping and restarting the worker
+  (:mod:`servehall.worker.generation`: one worker process and its sockets;
+  :mod:`servehall.worker.watch`: the verdict on a running worker);
+* :mod:`servehall.worker.bootstrap` — the child process's start (``WorkerSpec``,
+  ``worker_main``); :mod:`servehall.worker.loop` — its serve/step loop (engine built by
+  the backend factory); :mod:`servehall.worker.faults` — the test fault hook;
 * :mod:`servehall.worker.messages` — the msgspec messages (in :mod:`servehall.worker.wire`'s
   length-prefixed frames on Unix sockets);
 * :mod:`servehall.worker.exits` — exit reasons (signal names, OOM kills, stderr tails);

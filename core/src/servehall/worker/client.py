@@ -14,11 +14,8 @@ While the worker is down every request ends at once with ``code="engine_unavaila
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import collections
 import logging
-import shutil
-import tempfile
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -33,31 +30,27 @@ from servehall.engines.contract import (
     TokenDelta,
 )
 from servehall.engines.kit import DeltaStream
-from servehall.errors import (
-    ConfigError,
-    EngineError,
-    EngineUnavailableError,
-    InvalidRequestError,
-)
+from servehall.errors import EngineError, EngineUnavailableError, InvalidRequestError
 from servehall.worker.messages import (
     AbortRequest,
     AddRequest,
     EmbedOutput,
     EmbedRequest,
     StepOutput,
-    StopWorker,
     WorkerReady,
-    command_encoder,
 )
-from servehall.worker.supervisor import EventFn, StartError, WorkerSupervisor
-from servehall.worker.wire import frame
+from servehall.worker.supervisor import EventFn, WorkerSupervisor
 
 log = logging.getLogger("servehall.worker")
 
 
-class ProcessEngine(WorkerSupervisor):
-    """An engine in a supervised worker process (see the module docstring and
-    :class:`~servehall.worker.supervisor.WorkerSupervisor`).
+class ProcessEngine:
+    """An engine in a supervised worker process (see the module docstring).
+
+    It holds its :attr:`supervisor` (:class:`~servehall.worker.supervisor.WorkerSupervisor`:
+    spawning, watching, restarting) and is that supervisor's
+    :class:`~servehall.worker.supervisor.WorkerClient`; the supervision facts hosts and
+    metrics read (:attr:`worker_up`, :attr:`restart_counts`, …) are the supervisor's.
 
     Args:
         model: the ``[[models]]`` entry (its ``worker`` table tunes supervision unless
@@ -86,10 +79,20 @@ class ProcessEngine(WorkerSupervisor):
         on_event: EventFn | None = None,
         prepare: Callable[[ModelConfig], None] | None = None,
     ) -> None:
-        self._prepare = prepare
-        super().__init__(
-            model, backend, plugins, settings=settings, log_level=log_level, on_event=on_event
+        self.supervisor = WorkerSupervisor(
+            model,
+            backend,
+            plugins,
+            self,
+            settings=settings,
+            log_level=log_level,
+            on_event=on_event,
+            prepare=prepare,
         )
+        self.name = model.name
+        self.model = model
+        self.backend = backend
+        self.settings = self.supervisor.settings
         self.probe_prompt = list(probe_prompt or [1])
         self.supported_params: frozenset[str] = frozenset()
         self._info = ModelInfo(max_model_len=1)
@@ -99,6 +102,59 @@ class ProcessEngine(WorkerSupervisor):
         self._commands: list[Any] = []
         self._flush_scheduled = False
         self._probe_ids = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # --- supervision facts (the supervisor's) ------------------------------------------
+
+    @property
+    def worker_up(self) -> bool:
+        """The worker runs and serves requests (``servehall_engine_up``)."""
+        return self.supervisor.worker_up
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The current worker's pid (None when none runs)."""
+        return self.supervisor.worker_pid
+
+    @property
+    def crash_looping(self) -> bool:
+        """The supervisor gave up restarting (``servehall_engine_crash_loop``)."""
+        return self.supervisor.crash_looping
+
+    @property
+    def state_reason(self) -> str:
+        """Why the engine is not up ("" when it is)."""
+        return self.supervisor.state_reason
+
+    async def wait_up(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the engine to be up (see
+        :meth:`~servehall.worker.supervisor.WorkerSupervisor.wait_up`)."""
+        return await self.supervisor.wait_up(timeout)
+
+    @property
+    def restart_counts(self) -> collections.Counter[str]:
+        """Restarts by reason (``servehall_engine_restarts_total``)."""
+        return self.supervisor.restart_counts
+
+    @property
+    def started_at(self) -> float:
+        """Unix time the current worker came up (0 before any)."""
+        return self.supervisor.started_at
+
+    @property
+    def last_exit_reason(self) -> str:
+        """The kind of the last loss, "" before any."""
+        return self.supervisor.last_exit_reason
+
+    @property
+    def oom_kills(self) -> int:
+        """Workers killed by the OOM killer (``servehall_engine_oom_kills_total``)."""
+        return self.supervisor.oom_kills
+
+    @property
+    def busy_silences(self) -> int:
+        """Heartbeat silences forgiven because the worker was busy."""
+        return self.supervisor.busy_silences
 
     # --- Engine facts ------------------------------------------------------------------
 
@@ -110,7 +166,8 @@ class ProcessEngine(WorkerSupervisor):
     # --- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Spawn the worker and wait until its engine started (``start_timeout_s``).
+        """Spawn the worker and wait until its engine started (``start_timeout_s``;
+        :meth:`~servehall.worker.supervisor.WorkerSupervisor.start`).
 
         Raises:
             ConfigError: the worker's backend factory refused the model (bad options,
@@ -118,78 +175,13 @@ class ProcessEngine(WorkerSupervisor):
             EngineError: the worker failed or died while starting (message with its exit
                 reason and last stderr lines), or did not start in time.
         """
-        if self._state != "new":
-            return
         self._loop = asyncio.get_running_loop()
-        self._tmp = tempfile.mkdtemp(prefix="servehall-worker-")
-        if self.settings.python is not None:
-            from servehall.worker.foreign import check_interpreter
-
-            try:
-                await check_interpreter(self.settings.python, self.name)
-            except ConfigError:
-                self._state = "stopped"
-                self._reason = "the worker's interpreter was refused"
-                shutil.rmtree(self._tmp, ignore_errors=True)
-                self._tmp = None
-                raise
-        if self._prepare is not None:
-            await self._run_prepare(self._prepare)
-        try:
-            await self._start_generation()
-        except StartError as exc:
-            await self._teardown_generation(kill=True)
-            self._state = "stopped"
-            self._reason = exc.message
-            self._close_contexts()
-            if exc.error_type == "ConfigError":
-                raise ConfigError(f"model {self.name}: {exc.message}") from None
-            raise EngineError(
-                f"model {self.name}: the engine worker failed to start: {exc.message}"
-            ) from None
-        self._set_up()
-        self._watch = asyncio.ensure_future(self._watch_loop())
-
-    async def _run_prepare(self, prepare: Callable[[ModelConfig], None]) -> None:
-        """Run the backend's build step on a thread (see ``prepare`` in the class doc)."""
-        self._reason = "building the model before its worker starts (conversion; see the log)"
-        log.info("model %s: preparing the model before its worker starts", self.name)
-        started = time.monotonic()
-        try:
-            await asyncio.to_thread(prepare, self.model)
-        except (ConfigError, EngineError) as exc:
-            self._state = "stopped"
-            self._reason = str(exc)
-            shutil.rmtree(self._tmp or "", ignore_errors=True)
-            self._tmp = None
-            if isinstance(exc, ConfigError):
-                raise
-            raise EngineError(f"model {self.name}: {exc}") from None
-        log.info("model %s: prepared in %.1f s", self.name, time.monotonic() - started)
-        self._reason = "engine not started"
+        await self.supervisor.start()
 
     async def shutdown(self) -> None:
         """Abort every request, ask the worker to stop (SIGKILL after ``stop_timeout_s``).
         Idempotent."""
-        if self._state == "stopped":
-            return
-        self._state = "stopped"
-        self._reason = "engine is shut down"
-        self._up.clear()
-        for rid in list(self._streams):
-            self._abort_now(rid)
-        self._fail_embeds()
-        for task in (self._watch, self._restart):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
-        gen = self._gen
-        if gen is not None and gen.proc is not None and gen.proc.exitcode is None:
-            self._send([StopWorker()])
-            await self._wait_exit(gen, self.settings.stop_timeout_s)
-        await self._teardown_generation(kill=True)
-        self._close_contexts()
+        await self.supervisor.stop()
 
     # --- requests ----------------------------------------------------------------------
 
@@ -207,10 +199,11 @@ class ProcessEngine(WorkerSupervisor):
         """
         if request_id in self._streams:
             raise ValueError(f"request id {request_id!r} is already live")
-        if self._state in ("new", "stopped"):
+        state = self.supervisor.state
+        if state in ("new", "stopped"):
             raise EngineError(f"the engine of model {self.name} is not running")
         stream = DeltaStream(request_id, self._abort_now)
-        if self._state != "up":
+        if state != "up":
             stream.push(self._unavailable())
             return stream
         self._submit(stream, prompt_token_ids, params)
@@ -218,7 +211,7 @@ class ProcessEngine(WorkerSupervisor):
 
     def _submit(self, stream: DeltaStream, prompt: Sequence[int], params: SamplingParams) -> None:
         if not self._streams:
-            self._last_progress = time.monotonic()  # the stall clock starts now
+            self.supervisor.start_stall_clock()
         self._streams[stream.request_id] = stream
         self._queue_command(AddRequest(stream.request_id, list(prompt), params))
 
@@ -232,9 +225,10 @@ class ProcessEngine(WorkerSupervisor):
             InvalidRequestError: the worker's engine refused the input (or cannot embed).
             EngineError: the worker's engine failed, or the engine was shut down.
         """
-        if self._state in ("new", "stopped"):
+        state = self.supervisor.state
+        if state in ("new", "stopped"):
             raise EngineError(f"the engine of model {self.name} is not running")
-        if self._state != "up":
+        if state != "up":
             raise EngineUnavailableError(self._unavailable().error or "engine unavailable")
         return await self._embed_now(inputs)
 
@@ -244,7 +238,7 @@ class ProcessEngine(WorkerSupervisor):
         assert self._loop is not None
         fut: asyncio.Future[list[list[float]]] = self._loop.create_future()
         if not self._streams and not self._embeds:
-            self._last_progress = time.monotonic()  # the stall clock starts now
+            self.supervisor.start_stall_clock()
         self._embeds[rid] = fut
         self._queue_command(EmbedRequest(rid, [list(x) for x in inputs]))
         try:
@@ -252,7 +246,9 @@ class ProcessEngine(WorkerSupervisor):
         finally:
             self._embeds.pop(rid, None)
 
-    def _on_embed(self, msg: EmbedOutput) -> None:
+    def on_embed(self, msg: EmbedOutput) -> None:
+        """Deliver one embedding answer to its caller (the supervisor's
+        :class:`~servehall.worker.supervisor.WorkerClient`)."""
         fut = self._embeds.pop(msg.request_id, None)
         if fut is None or fut.done():
             return
@@ -281,7 +277,7 @@ class ProcessEngine(WorkerSupervisor):
         if stream is None:
             return
         stream.push(TokenDelta((), "abort"))
-        if self._state in ("up", "probing"):
+        if self.supervisor.state in ("up", "probing"):
             self._queue_command(AbortRequest(request_id))
 
     def _queue_command(self, cmd: Any) -> None:
@@ -294,24 +290,15 @@ class ProcessEngine(WorkerSupervisor):
     def _flush_commands(self) -> None:
         self._flush_scheduled = False
         cmds, self._commands = self._commands, []
-        if cmds and self._state in ("up", "probing"):
-            self._send(cmds)
-
-    def _send(self, cmds: list[Any]) -> None:
-        # The stream buffers what the socket cannot take at once: the event loop never
-        # blocks. Commands are sent only once the worker connected (it is ready); a dead
-        # worker's commands are moot: its exit handler ends its streams.
-        gen = self._gen
-        writer = None if gen is None else gen.commands
-        if writer is None or writer.is_closing():
-            return
-        writer.write(frame(command_encoder.encode(cmds)))
+        if cmds and self.supervisor.state in ("up", "probing"):
+            self.supervisor.send(cmds)
 
     def _unavailable(self) -> TokenDelta:
         return TokenDelta(
             (),
             "error",
-            error=f"The engine of model '{self.name}' is unavailable: {self._reason}",
+            error=f"The engine of model '{self.name}' is unavailable: "
+            f"{self.supervisor.state_reason}",
             code="engine_unavailable",
         )
 
@@ -319,26 +306,29 @@ class ProcessEngine(WorkerSupervisor):
 
     async def health(self) -> EngineHealth:
         """From the state and the last heartbeat (no round trip to the worker)."""
-        if self._state != "up":
-            return EngineHealth(False, self._reason)
-        hb = self._hb
+        sup = self.supervisor
+        if sup.state != "up":
+            return EngineHealth(False, sup.state_reason)
+        hb = sup.heartbeat
         if hb is not None and not hb.healthy:
             return EngineHealth(False, hb.reason or "the worker's engine is not healthy")
         return EngineHealth(True)
 
     def stats(self) -> EngineStats:
         """The last heartbeat's counters, with this side's live-request count."""
-        hb = self._hb
+        sup = self.supervisor
+        hb = sup.heartbeat
         live = len(self._streams)
         if hb is None:
             return EngineStats(0, live, 0, 1)
-        if self._state != "up":
+        if sup.state != "up":
             return EngineStats(0, 0, 0, max(hb.kv_cache_blocks_total, 1))
-        running = min(self._counters[0], live)
+        counters = sup.counters
+        running = min(counters[0], live)
         return EngineStats(
             running=running,
             waiting=max(live - running, 0),
-            kv_cache_blocks_used=self._counters[2],
+            kv_cache_blocks_used=counters[2],
             kv_cache_blocks_total=max(hb.kv_cache_blocks_total, 1),
             device_memory_used_bytes=hb.device_memory_used_bytes,
             device_memory_total_bytes=hb.device_memory_total_bytes,
@@ -348,12 +338,14 @@ class ProcessEngine(WorkerSupervisor):
             devices=hb.devices,
         )
 
-    # --- what the supervisor asks of the client ------------------------------------------
+    # --- what the supervisor asks of the client (WorkerClient) -------------------------
 
-    def _in_flight(self) -> int:
+    def in_flight(self) -> int:
+        """Requests and embeddings in flight."""
         return len(self._streams) + len(self._embeds)
 
-    def _on_step(self, msg: StepOutput) -> None:
+    def on_step(self, msg: StepOutput) -> None:
+        """Deliver one engine step's deltas to their streams."""
         streams = self._streams
         for rid, tokens, finish, error, code in msg.deltas:
             stream = streams.get(rid)
@@ -363,7 +355,9 @@ class ProcessEngine(WorkerSupervisor):
                 del streams[rid]
             stream.push(TokenDelta(tokens, finish, error, code))  # type: ignore[arg-type]
 
-    def _fail_in_flight(self) -> None:
+    def fail_in_flight(self) -> None:
+        """End every in-flight request with ``engine_unavailable``; drop queued
+        commands."""
         streams, self._streams = self._streams, {}
         failure = self._unavailable()
         for stream in streams.values():
@@ -371,7 +365,15 @@ class ProcessEngine(WorkerSupervisor):
         self._fail_embeds()
         self._commands.clear()
 
-    def _on_ready(self, info: WorkerReady) -> None:
+    def abort_all(self) -> None:
+        """End every request with ``abort`` and every embedding as unavailable (the
+        engine is shutting down)."""
+        for rid in list(self._streams):
+            self._abort_now(rid)
+        self._fail_embeds()
+
+    def on_ready(self, info: WorkerReady) -> None:
+        """Take the new worker's engine facts."""
         self._info = ModelInfo(
             max_model_len=info.max_model_len,
             eos_token_ids=tuple(info.eos_token_ids),
@@ -380,7 +382,7 @@ class ProcessEngine(WorkerSupervisor):
         )
         self.supported_params = frozenset(info.supported_params)
 
-    async def _probe(self) -> bool:
+    async def probe(self) -> bool:
         """One greedy token through the new worker (an embedding of the probe prompt for
         ``task = "embed"``)."""
         if self.model.task == "embed":

@@ -101,7 +101,7 @@ async def check_interpreter(python: Path, model: str) -> dict[str, Any]:
 
 
 def spec_to_json(spec: Any) -> str:
-    """A :class:`~servehall.worker.main.WorkerSpec` as JSON (plain data, so two
+    """A :class:`~servehall.worker.bootstrap.WorkerSpec` as JSON (plain data, so two
     environments with different pydantic builds read it alike)."""
     from dataclasses import fields
 
@@ -112,9 +112,9 @@ def spec_to_json(spec: Any) -> str:
 
 
 def spec_from_json(text: str) -> Any:
-    """The :class:`~servehall.worker.main.WorkerSpec` that :func:`spec_to_json` wrote."""
+    """The :class:`~servehall.worker.bootstrap.WorkerSpec` that :func:`spec_to_json` wrote."""
     from servehall.config.models import ModelConfig
-    from servehall.worker.main import WorkerSpec
+    from servehall.worker.bootstrap import WorkerSpec
 
     data = json.loads(text)
     data["model"] = ModelConfig.model_validate(data["model"])
@@ -183,7 +183,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--version"]:
         print(json.dumps(_versions()), flush=True)
         return 0
-    from servehall.worker.main import worker_main
+    from servehall.worker.bootstrap import worker_main
 
     spec = spec_from_json(Path(argv[0]).read_text())
     worker_main(spec, None)  # exits the process

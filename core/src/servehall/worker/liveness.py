@@ -1,6 +1,6 @@
-"""What a silent worker process is doing, read from ``/proc``: the supervisor's second
-look before it restarts a worker whose heartbeats are overdue
-(:class:`~servehall.worker.supervisor.WorkerSupervisor`).
+"""What a silent worker process is doing, read from ``/proc``: the watch's second look
+before the supervisor restarts a worker whose heartbeats are overdue
+(:class:`~servehall.worker.watch.WorkerWatch`).
 
 A missed heartbeat has three causes that look the same from the socket: the worker is
 **stopped** (SIGSTOP, a debugger: it will not answer again by itself), **busy** (alive,

@@ -3,16 +3,9 @@ worker, reads its reports and its stderr, watches it, and restarts it.
 
 Supervision (``[[models]] worker``, :class:`~servehall.config.worker.WorkerSettings`):
 
-* the worker is watched for exit (its process sentinel, at once), missed heartbeats
-  (no report at all for ``heartbeat_timeout_s``; the worker sends them from a thread of
-  its own, so a busy worker event loop is not mistaken for a dead one) and stalled
-  steps (requests in flight but no step output for ``step_timeout_s``), polled every
-  0.1 s;
-* an overdue heartbeat is judged with the kernel's view of the worker
-  (:mod:`servehall.worker.liveness`): a stopped worker (SIGSTOP) is lost (reason
-  ``stopped``); a busy one (starved of CPU, or computing) is forgiven up to
-  ``busy_timeout_s`` (counted in :attr:`WorkerSupervisor.busy_silences`); an asleep one
-  is lost (``heartbeat_timeout``);
+* the worker is watched for exit (its process sentinel, at once), and every 0.1 s for
+  missed heartbeats and stalled steps (:mod:`servehall.worker.watch`: the verdict, with
+  the kernel's view of a silent worker — stopped, busy, asleep);
 * when it is lost, every in-flight request ends at once with ``finish_reason="error"``
   and ``code="engine_unavailable"`` (the host answers 503 + ``Retry-After``, or one SSE
   error event then ``[DONE]``); ``health()`` turns false with the reason;
@@ -27,10 +20,15 @@ Supervision (``[[models]] worker``, :class:`~servehall.config.worker.WorkerSetti
 Each restart and crash loop is reported through ``on_event(action, details)`` (the host
 writes an audit event) and counted in :attr:`WorkerSupervisor.restart_counts`.
 
-The engine client (:class:`~servehall.worker.client.ProcessEngine`) extends it with the
-request side; the supervisor reaches that side only through the five methods at the end
-of the class (in-flight count, step delivery, failing in-flight work, the probe, the
-ready report). Pattern: vLLM V1 keeps its engine client and its process manager apart.
+One worker process with its connections and output is a
+:class:`~servehall.worker.generation.Generation`; the supervisor decides when one starts,
+is judged lost, is replaced, or is not replaced any more.
+
+The engine client (:class:`~servehall.worker.client.ProcessEngine`) holds a supervisor
+and is its :class:`WorkerClient`: the supervisor reaches the request side only through
+that protocol (in-flight count, step and embedding delivery, failing in-flight work,
+ending every request at shutdown, the probe, the ready report). Pattern: vLLM V1 keeps
+its engine client and its process manager apart.
 """
 
 from __future__ import annotations
@@ -41,30 +39,28 @@ import contextlib
 import logging
 import multiprocessing
 import os
-import select
 import shutil
-import signal
-import socket
-import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from servehall.config.models import ModelConfig
 from servehall.config.worker import WorkerSettings
+from servehall.errors import ConfigError, EngineError
+from servehall.worker.bootstrap import WorkerSpec
 from servehall.worker.exits import describe_exit, oom_kill_count, with_stderr
-from servehall.worker.liveness import ProcSample, liveness
-from servehall.worker.main import WorkerSpec, worker_main
+from servehall.worker.generation import Generation
 from servehall.worker.messages import (
     EmbedOutput,
     Heartbeat,
     StartFailed,
     StepOutput,
+    StopWorker,
     WorkerReady,
-    report_decoder,
 )
-from servehall.worker.wire import read_frame
+from servehall.worker.watch import OK, WorkerWatch
 
 log = logging.getLogger("servehall.worker")
 
@@ -85,22 +81,37 @@ STDERR_TAIL_LINES = 40
 EventFn = Callable[[str, dict[str, Any]], None]
 
 
-class _Generation:
-    """One worker process and its two connections (:mod:`servehall.worker.wire`)."""
+class WorkerClient(Protocol):
+    """What the supervisor asks of the engine client that holds it (the request side:
+    :class:`~servehall.worker.client.ProcessEngine`)."""
 
-    def __init__(self, number: int) -> None:
-        self.number = number
-        self.proc: Any = None
-        self.commands: asyncio.StreamWriter | None = None  # API -> worker
-        self.reports: asyncio.StreamWriter | None = None  # worker -> API (its transport)
-        self.reports_fd = -1
-        self.reader: asyncio.Task[None] | None = None
-        self.failing: asyncio.Task[None] | None = None  # _fail_start, kept referenced
-        self.output_fd: int | None = None
-        self.ready: asyncio.Future[None] | None = None
-        self.info: WorkerReady | None = None
-        self.oom_before: int | None = None
-        self.partial = b""
+    def in_flight(self) -> int:
+        """Requests in flight (the stall check's and its message's count)."""
+        ...
+
+    def on_step(self, msg: StepOutput) -> None:
+        """Deliver one engine step's deltas to their streams."""
+        ...
+
+    def on_embed(self, msg: EmbedOutput) -> None:
+        """Deliver one embedding answer to its caller."""
+        ...
+
+    def fail_in_flight(self) -> None:
+        """End every in-flight request now (the worker is lost); drop queued commands."""
+        ...
+
+    def abort_all(self) -> None:
+        """End every request: the engine is shutting down (no command is sent)."""
+        ...
+
+    async def probe(self) -> bool:
+        """One inference through a freshly restarted worker; True when it finished."""
+        ...
+
+    def on_ready(self, info: WorkerReady) -> None:
+        """A new worker reported ready with its engine's facts."""
+        ...
 
 
 class WorkerSupervisor:
@@ -112,9 +123,13 @@ class WorkerSupervisor:
             ``settings`` is given).
         backend: the resolved backend name whose factory builds the engine in the worker.
         plugins: entry-point names the worker enables to find that backend.
+        client: the request side it serves (see :class:`WorkerClient`).
         settings: supervision settings (default ``model.worker``).
         log_level: the worker's log level.
         on_event: ``(action, details)`` for ``restart`` and ``crash_loop``.
+        prepare: the backend's :attr:`~servehall.BackendSpec.prepare` (a model
+            conversion), run on a thread before the worker is spawned, outside its
+            ``start_timeout_s``; the state reason says so meanwhile.
     """
 
     def __init__(
@@ -122,11 +137,15 @@ class WorkerSupervisor:
         model: ModelConfig,
         backend: str,
         plugins: Sequence[str],
+        client: WorkerClient,
         *,
         settings: WorkerSettings | None = None,
         log_level: str = "info",
         on_event: EventFn | None = None,
+        prepare: Callable[[ModelConfig], None] | None = None,
     ) -> None:
+        self.client = client
+        self._prepare = prepare
         self.name = model.name
         self.model = model
         self.backend = backend
@@ -139,7 +158,7 @@ class WorkerSupervisor:
         )
         self._state = "new"  # new | starting | probing | up | down | failed | stopped
         self._reason = "engine not started"
-        self._gen: _Generation | None = None
+        self._gen: Generation | None = None
         self._generations = 0
         self._tmp: str | None = None
         self._mp = multiprocessing.get_context("spawn")
@@ -147,15 +166,12 @@ class WorkerSupervisor:
         self._up = asyncio.Event()
         self._hb: Heartbeat | None = None
         self._counters = (0, 0, 0)
-        self._last_hb = 0.0
-        self._silence_sample: tuple[float, ProcSample | None] = (-1.0, None)
-        self._forgiven_hb = -1.0  # the _last_hb of the silence last forgiven as busy
-        self._hb_grace_until = 0.0  # no heartbeat verdict before (monotonic s)
-        self._last_progress = 0.0
+        self.watch = WorkerWatch(self.name, self.settings)
+        """When the worker was last heard from, and the verdict on it."""
         self._up_since = 0.0
         self._failures: collections.deque[float] = collections.deque()
         self._consecutive = 0
-        self._watch: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
         self._restart: asyncio.Task[None] | None = None
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self.started_at = 0.0
@@ -164,11 +180,14 @@ class WorkerSupervisor:
         """The kind (a :data:`RESTART_REASONS` value) of the last loss, "" before any."""
         self.oom_kills = 0
         """Workers killed by the OOM killer (``servehall_engine_oom_kills_total``)."""
-        self.busy_silences = 0
-        """Heartbeat silences forgiven because the worker was busy
-        (``servehall_engine_busy_silences_total``): one per silence."""
 
     # --- state -------------------------------------------------------------------------
+
+    @property
+    def busy_silences(self) -> int:
+        """Heartbeat silences forgiven because the worker was busy
+        (``servehall_engine_busy_silences_total``): one per silence."""
+        return self.watch.busy_silences
 
     @property
     def worker_up(self) -> bool:
@@ -203,7 +222,114 @@ class WorkerSupervisor:
                 await self._up.wait()
         return self._state == "up"
 
+    @property
+    def state(self) -> str:
+        """``new``, ``starting``, ``probing``, ``up``, ``down``, ``failed`` or
+        ``stopped``."""
+        return self._state
+
+    @property
+    def heartbeat(self) -> Heartbeat | None:
+        """The current worker's last heartbeat (None before its first)."""
+        return self._hb
+
+    @property
+    def counters(self) -> tuple[int, int, int]:
+        """Running, waiting, KV-cache blocks used: from the last step output or
+        heartbeat, whichever came later."""
+        return self._counters
+
+    def start_stall_clock(self) -> None:
+        """Work was queued with none in flight: the stalled-step check counts from now."""
+        self.watch.stall_clock()
+
+    def send(self, cmds: list[Any]) -> None:
+        """Send ``cmds`` to the current worker as one frame (dropped when none is
+        connected, see :meth:`~servehall.worker.generation.Generation.send`)."""
+        if self._gen is not None:
+            self._gen.send(cmds)
+
     # --- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Spawn the worker and wait until its engine started (``start_timeout_s``).
+
+        Raises:
+            ConfigError: the worker's backend factory refused the model (bad options,
+                not a model directory), or its interpreter was refused, with its message.
+            EngineError: the worker failed or died while starting (message with its exit
+                reason and last stderr lines), or did not start in time.
+        """
+        if self._state != "new":
+            return
+        self._loop = asyncio.get_running_loop()
+        self._tmp = tempfile.mkdtemp(prefix="servehall-worker-")
+        if self.settings.python is not None:
+            from servehall.worker.foreign import check_interpreter
+
+            try:
+                await check_interpreter(self.settings.python, self.name)
+            except ConfigError:
+                self._state = "stopped"
+                self._reason = "the worker's interpreter was refused"
+                shutil.rmtree(self._tmp, ignore_errors=True)
+                self._tmp = None
+                raise
+        if self._prepare is not None:
+            await self._run_prepare(self._prepare)
+        try:
+            await self._start_generation()
+        except StartError as exc:
+            await self._teardown_generation(kill=True)
+            self._state = "stopped"
+            self._reason = exc.message
+            self._close_contexts()
+            if exc.error_type == "ConfigError":
+                raise ConfigError(f"model {self.name}: {exc.message}") from None
+            raise EngineError(
+                f"model {self.name}: the engine worker failed to start: {exc.message}"
+            ) from None
+        self._set_up()
+        self._watcher = asyncio.ensure_future(self._watch_loop())
+
+    async def _run_prepare(self, prepare: Callable[[ModelConfig], None]) -> None:
+        """Run the backend's build step on a thread (see ``prepare`` in the class doc)."""
+        self._reason = "building the model before its worker starts (conversion; see the log)"
+        log.info("model %s: preparing the model before its worker starts", self.name)
+        started = time.monotonic()
+        try:
+            await asyncio.to_thread(prepare, self.model)
+        except (ConfigError, EngineError) as exc:
+            self._state = "stopped"
+            self._reason = str(exc)
+            shutil.rmtree(self._tmp or "", ignore_errors=True)
+            self._tmp = None
+            if isinstance(exc, ConfigError):
+                raise
+            raise EngineError(f"model {self.name}: {exc}") from None
+        log.info("model %s: prepared in %.1f s", self.name, time.monotonic() - started)
+        self._reason = "engine not started"
+
+    async def stop(self) -> None:
+        """End every request (:meth:`WorkerClient.abort_all`), ask the worker to stop
+        (SIGKILL after ``stop_timeout_s``). Idempotent."""
+        if self._state == "stopped":
+            return
+        self._state = "stopped"
+        self._reason = "engine is shut down"
+        self._up.clear()
+        self.client.abort_all()
+        for task in (self._watcher, self._restart):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        gen = self._gen
+        if gen is not None and gen.proc is not None and gen.proc.exitcode is None:
+            gen.send([StopWorker()])
+            await gen.wait_exit(self.settings.stop_timeout_s)
+        await self._teardown_generation(kill=True)
+        self._close_contexts()
 
     def _close_contexts(self) -> None:
         """Remove the folder of the workers' socket paths."""
@@ -217,21 +343,17 @@ class WorkerSupervisor:
         """Spawn a worker and wait for its first heartbeat after ready (StartError)."""
         assert self._loop is not None and self._tmp is not None
         self._generations += 1
-        gen = _Generation(self._generations)
+        gen = Generation(
+            self._generations, name=self.name, stderr=self._stderr, on_report=self._on_report
+        )
         self._gen = gen
         self._state = "starting"
         self._hb = None
-        path = os.path.join(self._tmp, f"w-{gen.number}.sock")
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(path)
-        listener.listen(2)
-        listener.setblocking(False)
-        gen.ready = self._loop.create_future()
         spec = WorkerSpec(
             model=self.model,
             backend=self.backend,
             plugins=self.plugins,
-            socket_path=path,
+            socket_path=os.path.join(self._tmp, f"w-{gen.number}.sock"),
             parent_pid=os.getpid(),
             generation=gen.number,
             heartbeat_interval_s=self.settings.heartbeat_interval_s,
@@ -243,29 +365,14 @@ class WorkerSupervisor:
         )
         gen.oom_before = oom_kill_count()
         # started on the event-loop thread: PR_SET_PDEATHSIG follows the spawning thread
-        if self.settings.python is not None:
-            from servehall.worker.foreign import ForeignProcess
-
-            proc = ForeignProcess(
-                self.settings.python, spec, Path(self._tmp) / f"spec-{gen.number}.json"
-            )
-            gen.proc, gen.output_fd = proc, proc.output_fd
-        else:
-            reader, writer = self._mp.Pipe(duplex=False)
-            gen.proc = self._mp.Process(
-                target=worker_main,
-                args=(spec, writer),
-                name=f"servehall-worker-{self.name}",
-                daemon=True,
-            )
-            gen.proc.start()
-            writer.close()
-            gen.output_fd = os.dup(reader.fileno())
-            reader.close()
-        os.set_blocking(gen.output_fd, False)
-        self._loop.add_reader(gen.output_fd, self._read_output, gen)
-        self._loop.add_reader(gen.proc.sentinel, self._on_exit, gen)
-        gen.reader = asyncio.ensure_future(self._read_reports(gen, listener))
+        gen.spawn(
+            self._loop,
+            spec,
+            mp=self._mp,
+            python=self.settings.python,
+            spec_path=Path(self._tmp) / f"spec-{gen.number}.json",
+            on_exit=self._on_exit,
+        )
         log.info(
             "model %s: worker %d started (pid %d, backend %s)",
             self.name,
@@ -273,6 +380,7 @@ class WorkerSupervisor:
             gen.proc.pid,
             self.backend,
         )
+        assert gen.ready is not None
         try:
             async with asyncio.timeout(self.settings.start_timeout_s):
                 await gen.ready
@@ -281,44 +389,22 @@ class WorkerSupervisor:
                 "", f"no ready report within start_timeout_s={self.settings.start_timeout_s:g}"
             ) from None
         assert gen.info is not None
-        self._on_ready(gen.info)
+        self.client.on_ready(gen.info)
 
-    async def _read_reports(self, gen: _Generation, listener: socket.socket) -> None:
-        """Accept the worker's two connections (commands first, then reports), then
-        deliver its reports until the stream ends or the task is cancelled. Frames that
-        already arrived are read without a loop turn each (``read_frame``)."""
-        assert self._loop is not None
-        decode = report_decoder.decode
-        try:
-            try:
-                commands, _ = await self._loop.sock_accept(listener)
-                reports, _ = await self._loop.sock_accept(listener)
-            finally:
-                listener.close()
-            _, gen.commands = await asyncio.open_unix_connection(sock=commands)
-            gen.reports_fd = reports.fileno()
-            reader, gen.reports = await asyncio.open_unix_connection(sock=reports)
-            while True:
-                self._on_report(gen, decode(await read_frame(reader)))
-        except (asyncio.CancelledError, asyncio.IncompleteReadError, ConnectionError):
-            return
-        except Exception:  # a malformed report: the silence that follows restarts it
-            log.exception("model %s: reading the worker's reports failed", self.name)
-
-    def _on_report(self, gen: _Generation, msg: Any) -> None:
+    def _on_report(self, gen: Generation, msg: Any) -> None:
         if gen is not self._gen:
             return
         if isinstance(msg, StepOutput):
-            self._last_progress = self._last_hb = time.monotonic()  # output is life too
+            self.watch.heard(progress=True)  # output is life too
             self._counters = msg.counters
-            self._on_step(msg)
+            self.client.on_step(msg)
         elif isinstance(msg, EmbedOutput):
-            self._last_progress = self._last_hb = time.monotonic()
-            self._on_embed(msg)
+            self.watch.heard(progress=True)
+            self.client.on_embed(msg)
         elif isinstance(msg, Heartbeat):
             self._hb = msg
             self._counters = (msg.running, msg.waiting, msg.kv_cache_blocks_used)
-            self._last_hb = time.monotonic()
+            self.watch.heard()
             if gen.info is not None and gen.ready is not None and not gen.ready.done():
                 gen.ready.set_result(None)
         elif isinstance(msg, WorkerReady):
@@ -326,45 +412,7 @@ class WorkerSupervisor:
         elif isinstance(msg, StartFailed) and gen.ready is not None and not gen.ready.done():
             gen.ready.set_exception(StartError(msg.error_type, msg.message))
 
-    def _read_output(self, gen: _Generation) -> None:
-        """Forward the worker's stdout/stderr to ours; keep its last lines."""
-        fd = gen.output_fd
-        if fd is None:
-            return
-        while True:
-            try:
-                chunk = os.read(fd, 65536)
-            except BlockingIOError:
-                return
-            except OSError:
-                chunk = b""
-            if not chunk:
-                self._close_output(gen)
-                return
-            data = gen.partial + chunk
-            *lines, gen.partial = data.split(b"\n")
-            for raw in lines:
-                line = raw.decode(errors="replace")
-                self._stderr.append(line)
-                with contextlib.suppress(Exception):
-                    sys.stderr.write(line + "\n")
-            with contextlib.suppress(Exception):
-                sys.stderr.flush()
-
-    def _close_output(self, gen: _Generation) -> None:
-        fd = gen.output_fd
-        if fd is None:
-            return
-        if gen.partial:
-            self._stderr.append(gen.partial.decode(errors="replace"))
-            gen.partial = b""
-        gen.output_fd = None
-        if self._loop is not None:
-            self._loop.remove_reader(fd)
-        with contextlib.suppress(OSError):
-            os.close(fd)
-
-    def _on_exit(self, gen: _Generation) -> None:
+    def _on_exit(self, gen: Generation) -> None:
         """The worker process ended (its sentinel became readable)."""
         if self._loop is not None and gen.proc is not None:
             self._loop.remove_reader(gen.proc.sentinel)
@@ -372,7 +420,7 @@ class WorkerSupervisor:
             gen.proc.join(2.0)  # the sentinel closes just before the exit status is ready
         if gen is not self._gen or self._state == "stopped":
             return
-        self._read_output(gen)  # the last words, before composing the reason
+        gen.read_output()  # the last words, before composing the reason
         exit_reason = describe_exit(
             gen.proc.exitcode, oom_before=gen.oom_before, oom_after=oom_kill_count()
         )
@@ -383,7 +431,7 @@ class WorkerSupervisor:
         kind = "oom_killed" if "OOM killer" in exit_reason else "crashed"
         self._lost(kind, reason)
 
-    async def _fail_start(self, gen: _Generation, reason: str) -> None:
+    async def _fail_start(self, gen: Generation, reason: str) -> None:
         """The worker ended before it was ready. Its ``StartFailed`` report (written just
         before it exits with status 3) may still be unread in the reports socket when the
         exit is seen first: let the reader deliver what arrived (it ends at the socket's
@@ -394,44 +442,9 @@ class WorkerSupervisor:
         if gen.ready is not None and not gen.ready.done():
             gen.ready.set_exception(StartError("", reason))
 
-    async def _wait_exit(self, gen: _Generation, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while gen.proc is not None and gen.proc.exitcode is None:
-            if time.monotonic() > deadline:
-                return
-            await asyncio.sleep(0.02)
-
     async def _teardown_generation(self, *, kill: bool) -> None:
-        gen = self._gen
-        if gen is None:
-            return
-        proc = gen.proc
-        if proc is not None:
-            if self._loop is not None:
-                with contextlib.suppress(Exception):
-                    self._loop.remove_reader(proc.sentinel)
-            if kill and proc.exitcode is None:
-                with contextlib.suppress(Exception):
-                    proc.kill()
-                await self._wait_exit(gen, 5.0)
-            if kill:
-                kill_group(proc.pid)
-            with contextlib.suppress(Exception):
-                proc.join(0)
-            if proc.exitcode is not None and hasattr(proc, "output_fd"):  # ForeignProcess
-                proc.close()
-        self._read_output(gen)
-        self._close_output(gen)
-        if gen.reader is not None:
-            gen.reader.cancel()
-            with contextlib.suppress(BaseException):
-                await gen.reader
-        for stream in (gen.commands, gen.reports):
-            if stream is not None:
-                with contextlib.suppress(Exception):
-                    stream.close()
-        gen.commands = gen.reports = None
-        gen.reports_fd = -1
+        if self._gen is not None:
+            await self._gen.teardown(kill=kill)
 
     # --- supervision -------------------------------------------------------------------
 
@@ -440,7 +453,7 @@ class WorkerSupervisor:
         self._reason = ""
         self._up_since = time.monotonic()
         self.started_at = time.time()
-        self._last_hb = time.monotonic()
+        self.watch.heard()
         self._up.set()
 
     async def _watch_loop(self) -> None:
@@ -448,91 +461,27 @@ class WorkerSupervisor:
         while True:
             asleep = time.monotonic()
             await asyncio.sleep(interval)
-            now = time.monotonic()
-            if now - asleep > interval + self.settings.heartbeat_interval_s:
-                # this process was not running (a stopped or starved machine, a blocked
-                # loop): the worker may have been frozen with it, so it gets two of its
-                # heartbeat intervals to be heard before its silence is judged
-                self._hb_grace_until = now + 2 * self.settings.heartbeat_interval_s
+            self.watch.woke(asleep, time.monotonic(), interval)
             self._judge()
 
     def _judge(self) -> None:
-        """One look at the worker: exited, silent, stalled, or up long enough."""
-        s = self.settings
+        """One look at the worker: exited, lost (:meth:`WorkerWatch.judge
+        <servehall.worker.watch.WorkerWatch.judge>`), or up long enough."""
         if self._state not in ("up", "probing"):
             return
-        now = time.monotonic()
         gen = self._gen
         if gen is not None and gen.proc is not None and gen.proc.exitcode is not None:
             self._on_exit(gen)
             return
-        silent = now - self._last_hb
-        stalled = self._in_flight() > 0 and now - self._last_progress > s.step_timeout_s
-        if (silent > s.heartbeat_timeout_s or stalled) and (
-            now < self._hb_grace_until or self._reports_pending(gen)
+        verdict = self.watch.judge(gen, self.client.in_flight())
+        if verdict.lost:
+            self._lost(verdict.kind, verdict.reason)
+        elif (
+            verdict is OK
+            and self._consecutive
+            and time.monotonic() - self._up_since > self.settings.crash_loop_window_s
         ):
-            return  # this process was behind, not the worker: read its reports first
-        verdict = "unknown"
-        if silent > s.heartbeat_timeout_s / 2 and gen is not None and gen.proc is not None:
-            verdict = self._look(gen.proc.pid)
-        if silent > s.heartbeat_timeout_s and verdict == "stopped":
-            self._lost("stopped", f"worker stopped (SIGSTOP?) and silent for {silent:.1f} s")
-        elif silent > max(s.heartbeat_timeout_s, s.busy_timeout_s) and verdict == "busy":
-            self._lost(
-                "heartbeat_timeout",
-                f"worker missed heartbeats for {silent:.1f} s while busy "
-                f"(busy_timeout_s={s.busy_timeout_s:g})",
-            )
-        elif silent > s.heartbeat_timeout_s and verdict != "busy":
-            self._lost("heartbeat_timeout", f"worker missed heartbeats for {silent:.1f} s")
-        elif stalled:
-            self._lost(
-                "step_stalled",
-                f"engine step stalled: no output for {now - self._last_progress:.1f} s "
-                f"with {self._in_flight()} request(s) in flight",
-            )
-        elif self._consecutive and now - self._up_since > s.crash_loop_window_s:
             self._consecutive = 0  # stayed up long enough: back to the first delay
-
-    def _look(self, pid: int) -> str:
-        """The liveness verdict on the silent worker ``pid``; counts and logs a silence
-        forgiven as busy once (the CPU-time baseline is the previous look at the same
-        silence)."""
-        since, previous = self._silence_sample
-        verdict, sample = liveness(pid, previous if since == self._last_hb else None)
-        self._silence_sample = (self._last_hb, sample)
-        silent = time.monotonic() - self._last_hb
-        if (
-            verdict == "busy"
-            and silent > self.settings.heartbeat_timeout_s
-            and self._forgiven_hb != self._last_hb
-        ):
-            self._forgiven_hb = self._last_hb
-            self.busy_silences += 1
-            log.warning(
-                "model %s: worker silent for %.1f s but busy (starved of CPU or computing): "
-                "not restarted before busy_timeout_s=%g",
-                self.name,
-                silent,
-                self.settings.busy_timeout_s,
-            )
-        return verdict
-
-    @staticmethod
-    def _reports_pending(gen: _Generation | None) -> bool:
-        """Whether reports wait unread in the reports socket (readable now).
-
-        Then the silence is this process's own: its event loop was busy or starved
-        (the kernel kept receiving), and the worker is not judged until the reader has
-        caught up. A silent worker leaves nothing pending. False when the reader task
-        has ended (reports would wait forever).
-        """
-        if gen is None or gen.reports_fd < 0 or gen.reader is None or gen.reader.done():
-            return False
-        try:
-            return bool(select.select([gen.reports_fd], [], [], 0)[0])
-        except (OSError, ValueError):
-            return False
 
     def _lost(self, kind: str, reason: str) -> None:
         """The worker failed (any state): end in-flight work, restart or give up."""
@@ -549,7 +498,7 @@ class WorkerSupervisor:
         if gen is not None and gen.proc is not None and gen.proc.exitcode is None:
             with contextlib.suppress(Exception):
                 gen.proc.kill()  # a hung or silent worker is replaced, not waited for
-        self._fail_in_flight()
+        self.client.fail_in_flight()
         now = time.monotonic()
         window = self.settings.crash_loop_window_s
         self._failures.append(now)
@@ -589,8 +538,8 @@ class WorkerSupervisor:
             self._lost("start_failed", f"restarted worker failed to start: {exc.message}")
             return
         self._state = "probing"
-        self._last_hb = time.monotonic()
-        if not await self._probe():
+        self.watch.heard()
+        if not await self.client.probe():
             if self._state == "probing":
                 self._state = "starting"
                 self._lost("probe_failed", "restarted worker failed its probe inference")
@@ -605,42 +554,6 @@ class WorkerSupervisor:
             self.on_event(action, {"model": self.name, **details})
         except Exception:
             log.exception("model %s: the %s event handler failed", self.name, action)
-
-    # --- what the engine client provides ------------------------------------------------
-
-    def _in_flight(self) -> int:
-        """Requests in flight (the stall check's and its message's count)."""
-        raise NotImplementedError
-
-    def _on_step(self, msg: StepOutput) -> None:
-        """Deliver one engine step's deltas to their streams."""
-        raise NotImplementedError
-
-    def _on_embed(self, msg: EmbedOutput) -> None:
-        """Deliver one embedding answer to its caller."""
-        raise NotImplementedError
-
-    def _fail_in_flight(self) -> None:
-        """End every in-flight request now (the worker is lost); drop queued commands."""
-        raise NotImplementedError
-
-    async def _probe(self) -> bool:
-        """One inference through a freshly restarted worker; True when it finished."""
-        raise NotImplementedError
-
-    def _on_ready(self, info: WorkerReady) -> None:
-        """A new worker reported ready with its engine's facts."""
-        raise NotImplementedError
-
-
-def kill_group(pgid: int | None) -> None:
-    """SIGKILL what is left of a worker's process group (the worker leads its own group,
-    :func:`~servehall.worker.main.worker_main`): processes an engine started under it —
-    vLLM's engine core — must not outlive it. A group with no process left is no error."""
-    if pgid is None or pgid <= 1 or pgid == os.getpgrp():
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
 
 
 class StartError(Exception):

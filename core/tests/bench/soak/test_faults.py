@@ -22,7 +22,6 @@ from servehall.bench.soak.faults import (
     redis_urls,
     stop_processes,
 )
-from servehall.bench.soak.run import SoakError, SoakOptions, check_fault_options
 from servehall.cli import build_cli
 from servehall.config.settings import load_settings
 
@@ -48,23 +47,15 @@ def test_faults_need_a_server_the_soak_starts() -> None:
 
 
 @pytest.mark.parametrize("fault", ["db-stop", "db-restart"])
-def test_database_faults_are_refused_on_sqlite(fault: str, tmp_path: Path) -> None:
+def test_database_faults_are_refused_on_sqlite(fault: str) -> None:
     with pytest.raises(FaultError, match=f"{fault} needs a PostgreSQL server.*SQLite"):
         check_faults([fault], starts_server=True, db_url="sqlite+aiosqlite:///x.db")
-    # the demo soak without --config writes to a SQLite file
-    with pytest.raises(SoakError, match="SQLite"):
-        check_fault_options(SoakOptions(faults=(fault,), workdir=tmp_path))
-    cfg = _config(tmp_path, 'sinks = []\n[database]\nurl = "sqlite+aiosqlite:///r.db"\n')
-    with pytest.raises(SoakError, match="SQLite"):
-        check_fault_options(SoakOptions(faults=(fault,), config=cfg))
     with pytest.raises(FaultError, match="unknown"):
         check_faults([fault], starts_server=True, db_url=None)
 
 
-def test_database_faults_on_postgresql_are_accepted(tmp_path: Path) -> None:
+def test_database_faults_on_postgresql_are_accepted() -> None:
     check_faults(["db-stop", "db-restart", "worker-stop"], starts_server=True, db_url=PG)
-    cfg = _config(tmp_path, f'[database]\nurl = "{PG}"\n')
-    check_fault_options(SoakOptions(faults=("db-stop", "db-restart"), config=cfg))
     assert database_kind(PG) == "postgresql" and database_kind("sqlite:///a") == "sqlite"
     with pytest.raises(FaultError, match="--db-pid must be a process id"):
         check_faults(["db-stop"], starts_server=True, db_url=PG, db_pid=0)

@@ -5,7 +5,6 @@ deterministic and complete."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from servehall.bench.soak.corpus import (
     generated_schemas,
@@ -29,7 +28,6 @@ from servehall.bench.soak.invariants import (
     rss_growth_mib,
 )
 from servehall.bench.soak.mix import Mix
-from servehall.bench.soak.run import leftover_files
 from servehall.testing.bad_schemas import BAD_SCHEMAS, DRAFT_07
 
 
@@ -140,21 +138,6 @@ def test_i4_fails_on_a_spill_file_with_records_and_unexplained_rejections() -> N
     assert len(r.violations) == 3
 
 
-def test_leftover_files_reads_spill_and_quarantine_files(tmp_path: Path) -> None:
-    (tmp_path / "servehall-spill-sql.jsonl").write_text('{"request_id": "a"}\n{}\n')
-    q = [{"request_id": "b", "error": "bad value"}, {"record": {"request_id": "c"}}]
-    (tmp_path / "servehall-quarantine-sql.jsonl").write_text(
-        "\n".join(json.dumps(x) for x in q) + "\n"
-    )
-    (tmp_path / "server.log").write_text("x\n")
-    files, rejections = leftover_files([tmp_path])
-    by_kind = {f.kind: f for f in files}
-    assert by_kind["spill"].records == 2
-    assert (by_kind["quarantine"].records, by_kind["quarantine"].explained) == (2, 1)
-    assert rejections == [Rejection("b", "bad value"), Rejection("c", None)]
-    assert not check_no_leftovers(files, rejections).ok
-
-
 # --- I5 ----------------------------------------------------------------------------------
 
 
@@ -258,17 +241,3 @@ def test_recorded_sdk_bodies_are_loaded_with_the_model_replaced() -> None:
     assert "openai" in libs
     assert all(s.body is not None and s.body.get("model") == "m-1" for s in shapes)
     assert all(s.path in ("/v1/chat/completions", "/v1/completions") for s in shapes)
-
-
-def test_a_stream_error_event_of_a_worker_death_counts_as_503() -> None:
-    # the envelope of engine_unavailable inside a 200 stream: type server_error, no
-    # status; the soak allowed it in a fault window only once it read the code
-    from servehall.bench.soak.run import _error_status
-    from servehall.errors import EngineError, EngineUnavailableError
-
-    assert _error_status(EngineUnavailableError("worker died").envelope()) == 503
-    assert _error_status(EngineError("boom").envelope()) == 500
-    assert _error_status({"error": {"type": "server_error"}}) == 500
-    assert _error_status({"error": {"type": "invalid_request_error", "code": None}}) == 400
-    assert _error_status({"error": {"code": 429}}) == 429
-    assert _error_status("not an envelope") == 500

@@ -1,19 +1,15 @@
-"""The engine worker process: one model's engine, driven over two Unix sockets (child
-side; the transport: :mod:`servehall.worker.wire`).
+"""The engine worker process's serve loop (child side; started by
+:func:`~servehall.worker.bootstrap.worker_main`; the transport:
+:mod:`servehall.worker.wire`).
 
-:func:`worker_main` is the target of the ``spawn``-started process. It:
+:class:`WorkerLoop` builds one model's engine and drives it over two Unix sockets:
 
-1. points its stdout/stderr at the pipe the API process reads (so C-level messages of
-   the device runtime are captured too: the supervisor keeps their last lines for the
-   exit reason), arranges to die with its parent (``prctl(PR_SET_PDEATHSIG, SIGKILL)`` on
-   Linux, plus a parent-pid check with every heartbeat) and ignores SIGINT and SIGTERM
-   (a terminal's Ctrl-C reaches the whole process group, systemd signals the whole
-   cgroup: the API process drains first, then stops its workers);
-2. loads the enabled plugins, builds the engine with the backend's factory (any backend:
-   ``openvino_cpu``, ``cpu``, ``cuda``, ``rocm``, ``ascend``…), starts it and reports
-   :class:`~servehall.worker.messages.WorkerReady` (or
-   :class:`~servehall.worker.messages.StartFailed` and exits with status 3);
-3. serves commands: an engine with a step thread of its own
+1. it loads the enabled plugins, builds the engine with the backend's factory (any
+   backend: ``openvino_cpu``, ``cpu``, ``cuda``, ``rocm``, ``ascend``…), starts it and
+   reports :class:`~servehall.worker.messages.WorkerReady` (or
+   :class:`~servehall.worker.messages.StartFailed` and ends with
+   :data:`EXIT_START_FAILED`);
+2. it serves commands: an engine with a step thread of its own
    (:class:`~servehall.engines.kit.StepSinkEngine`: ``openvino_cpu``, ONNX Runtime)
    sends each step's deltas as one :class:`~servehall.worker.messages.StepOutput` from
    that thread, the moment the step ends — the event loop is not woken, and an engine
@@ -34,16 +30,8 @@ or ``EngineError`` from ``add_request``) ends that request with ``code =
 "invalid_request"`` (a 400 for that request only); nothing a request carries reaches the
 engine unchecked.
 
-Test fault hook (honoured only when the environment variable
-``SERVEHALL_TEST_WORKER_FAULT`` is set, which only the test-suite does):
-``KIND[@GEN[+]]`` applies ``KIND`` to the worker of generation ``GEN`` (1 = the first
-worker of a model; ``+`` = that one and every later one; default ``@1``). Kinds:
-``hang_step`` — after the first step output the engine's step never returns as far as
-the host can see (no more step output; heartbeats go on); ``stall_loop`` — after the
-first step output the worker's event loop is blocked once for ``STALL_LOOP_S`` (as a
-loop starved of CPU would be; the engine goes on); ``wedge_loop`` — the same, for an
-hour; ``exit_after_ready`` — the
-worker exits with status 7 right after reporting ready.
+The test fault hook (:mod:`servehall.worker.faults`) is asked after the ready report and
+after each step output sent; it does nothing unless the test-suite set it.
 """
 
 from __future__ import annotations
@@ -52,158 +40,35 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from servehall.config.models import ModelConfig
-from servehall.engines.child import die_with_parent
 from servehall.engines.contract import EmbeddingEngine, Engine, TokenDelta, check_embedding_engine
 from servehall.engines.kit import StepSinkEngine
+from servehall.worker.faults import EXIT_FAULT, FaultHook
 from servehall.worker.messages import DeltaTuple, delta_tuple
 from servehall.worker.wire import FrameSender, read_frame
 
+if TYPE_CHECKING:
+    from servehall.worker.bootstrap import WorkerSpec
+
 log = logging.getLogger("servehall.worker")
 
-FAULT_ENV = "SERVEHALL_TEST_WORKER_FAULT"
 EXIT_START_FAILED = 3
-EXIT_FAULT = 7
 EXIT_ENGINE_DEAD = 4
-STALL_LOOP_S = 1.5
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerSpec:
-    """What a worker needs to build its engine (pickled to the spawned process).
+class WorkerLoop:
+    """The serve/step loop of one worker process (see the module docstring).
 
-    Attributes:
-        model: the ``[[models]]`` entry.
-        backend: the resolved backend name (never ``"auto"``).
-        plugins: entry-point names to enable (``[plugins] enabled``).
-        socket_path: the Unix socket the API process listens on (the worker connects
-            twice: commands, then reports).
-        parent_pid: the API process's pid (the worker exits when it changes).
-        generation: 1 for a model's first worker, +1 per restart.
-        heartbeat_interval_s: seconds between heartbeats.
-        loop_timeout_s: a health snapshot older than this is not sent (the loop is
-            wedged: the host is to notice the silence).
-        log_level: ``[server] log_level``.
-        switch_interval_s: ``sys.setswitchinterval`` of the worker process, None for
-            Python's default (see :class:`~servehall.config.worker.WorkerSettings`).
-        stream_interval_s: least seconds between two step messages sent from the
-            engine's step thread (see :class:`~servehall.config.worker.WorkerSettings`).
-        strict_plugins: refuse to start when an enabled plugin cannot load (False for a
-            worker under another interpreter, ``worker.python``: that environment holds
-            the backend's engine, not necessarily every plugin of the API process).
+    Connects to ``spec.socket_path`` twice at once (commands, then reports); :meth:`run`
+    builds the engine and serves until the API process closes its end or sends
+    ``StopWorker``, and returns the process's exit status.
     """
 
-    model: ModelConfig
-    backend: str
-    plugins: tuple[str, ...]
-    socket_path: str
-    parent_pid: int
-    generation: int
-    heartbeat_interval_s: float
-    loop_timeout_s: float = 10.0
-    log_level: str = "info"
-    switch_interval_s: float | None = None
-    stream_interval_s: float = 0.0
-    strict_plugins: bool = True
-
-
-def parse_fault(value: str | None, generation: int) -> str | None:
-    """The fault ``KIND`` that applies to ``generation`` under ``value`` (see module doc)."""
-    if not value:
-        return None
-    kind, _, gen = value.partition("@")
-    gen = gen or "1"
-    later = gen.endswith("+")
-    first = int(gen.rstrip("+"))
-    applies = generation >= first if later else generation == first
-    return kind if applies else None
-
-
-GUARD_INTERVAL_S = 0.5
-
-
-def guard_group() -> None:
-    """Start the process-group guard: a tiny shell in this worker's process group that
-    SIGKILLs the whole group once this worker is gone, however it went (SIGKILL included).
-
-    Processes an engine starts under the worker — vLLM's engine core and its workers —
-    do not die with their parent (seen: a vLLM engine core left running with parent 1
-    after its parent was killed), and ``PR_SET_PDEATHSIG`` reaches only direct children
-    that set it themselves. The supervisor also kills the group when it replaces a worker;
-    the guard covers the case where the supervisor itself is gone (the host was
-    SIGKILLed: this worker then dies by its own ``PR_SET_PDEATHSIG``). It polls the
-    worker's pid every :data:`GUARD_INTERVAL_S` (a pipe would be inherited by forked
-    engine processes and never close). Linux/POSIX only; a missing ``/bin/sh`` only logs.
-    """
-    import subprocess
-
-    script = (
-        f"while kill -0 {os.getpid()} 2>/dev/null; do sleep {GUARD_INTERVAL_S}; done; kill -9 0"
-    )
-    try:
-        subprocess.Popen(
-            ["/bin/sh", "-c", script],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-    except OSError as exc:
-        log.warning("no process-group guard for this worker: %s", exc)
-
-
-def apply_switch_interval(spec: WorkerSpec) -> None:
-    """Set this process's ``sys.setswitchinterval`` to ``spec.switch_interval_s`` (None:
-    leave Python's 5 ms).
-
-    With an engine whose ``step()`` holds the GIL for the whole step (OpenVINO GenAI's
-    does), the event loop that ships its tokens waits for the GIL up to the switch
-    interval after every socket operation.
-    """
-    if spec.switch_interval_s is not None:
-        sys.setswitchinterval(spec.switch_interval_s)
-
-
-def worker_main(spec: WorkerSpec, output: Connection | None) -> None:
-    """Entry point of the worker process (see the module docstring). ``output`` is the
-    pipe for stdout and stderr; None when they already point there (a worker under
-    another interpreter, :mod:`servehall.worker.foreign`)."""
-    if output is not None:
-        fd = output.fileno()
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        output.close()
-    die_with_parent(spec.parent_pid)
-    # a process group of its own: the host SIGKILLs the whole group when it stops or
-    # replaces this worker, so processes an engine starts (vLLM's engine core) go with it
-    with contextlib.suppress(OSError):
-        os.setpgid(0, 0)
-    guard_group()
-    # the host decides when workers stop (after draining); they die with it (above)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    logging.basicConfig(
-        format=f"%(asctime)s %(levelname)s worker[{spec.model.name}] %(name)s: %(message)s",
-        stream=sys.stderr,
-        force=True,
-    )
-    logging.getLogger().setLevel(spec.log_level.upper())
-    apply_switch_interval(spec)
-    code = asyncio.run(_Worker(spec).run())
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-class _Worker:
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
         self.commands = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -215,8 +80,7 @@ class _Worker:
         self.vocab_size = 0
         self.pending: list[DeltaTuple] = []
         self.flush_scheduled = False
-        self.fault = parse_fault(os.environ.get(FAULT_ENV), spec.generation)
-        self.hung = False
+        self.faults = FaultHook.from_env(spec.generation)
         self.steps_sent = 0
         self.pumps: set[asyncio.Task[None]] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -266,8 +130,7 @@ class _Worker:
                 extra=_plain(info.extra),
             )
         )
-        if self.fault == "exit_after_ready":
-            log.error("test fault: exiting after ready")
+        if self.faults.exit_after_ready():
             self._close()
             return EXIT_FAULT
         await self._snapshot()  # the first heartbeat goes out at once
@@ -402,7 +265,7 @@ class _Worker:
 
     def on_delta(self, rid: str, delta: TokenDelta) -> None:
         """Collect a delta; the turn's deltas leave as one StepOutput (loop thread)."""
-        if self.hung:
+        if self.faults.hung:
             return
         self.pending.append(delta_tuple(rid, delta))
         if not self.flush_scheduled:
@@ -417,7 +280,7 @@ class _Worker:
         at once when the step ends a request or brings a request's first tokens, or
         ``stream_interval_s`` has passed since the last message; else they are held
         (merged per request) and leave with a later step's."""
-        if self.hung:
+        if self.faults.hung:
             return
         held = self.held
         streaming = self.streaming
@@ -462,15 +325,7 @@ class _Worker:
             counters = (0, 0, 0)
         self.send(StepOutput(batch, counters))
         self.steps_sent += 1
-        if self.fault == "hang_step" and not self.hung:
-            log.error("test fault: the engine step hangs from now on")
-            self.hung = True
-        elif self.fault in ("stall_loop", "wedge_loop"):
-            stall = STALL_LOOP_S if self.fault == "stall_loop" else 3600.0
-            self.fault = None
-            log.error("test fault: the event loop stalls for %g s", stall)
-            assert self.loop is not None
-            self.loop.call_soon_threadsafe(time.sleep, stall)  # on the loop, any thread
+        self.faults.after_step(self.loop)
 
     async def _snapshots(self) -> None:
         """Every ``heartbeat_interval_s``: a new :meth:`_snapshot`."""

@@ -1,0 +1,121 @@
+"""The server under test: ``servehall serve`` started by the soak in a work directory of
+its own (started, waited for, stopped), and the processes under it (RSS, engine
+workers)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from servehall.bench.soak.options import SoakError, SoakOptions
+from servehall.testing.cli import servehall_cmd
+from servehall.testing.sockets import free_port
+
+
+@dataclass
+class Server:
+    """A ``servehall serve`` started by the soak in ``workdir``."""
+
+    process: subprocess.Popen[bytes]
+    base_url: str
+    workdir: Path
+    config: Path
+    log_path: Path
+    stop_s: float | None = None
+
+    def log_tail(self, n: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 90.0) -> int | None:
+        """SIGTERM and wait (SIGKILL after ``timeout``); the exit code."""
+        t0 = time.monotonic()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self.stop_s = time.monotonic() - t0
+        return self.process.returncode
+
+
+def start_server(opts: SoakOptions, workdir: Path) -> Server:
+    """Start ``servehall serve`` (``--demo`` and/or ``--config``) on a free port in
+    ``workdir`` and wait for ``/health/ready``; SoakError with the log tail if not."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = opts.config.resolve() if opts.config is not None else None
+    if config is None:
+        config = workdir / "soak.toml"
+        url = f"sqlite+aiosqlite:///{workdir / 'servehall.db'}"
+        config.write_text(f'[database]\nurl = "{url}"\n')
+    port = free_port()
+    args = [*servehall_cmd(), "serve", "--config", str(config), "--bind", f"127.0.0.1:{port}"]
+    if opts.demo:
+        args.append("--demo")
+    log_path = workdir / "server.log"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(args, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
+    server = Server(proc, f"http://127.0.0.1:{port}", workdir, config, log_path)
+    deadline = time.monotonic() + opts.ready_timeout_s
+    with httpx.Client(timeout=5.0) as c:
+        while True:
+            if proc.poll() is not None:
+                raise SoakError(
+                    f"servehall serve exited with {proc.returncode}:\n{server.log_tail()}"
+                )
+            with contextlib.suppress(httpx.HTTPError):
+                if c.get(server.base_url + "/health/ready").status_code == 200:
+                    return server
+            if time.monotonic() > deadline:
+                server.stop(10)
+                raise SoakError(f"servehall serve not ready in time:\n{server.log_tail()}")
+            time.sleep(0.3)
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (Linux ``/proc``)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            with contextlib.suppress(OSError):
+                todo += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def rss_bytes(pids: Sequence[int]) -> int:
+    """Summed ``VmRSS`` of ``pids`` (and their descendants) in bytes."""
+    total = 0
+    for root in pids:
+        for p in process_tree(root):
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+    return total
+
+
+def worker_pids(server_pid: int) -> list[int]:
+    """The engine worker processes under ``server_pid`` (multiprocessing spawn children,
+    not the resource tracker)."""
+    out = []
+    for p in process_tree(server_pid)[1:]:
+        with contextlib.suppress(OSError):
+            cmd = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")
+            if b"spawn_main" in cmd:
+                out.append(p)
+    return out
