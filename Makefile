@@ -1,7 +1,8 @@
 # The two commands of the README: `make demo` and `make test`.
 # `make test` runs the suite in SERVEHALL_TEST_WORKERS parallel pytest processes (default 2;
 # most end-to-end tests wait on servers more than they compute). --dist loadfile keeps a
-# module's tests in one process, so its shared servers start once.
+# module's tests in one process, so its shared servers start once. Tests marked `serial`
+# (they saturate the CPU or judge heartbeats in tenths of a second) run afterwards, alone.
 .PHONY: install dev demo test lint services-stop
 
 install:
@@ -17,7 +18,8 @@ demo: install
 test: dev lint
 	.ci/services.sh
 	@echo "PostgreSQL for the tests runs on 127.0.0.1:$${SERVEHALL_PG_PORT:-55432} and stays up after the tests (the next make test reuses it); stop it with: make services-stop"
-	.venv/bin/python -m pytest -q -n $${SERVEHALL_TEST_WORKERS:-2} --dist loadfile
+	.venv/bin/python -m pytest -q -n $${SERVEHALL_TEST_WORKERS:-2} --dist loadfile -m "not serial"; \
+	rc=$$?; .venv/bin/python -m pytest -q -m serial || rc=1; exit $$rc
 
 # Stop what `make test` started (PostgreSQL); data is kept for the next run.
 services-stop:

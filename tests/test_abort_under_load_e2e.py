@@ -109,6 +109,7 @@ def cpu_burners(served: tuple[Any, str]) -> Iterator[None]:
             p.wait()
 
 
+@pytest.mark.serial
 def test_c19l_closed_streams_abort_under_cpu_load(
     served: tuple[Any, str], cpu_burners: None
 ) -> None:

@@ -83,6 +83,7 @@ def server(servehall_server: Callable[..., Any], demo_model_dir: Path) -> Any:
         yield srv
 
 
+@pytest.mark.serial
 def test_a_starved_worker_is_kept_and_a_stopped_one_is_replaced(server: Any) -> None:
     (worker,) = worker_pids(server.process.pid)
     assert idle_class(worker) >= 2  # the main thread and the heartbeat thread at least

@@ -295,6 +295,7 @@ async def test_a_busy_api_loop_is_not_mistaken_for_a_silent_worker(
         await engine.shutdown()
 
 
+@pytest.mark.serial
 async def test_a_starved_worker_loop_still_heartbeats(
     tiny_model: ModelConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -319,6 +320,7 @@ async def test_a_starved_worker_loop_still_heartbeats(
         await engine.shutdown()
 
 
+@pytest.mark.serial
 async def test_a_machine_wide_stall_gives_the_worker_time_to_be_heard(
     tiny_model: ModelConfig,
 ) -> None:
