@@ -177,6 +177,10 @@ def test_dropped_stream_frees_kv_within_1s(server: Any) -> None:
                 "max_tokens": 900,
                 "stream": True,
                 "temperature": 0,
+                # the stream must outlast the metric's first look: without it the demo
+                # weights (which vary by CPU) may end it early, freeing the blocks before
+                # they are seen (failed once so in a fresh-clone run)
+                "ignore_eos": True,
             }
             async with c.stream("POST", "/v1/completions", json=body) as r:
                 async for line in r.aiter_lines():
