@@ -59,7 +59,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -71,7 +70,7 @@ import httpx
 import pytest
 
 from servehall.testing.cli import run_cli as run_cli  # re-exported for the e2e modules
-from servehall.testing.cli import servehall_cmd
+from servehall.testing.cli import servehall_cmd, stop_process
 from servehall.testing.sockets import free_port
 
 # --- TOML writing (tomli-w) -------------------------------------------------------------
@@ -165,14 +164,7 @@ class ServerHandle:
 
     def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM, wait up to ``timeout`` s, then SIGKILL. Returns the exit code."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        return self.process.returncode
+        return stop_process(self.process, timeout, kill_wait=5)
 
     def __enter__(self) -> ServerHandle:
         return self

@@ -52,3 +52,22 @@ def run_cli(
         cwd=cwd,
         timeout=timeout_s,
     )
+
+
+def stop_process(
+    process: subprocess.Popen[bytes], timeout: float, kill_wait: float = 10.0
+) -> int | None:
+    """Stop a started ``servehall`` process as an operator would: SIGTERM (a clean
+    drain), wait up to ``timeout`` s, then SIGKILL and wait up to ``kill_wait`` s.
+
+    Returns:
+        its exit code (negative: the signal that ended it).
+    """
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(kill_wait)
+    return process.returncode

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -16,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from servehall.bench.soak.options import SoakError, SoakOptions
-from servehall.testing.cli import servehall_cmd
+from servehall.testing.cli import servehall_cmd, stop_process
 from servehall.testing.sockets import free_port
 
 
@@ -40,15 +39,9 @@ class Server:
     def stop(self, timeout: float = 90.0) -> int | None:
         """SIGTERM and wait (SIGKILL after ``timeout``); the exit code."""
         t0 = time.monotonic()
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        code = stop_process(self.process, timeout)
         self.stop_s = time.monotonic() - t0
-        return self.process.returncode
+        return code
 
 
 def start_server(opts: SoakOptions, workdir: Path) -> Server:
