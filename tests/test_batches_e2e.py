@@ -544,3 +544,61 @@ def test_batch_lines_wait_behind_online_requests(
         arrived = datetime.fromisoformat(r[2]).timestamp()
         ahead = [t for t in batch_admits if arrived + 0.05 < t < admitted(r)]
         assert not ahead, (r, ahead)  # no batch line was admitted while it waited
+
+
+def test_online_request_preempts_running_lines(
+    servehall_server: Any, demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """``[batches] preempt`` (the default): two long lines hold both engine slots; an
+    online request arriving then is admitted at once (the lines are stopped, recorded
+    499 ``preempted`` and run again later), no line is admitted while it runs, and the
+    batch still completes with one 200 record per ``custom_id``."""
+    work = tmp_path_factory.mktemp("batches-preempt")
+    config, cli, db = make_config(
+        work,
+        demo_model_dir,
+        scheduler={"policy": "priority", "max_concurrency": 2, "queue_timeout_s": 600},
+        max_concurrent_lines=2,
+        online_quiet_s=0.5,
+    )
+    key = json.loads(cli("keys", "create", "--tenant", "p", "--json"))["key"]
+    server = servehall_server(config.read_text(), env={PEPPER_ENV: PEPPER}, name="preempt")
+    client = openai.OpenAI(base_url=server.base_url + "/v1", api_key=key, max_retries=0)
+    long = {"max_tokens": 400, "ignore_eos": True}
+    bodies = {f"p-{i}": chat(f"Tell a long tale {i}", **long) for i in range(4)}
+    batch = submit(client, jsonl("/v1/chat/completions", bodies), "/v1/chat/completions", work)
+    deadline = time.monotonic() + 120
+    auth = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=server.base_url, timeout=120, headers=auth) as c:
+        while "servehall_batch_lines_running 2.0" not in c.get("/metrics").text:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.3)  # both lines are decoding now
+        r = c.post("/v1/chat/completions", json=chat("Quick", max_tokens=4))
+        assert r.status_code == 200, r.text
+        online_id = r.headers["x-request-id"]
+        assert "servehall_batch_lines_preempted_total 2.0" in c.get("/metrics").text
+    assert wait_done(client, batch.id).status == "completed"
+    deadline = time.monotonic() + 15
+    while True:
+        with sqlite3.connect(db) as conn:
+            rows = conn.execute(
+                "SELECT request_id, custom_id, status_code, error_code, received_at, "
+                "queue_time_s, latency_s FROM request_log"
+            ).fetchall()
+        if sum(1 for r in rows if r[2] == 200) >= len(bodies) + 1:
+            break
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.2)
+    online = next(r for r in rows if r[0] == online_id)
+    assert online[5] < 1.0, online  # not kept waiting for a 400-token line
+    preempted = [r for r in rows if r[3] == "preempted"]
+    assert len(preempted) == 2 and all(r[2] == 499 and r[1] for r in preempted), preempted
+    done = sorted(r[1] for r in rows if r[1] and r[2] == 200)
+    assert done == sorted(bodies)  # one answer per line, preempted ones included
+    start = datetime.fromisoformat(online[4]).timestamp()
+    end = start + online[6]
+    for r in rows:
+        if r[1] and r[2] == 200:
+            admitted = datetime.fromisoformat(r[4]).timestamp() + (r[5] or 0.0)
+            assert not start < admitted < end, (online, r)  # none ran beside it

@@ -49,7 +49,8 @@ checked against a live server in tests/test_ops_metrics_e2e.py):
   every batch of the database, as the batch runner last read it),
   ``servehall_batch_lines_running`` (this replica's lines in flight),
   ``servehall_batch_lines_finished_total{outcome}`` (lines this replica ran to a stored
-  result: ``completed`` or ``failed``), and the online/batch split of engine time:
+  result: ``completed`` or ``failed``), ``servehall_batch_lines_preempted_total`` (lines
+  stopped for online traffic, ``[batches] preempt``), and the online/batch split of engine time:
   ``servehall_slot_seconds_total{model,version,class}`` (seconds admitted requests held
   an engine slot, from admission to their end; ``class`` ``online`` or ``batch``);
 * ``servehall_config_revision`` (the running config revision; 0 until revisions exist)
@@ -234,6 +235,12 @@ _REQUEST_FAMILIES: dict[str, _Family] = {
         "Batch lines this replica ran to a stored result, by outcome (completed, failed)",
         ("outcome",),
     ),
+    "batch_lines_preempted": _Family(
+        Counter,
+        "servehall_batch_lines_preempted",
+        "Batch lines this replica's runner stopped for online traffic (each runs again)",
+        (),
+    ),
     "request_errors": _Family(
         Counter,
         "servehall_request_errors",
@@ -278,6 +285,7 @@ class Metrics:
     batch_lines_queued: Gauge
     batch_lines_running: Gauge
     batch_lines_finished: Counter
+    batch_lines_preempted: Counter
     request_errors: Counter
     structured: Counter
     tool_calls: Counter

@@ -289,3 +289,81 @@ async def test_a_line_that_ends_wakes_the_runner(app: Starlette) -> None:
         await runner.stop()
     got = (await _get(app, f"/v1/batches/{batch_id}")).json()
     assert got["request_counts"]["completed"] == 6
+
+
+async def test_online_demand_preempts_running_lines_and_holds_claims(app: Starlette) -> None:
+    """Two long lines run; an online request asks for a slot: both are stopped at once
+    (their calls marked preempted, the metric counts 2) and given back; nothing is
+    claimed while the online request is in flight nor for ``online_quiet_s`` after it;
+    then both run again and complete."""
+    batch_id = await _create(app, {"a": _msg("hi"), "b": _msg("hi")})
+    host: Host = app.state.api.host
+    seen: list[BatchCall] = []
+    hold = True
+
+    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append(scope[SCOPE_KEY])
+        while hold:
+            await asyncio.sleep(0.01)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    runner = BatchRunner(answer, host, app.state.api.files, app.state.api.metrics)
+    runner.settings = runner.settings.model_copy(update={"poll_s": 0.05, "online_quiet_s": 0.3})
+    runner.start()
+    try:
+        for _ in range(200):
+            if len(runner._calls) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert len(runner._calls) == 2
+        host.online.begin()
+        assert all(c.preempted for c in seen)
+        await asyncio.sleep(0.3)  # several polls: nothing is claimed meanwhile
+        assert not runner._inflight and len(seen) == 2
+        got = (await _get(app, f"/v1/batches/{batch_id}")).json()
+        assert got["request_counts"]["completed"] == 0
+        hold = False
+        loop = asyncio.get_running_loop()
+        host.online.end()
+        ended = loop.time()
+        while len(seen) < 4:
+            assert loop.time() - ended < 5
+            await asyncio.sleep(0.01)
+        assert loop.time() - ended >= 0.3  # the quiet time was kept
+        assert not any(c.preempted for c in seen[2:])
+        batch = await _drain(runner, app, batch_id)
+    finally:
+        await runner.stop()
+    assert batch["request_counts"] == {"total": 2, "completed": 2, "failed": 0}
+    text = (await _get(app, "/metrics")).text
+    assert "servehall_batch_lines_preempted_total 2.0" in text
+
+
+async def test_without_preempt_running_lines_finish_beside_online_traffic(app: Starlette) -> None:
+    """The control: ``preempt = false`` leaves a running line alone."""
+    batch_id = await _create(app, {"a": _msg("hi")})
+    host: Host = app.state.api.host
+    seen: list[BatchCall] = []
+
+    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append(scope[SCOPE_KEY])
+        await asyncio.sleep(0.3)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    runner = BatchRunner(answer, host, app.state.api.files)
+    runner.settings = runner.settings.model_copy(update={"preempt": False, "poll_s": 0.05})
+    runner.start()
+    try:
+        for _ in range(200):
+            if runner._calls:
+                break
+            await asyncio.sleep(0.01)
+        host.online.begin()
+        batch = await _drain(runner, app, batch_id)
+        host.online.end()
+    finally:
+        await runner.stop()
+    assert len(seen) == 1 and not seen[0].preempted
+    assert batch["request_counts"]["completed"] == 1

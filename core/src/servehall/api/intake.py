@@ -60,6 +60,7 @@ def open_state(api: ApiState, scope: Scope, request_id: str, endpoint: str) -> R
     call = scope.get(BATCH_CALL)
     if isinstance(call, BatchCall):
         state.batch_priority = call.priority
+        state.batch_call = call
         state.record.batch_id = call.batch_id
         state.record.custom_id = call.custom_id
     state.pinned_version = Headers(scope=scope).get(VERSION_HEADER)
@@ -119,8 +120,11 @@ def end_request(state: RequestState) -> None:
     """The last step of every request (in the endpoint's ``finally``): its version is
     counted out of flight (a draining version stops at 0; idle unloading reads
     ``last_used``), and a request not finished yet — cancelled from outside, e.g. at
-    server shutdown — still leaves its one record (499 ``cancelled``)."""
+    server shutdown — still leaves its one record (499 ``cancelled``; ``preempted`` for
+    a batch line the runner stopped for online traffic)."""
     if state.served is not None:
         state.served.inflight -= 1
         state.served.last_used = time.monotonic()
-    state.finish(STATUS_CLIENT_CLOSED, finish_reason="client_disconnect", error_code="cancelled")
+    call = state.batch_call
+    code = "preempted" if isinstance(call, BatchCall) and call.preempted else "cancelled"
+    state.finish(STATUS_CLIENT_CLOSED, finish_reason="client_disconnect", error_code=code)

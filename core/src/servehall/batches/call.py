@@ -10,7 +10,7 @@ batch id and ``custom_id``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from servehall.admission.principal import Principal
 
@@ -18,12 +18,15 @@ SCOPE_KEY = "servehall.batch_call"
 """The ASGI scope key of a :class:`BatchCall`."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BatchCall:
     """One batch line sent by the runner: it runs as ``principal`` (the batch's owner as
-    stored), at most at ``priority``, recorded with ``batch_id`` and ``custom_id``."""
+    stored), at most at ``priority``, recorded with ``batch_id`` and ``custom_id``.
+    ``preempted`` is set by the runner when it stops the line for online traffic (the
+    line's request is then recorded as 499 ``preempted``, not ``cancelled``)."""
 
     principal: Principal
     batch_id: str
     custom_id: str
     priority: int
+    preempted: bool = field(default=False, compare=False)

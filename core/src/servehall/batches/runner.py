@@ -9,6 +9,13 @@ no line left (writing the output and error files, :mod:`servehall.batches.lines`
 while no model's scheduler queue has a waiting request — claims lines up to
 ``[batches] max_concurrent_lines`` in flight (:mod:`servehall.batches.store`).
 
+Idle capacity only (``[batches] preempt``, the default): an online request that asks for
+a slot (:class:`~servehall.admission.demand.OnlineDemand`) makes the runner stop every
+line it is running at once — the request is cancelled, the engine drops it at its next
+step, it is recorded 499 ``preempted`` and the line goes back to ``pending`` to run again
+from its prompt — and no line is claimed while online requests are in flight or for
+``online_quiet_s`` after the last one.
+
 Each line is sent to the app's own ASGI stack, exactly as the same body sent online by
 the batch's owner: the auth middleware takes the owner's stored principal from the
 :class:`~servehall.batches.call.BatchCall` in the scope (only this process can put it
@@ -84,6 +91,7 @@ class BatchRunner:
         self.name = f"{host.replica[:100]}:{uuid.uuid4().hex[:12]}"
         self._task: asyncio.Task[None] | None = None
         self._inflight: dict[int, tuple[Claimed, asyncio.Task[None]]] = {}
+        self._calls: dict[int, BatchCall] = {}  # line seq -> its call, while it is sent
         self._owners: dict[str, tuple[Any, str]] = {}
         self._tenants: dict[int, str] = {}  # line seq -> its tenant, while in flight
         self._line_ended = asyncio.Event()  # wakes the loop before its next poll
@@ -98,12 +106,15 @@ class BatchRunner:
         """Start the loop (nothing when ``[batches] enabled`` is false)."""
         if self.settings.enabled and self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._loop())
+            self.host.online.listeners.append(self._on_online)
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop claiming; let the lines in flight finish for up to ``grace_s`` seconds,
         then cancel the rest and give them back (each leaves a 499 request record and
         runs again later)."""
         task, self._task = self._task, None
+        with contextlib.suppress(ValueError):
+            self.host.online.listeners.remove(self._on_online)
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -140,6 +151,11 @@ class BatchRunner:
             if delay == RETRY_S:
                 await asyncio.sleep(delay)
                 continue
+            if self.settings.preempt and (self._inflight or self.host.online.inflight):
+                # wake when the quiet time after online traffic is over, not a poll later
+                rest = self.settings.online_quiet_s - self.host.online.quiet_for()
+                if 0 < rest < delay:
+                    delay = rest
             # the next pass at poll_s, or as soon as a line ends (its slot is free now)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._line_ended.wait(), delay)
@@ -168,6 +184,34 @@ class BatchRunner:
                 return True
         return False
 
+    def may_claim(self) -> bool:
+        """Whether new lines may be claimed now: no online request waits in a queue and,
+        with ``preempt``, none is in flight and the last ended ``online_quiet_s`` ago."""
+        if self.online_waiting():
+            return False
+        if self.settings.preempt:
+            return self.host.online.quiet_for() >= self.settings.online_quiet_s
+        return True
+
+    def _on_online(self) -> None:
+        if self.settings.preempt:
+            self.preempt()
+
+    def preempt(self) -> int:
+        """Stop every line being sent now (see the module docstring); how many."""
+        stopped = 0
+        for seq, call in list(self._calls.items()):
+            got = self._inflight.get(seq)
+            if got is None or got[1].done():
+                continue
+            call.preempted = True
+            got[1].cancel()
+            stopped += 1
+        self._calls.clear()
+        if stopped and self.metrics is not None:
+            self.metrics.batch_lines_preempted.inc(stopped)
+        return stopped
+
     async def tick(self) -> None:
         """One pass (see the module docstring)."""
         store = await self._get_store()
@@ -187,7 +231,7 @@ class BatchRunner:
         for batch_id in await store.finalizable(now, lease):
             await self._finalize(store, batch_id)
         room = self.settings.max_concurrent_lines - len(self._inflight)
-        if room > 0 and mono >= self._paused_until and not self.online_waiting():
+        if room > 0 and mono >= self._paused_until and self.may_claim():
             for line in await store.claim(self.name, room, now, lease, self._full_batches()):
                 task = asyncio.get_running_loop().create_task(self._run(store, line))
                 self._inflight[line.seq] = (line, task)
@@ -267,7 +311,13 @@ class BatchRunner:
                 custom_id=line.custom_id,
                 priority=self.settings.priority,
             )
-            status, headers, raw = await self.send(endpoint, line.body.encode("utf-8"), call)
+            if self.settings.preempt and self.host.online.inflight:
+                return  # online traffic came while the line was claimed: given back below
+            self._calls[line.seq] = call
+            try:
+                status, headers, raw = await self.send(endpoint, line.body.encode("utf-8"), call)
+            finally:
+                self._calls.pop(line.seq, None)
             if status in RETRY_STATUSES:
                 self._pause(headers.get("retry-after"))
                 return
@@ -301,6 +351,7 @@ class BatchRunner:
             self._pause("2")
         finally:
             self._inflight.pop(line.seq, None)
+            self._calls.pop(line.seq, None)
             self._tenants.pop(line.seq, None)
             self._line_ended.set()
             if not stored:

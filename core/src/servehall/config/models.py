@@ -393,6 +393,15 @@ class BatchesSettings(_Section):
     work. ``max_lines_per_tenant`` caps the lines of one tenant (a principal without a
     tenant counts alone) in flight on one replica, so one tenant's large batch leaves
     room for another's (None: only ``max_concurrent_lines``).
+
+    ``preempt`` (default true) makes batches use idle capacity only: when an online
+    request asks for a slot on the replica, the runner stops its running lines at once
+    (the engine drops them at its next step; each is recorded 499 ``preempted``, goes
+    back to ``pending`` and runs again later from its prompt), and it claims no line
+    while an online request is in flight or for ``online_quiet_s`` seconds after the
+    last one ended. Work is lost on every preempted line, so under steady online
+    traffic a batch waits; false: running lines finish beside online requests (they
+    share the engine's steps) and only new claims wait for the queue to empty.
     """
 
     enabled: bool = True
@@ -401,6 +410,8 @@ class BatchesSettings(_Section):
     priority: int = -1000
     lease_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     poll_s: float = Field(default=0.25, gt=0, le=60, allow_inf_nan=False)
+    preempt: bool = True
+    online_quiet_s: float = Field(default=0.5, ge=0, le=3600, allow_inf_nan=False)
 
 
 class ResponsesSettings(_Section):

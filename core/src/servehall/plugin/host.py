@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from servehall.admission.demand import OnlineDemand
 from servehall.config.settings import Settings
 from servehall.plugin.manager import PluginHost
 from servehall.plugin.outcomes import Breach, OutcomeWindow
@@ -100,6 +101,9 @@ class Host:
         pulls: versions (by key) whose model is being pulled from its source now, with
             where the pull stands (``pulling 3/7 files, …`` or the retry's reason); shown
             by ``/health/ready`` (:mod:`servehall.host.versions`).
+        online: online requests asking for or holding a slot on this replica
+            (:class:`~servehall.admission.demand.OnlineDemand`; the batch runner yields
+            to them).
     """
 
     settings: Settings
@@ -111,6 +115,7 @@ class Host:
     replica: str = ""
     on_canary_rollback: Callable[[ServedModel, Breach], None] | None = None
     pulls: dict[str, str] = field(default_factory=dict)
+    online: OnlineDemand = field(default_factory=OnlineDemand)
 
     def served_names(self) -> list[str]:
         """The model names clients may send, in configured order, once each."""

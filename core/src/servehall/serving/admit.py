@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from servehall.admission.demand import OnlineDemand
 from servehall.admission.scheduler import Slot, Ticket
 from servehall.admission.usage import AdmissionRequest, Reservation
 from servehall.plugin.host import ServedModel
@@ -26,13 +27,14 @@ log = logging.getLogger("servehall.api")
 
 @dataclass(slots=True)
 class Admitted:
-    """An admitted request's scheduler ``slot``, quota ``reservations`` and the
+    """An admitted request's scheduler ``slot``, quota ``reservations``, the
     ``headers`` its response carries (the caller's, then every reservation's rate-limit
-    headers)."""
+    headers) and, for an online request, the replica's ``demand`` it counts in."""
 
     slot: Slot
     reservations: list[Reservation]
     headers: dict[str, str] = field(default_factory=dict)
+    demand: OnlineDemand | None = None
 
     def add_headers(self, headers: dict[str, str]) -> None:
         """Set :attr:`headers`: ``headers`` and every reservation's response headers (a
@@ -53,8 +55,11 @@ class Admitted:
 
     async def done(self, prompt_tokens: int, completion_tokens: int) -> None:
         """Release the slot and settle every reservation with the tokens used (a failing
-        one is logged, never raised)."""
+        one is logged, never raised); an online request leaves the demand count."""
         self.slot.release()
+        demand, self.demand = self.demand, None
+        if demand is not None:
+            demand.end()
         for r in self.reservations:
             try:
                 await r.settle(prompt_tokens, completion_tokens)
@@ -68,9 +73,16 @@ async def admit(
     """Authorize ``admission`` (quota reservations), check that the record bus admits
     requests, then wait for a slot of ``served``'s scheduler at ``priority``; the
     reservations are released when any of it fails (the error propagates: 429 from a
-    quota, 503 ``records_unavailable``, ``queue_full`` or ``queue_timeout``)."""
+    quota, 503 ``records_unavailable``, ``queue_full`` or ``queue_timeout``).
+
+    An online request (not a batch line) counts in the replica's
+    :class:`~servehall.admission.demand.OnlineDemand` from before it queues until
+    :meth:`Admitted.done`, so a running batch yields to it."""
     host = state.host
     reservations: list[Reservation] = await host.plugins.authorize(host, admission)
+    demand = host.online if state.batch_priority is None else None
+    if demand is not None:
+        demand.begin()
     try:
         if host.records is not None:
             host.records.check_admission()
@@ -86,6 +98,8 @@ async def admit(
             )
         )
     except BaseException:
+        if demand is not None:
+            demand.end()
         for r in reservations:
             with contextlib.suppress(Exception):
                 await r.release()
@@ -93,4 +107,4 @@ async def admit(
     state.admitted = True
     state.admitted_at = time.monotonic()
     state.record.queue_time_s = slot.queue_time_s
-    return Admitted(slot, reservations)
+    return Admitted(slot, reservations, demand=demand)

@@ -127,6 +127,7 @@ class RequestState:
         self.principal: Principal = ANONYMOUS
         self.pinned_version: str | None = None
         self.batch_priority: int | None = None  # a batch line's priority ceiling
+        self.batch_call: Any = None  # a batch line's BatchCall (servehall.batches.call)
         self.served: ServedModel | None = None
         self.structured: StructuredRequest | None = None
         self.response_started = False
