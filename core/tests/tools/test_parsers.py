@@ -14,16 +14,24 @@ def test_call_begin_puts_the_name_as_a_json_string() -> None:
     assert LLAMA3_JSON.call_begin('a"b') == '{"name": "a\\"b", "parameters": '
 
 
-def test_a_call_written_from_begin_and_end_reads_back_as_that_call() -> None:
-    """The grammar layer writes ``begin + arguments + end``: the parser must read it."""
+def test_calls_written_from_begin_and_end_read_back_as_those_calls() -> None:
+    """The grammar layer writes ``begin + arguments + end`` per call: the parser must read
+    two such calls in a row, leaving no text."""
     for parser, name in ((HERMES, "hermes"), (LLAMA3_JSON, "llama3_json")):
         assert parser.name == name
-        text = parser.call_begin("lookup") + '{"q": "x"' + parser.end
+        text = "".join(
+            parser.call_begin(f) + args + parser.end
+            for f, args in (("lookup", '{"q": "x"'), ("two", "{"))
+        )
         stream = parser.stream(lambda: "call_0")
         out, end = stream.feed(text), stream.finish()
         calls = assemble(out.calls + end.calls)
-        assert [(c.name, json.loads(c.arguments)) for c in calls] == [("lookup", {"q": "x"})]
-        assert stream.parsed == 1 and stream.failed == 0
+        assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+            ("lookup", {"q": "x"}),
+            ("two", {}),
+        ]
+        assert stream.parsed == 2 and stream.failed == 0
+        assert out.content + end.content == ""
 
 
 def test_each_stream_is_fresh() -> None:
