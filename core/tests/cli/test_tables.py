@@ -27,11 +27,11 @@ def test_a_wide_terminal_gets_a_table_with_whole_names() -> None:
 
 
 def test_a_narrow_table_wraps_between_words_never_in_names() -> None:
-    text = _render(80)
+    text = _render(78)  # the narrowest that still fits a table
     assert "servehall-openvino-cpu" in text  # the no-wrap column stays whole
     assert "│" in text  # still a table
     for line in text.splitlines():
-        assert len(line) <= 80
+        assert len(line) <= 78
 
 
 def test_too_narrow_for_any_table_prints_blocks() -> None:
