@@ -9,7 +9,7 @@ demo model and agents"; measured in ``tests/test_demo_agents_e2e.py``). The call
 is forced with a named ``tool_choice`` when the engine can constrain decoding
 (``structured_output``); where it cannot, the server must refuse the forced choice with
 400 ``unsupported_parameter`` and the loop continues from the call a client would have
-received (the parse path itself is covered by ``core/tests/tools/test_stream.py`` and
+received (the parse path itself is covered by ``core/tests/tools/test_scanner.py`` and
 ``core/tests/api/test_tools.py``)."""
 
 from __future__ import annotations

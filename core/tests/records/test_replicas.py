@@ -19,7 +19,6 @@ from servehall.db.testing import run_sql
 from servehall.records.queries import run_query
 from servehall.records.runner import SinkRunner
 from servehall.records.sql_sink import SqlSink
-from servehall.replica import default_replica_name, replica_name
 
 
 def _rec(i: int, replica: str | None, **kw: Any) -> RequestRecord:
@@ -39,15 +38,6 @@ def _rec(i: int, replica: str | None, **kw: Any) -> RequestRecord:
     }
     fields.update(kw)
     return RequestRecord(**fields)
-
-
-def test_replica_name_default_and_configured() -> None:
-    import os
-
-    assert default_replica_name().endswith(f"-{os.getpid()}")
-    assert replica_name(None) == default_replica_name()
-    assert replica_name("  ") == default_replica_name()
-    assert replica_name(" pod-a ") == "pod-a"
 
 
 async def test_rows_name_their_replica_and_views_aggregate(migrated: str) -> None:

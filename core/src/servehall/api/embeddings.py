@@ -42,13 +42,8 @@ from servehall.api.intake import (
 from servehall.api.offload import encode_plain
 from servehall.api.prepare import admit_request, filter_inputs, serve_model
 from servehall.api.state import ApiState
-from servehall.api.wire import (
-    MAX_EMBEDDING_INPUTS,
-    EmbeddingData,
-    EmbeddingRequest,
-    EmbeddingResponse,
-    EmbeddingUsage,
-)
+from servehall.api.wire import MAX_EMBEDDING_INPUTS, EmbeddingRequest
+from servehall.api.wire_replies import EmbeddingData, EmbeddingResponse, EmbeddingUsage
 from servehall.engines.contract import EmbeddingEngine
 from servehall.engines.pooling import truncate
 from servehall.errors import ContextLengthExceededError, InvalidRequestError

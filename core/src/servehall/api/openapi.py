@@ -21,6 +21,7 @@ from pydantic.json_schema import models_json_schema
 
 from servehall.api import responses_wire as rw
 from servehall.api import wire as m
+from servehall.api import wire_replies as out
 from servehall.version import __version__
 
 _ERRORS = {
@@ -58,7 +59,7 @@ def _event(chunk: type[BaseModel]) -> dict[str, Any]:
                     {
                         "type": "string",
                         "contentMediaType": "application/json",
-                        "contentSchema": {"anyOf": [_ref(chunk), _ref(m.ErrorResponse)]},
+                        "contentSchema": {"anyOf": [_ref(chunk), _ref(out.ErrorResponse)]},
                     },
                 ]
             }
@@ -68,7 +69,7 @@ def _event(chunk: type[BaseModel]) -> dict[str, Any]:
 
 def _errors() -> dict[str, Any]:
     return {
-        code: {"description": d, "content": _json(m.ErrorResponse)} for code, d in _ERRORS.items()
+        code: {"description": d, "content": _json(out.ErrorResponse)} for code, d in _ERRORS.items()
     }
 
 
@@ -104,7 +105,7 @@ def _tokenizer_paths(max_token_id: int | None) -> dict[str, Any]:
                     "content": {"application/json": {"schema": tokenize_body}},
                 },
                 "responses": {
-                    "200": {"description": "The ids", "content": _json(m.TokenizeResponse)},
+                    "200": {"description": "The ids", "content": _json(out.TokenizeResponse)},
                     **_errors(),
                 },
             }
@@ -115,7 +116,7 @@ def _tokenizer_paths(max_token_id: int | None) -> dict[str, Any]:
                 + (f" (0 to {max_token_id})" if max_token_id is not None else ""),
                 "requestBody": {"required": True, "content": _json(m.DetokenizeRequest)},
                 "responses": {
-                    "200": {"description": "The text", "content": _json(m.DetokenizeResponse)},
+                    "200": {"description": "The text", "content": _json(out.DetokenizeResponse)},
                     **_errors(),
                 },
             }
@@ -131,7 +132,7 @@ def _embeddings_path() -> dict[str, Any]:
                 "summary": "Embeddings of texts or token arrays",
                 "requestBody": {"required": True, "content": _json(m.EmbeddingRequest)},
                 "responses": {
-                    "200": {"description": "The vectors", "content": _json(m.EmbeddingResponse)},
+                    "200": {"description": "The vectors", "content": _json(out.EmbeddingResponse)},
                     **_errors(),
                 },
             }
@@ -286,24 +287,24 @@ def openapi_document(
     """
     schema_models: list[type[BaseModel]] = [
         m.ChatCompletionRequest,
-        m.ChatCompletion,
-        m.ChatCompletionChunk,
+        out.ChatCompletion,
+        out.ChatCompletionChunk,
         m.CompletionRequest,
-        m.Completion,
-        m.ModelList,
-        m.ModelCard,
+        out.Completion,
+        out.ModelList,
+        out.ModelCard,
         m.TokenizeCompletionRequest,
         m.TokenizeChatRequest,
-        m.TokenizeResponse,
+        out.TokenizeResponse,
         m.DetokenizeRequest,
-        m.DetokenizeResponse,
-        m.ErrorResponse,
+        out.DetokenizeResponse,
+        out.ErrorResponse,
         rw.ResponsesRequest,
         rw.ResponseObject,
         rw.ResponseDeleted,
     ]
     if embedding_models:
-        schema_models += [m.EmbeddingRequest, m.EmbeddingResponse]
+        schema_models += [m.EmbeddingRequest, out.EmbeddingResponse]
     _, defs = models_json_schema(
         [
             (x, "validation" if x.__name__.endswith("Request") else "serialization")
@@ -332,12 +333,12 @@ def openapi_document(
         "paths": {
             "/v1/chat/completions": _inference(
                 m.ChatCompletionRequest,
-                m.ChatCompletion,
-                m.ChatCompletionChunk,
+                out.ChatCompletion,
+                out.ChatCompletionChunk,
                 "Create a chat completion",
             ),
             "/v1/completions": _inference(
-                m.CompletionRequest, m.Completion, m.Completion, "Create a text completion"
+                m.CompletionRequest, out.Completion, out.Completion, "Create a text completion"
             ),
             **(_embeddings_path() if embedding_models else {}),
             **_tokenizer_paths(max_token_id),
@@ -346,7 +347,7 @@ def openapi_document(
                 "get": {
                     "summary": "Models the caller may use",
                     "responses": {
-                        "200": {"description": "Model list", "content": _json(m.ModelList)},
+                        "200": {"description": "Model list", "content": _json(out.ModelList)},
                         **{k: v for k, v in _errors().items() if k == "401"},
                     },
                 }
@@ -366,7 +367,7 @@ def openapi_document(
                         }
                     ],
                     "responses": {
-                        "200": {"description": "The model", "content": _json(m.ModelCard)},
+                        "200": {"description": "The model", "content": _json(out.ModelCard)},
                         **{k: v for k, v in _errors().items() if k in ("401", "404")},
                     },
                 }
@@ -398,7 +399,7 @@ def openapi_document(
         doc["components"]["securitySchemes"] = {
             "bearer": {"type": "http", "scheme": "bearer", "description": "API key or JWT"}
         }
-        unauthorized = {"description": _ERRORS["401"], "content": _json(m.ErrorResponse)}
+        unauthorized = {"description": _ERRORS["401"], "content": _json(out.ErrorResponse)}
         for path, item in doc["paths"].items():
             for op in item.values():
                 if path in public:

@@ -10,7 +10,7 @@ from starlette.responses import JSONResponse, Response
 from servehall.admission.principal import ANONYMOUS, Principal
 from servehall.api.openapi import openapi_document
 from servehall.api.state import ApiState
-from servehall.api.wire import ModelCard
+from servehall.api.wire_replies import ModelCard
 from servehall.errors import NotFoundError
 from servehall.metrics import CONTENT_TYPE
 from servehall.plugin.host import ServedModel

@@ -49,11 +49,10 @@ from servehall.api.wire import (
     RESERVED_TEMPLATE_KWARGS,
     TEMPLATE_KWARG_NAME,
     DetokenizeRequest,
-    DetokenizeResponse,
     TokenizeChatRequest,
     TokenizeCompletionRequest,
-    TokenizeResponse,
 )
+from servehall.api.wire_replies import DetokenizeResponse, TokenizeResponse
 from servehall.errors import (
     InvalidRequestError,
     NotFoundError,

@@ -12,5 +12,6 @@ Modules, one concept each:
 * :mod:`~servehall.bench.compare` — several targets in one command, ratios, CPU per token;
 * :mod:`~servehall.bench.launch` — servers a run starts and stops, CPU seconds per process;
 * :mod:`~servehall.bench.report` / :mod:`~servehall.bench.plot` — tables, JSON, PNG;
-* :mod:`~servehall.bench.cli` — the Typer commands.
+* :mod:`~servehall.bench.cli` — the Typer commands;
+* :mod:`~servehall.bench.options` — the options, checks and failure handling they share.
 """

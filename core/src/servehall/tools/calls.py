@@ -7,7 +7,7 @@ output filters) as it arrives; each :meth:`~ToolCallStream.feed` returns the con
 text and the tool-call deltas that text completes. The non-streamed response is the
 same stream fed everything at once and assembled with :func:`assemble`, so streamed and
 non-streamed tool calls are equal by construction for any split of the text (the test
-``core/tests/tools/test_stream.py`` re-splits recorded outputs at every boundary).
+``core/tests/tools/test_scanner.py`` re-splits recorded outputs at every boundary).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 request shape, recorded client-library bodies, hostile inputs, generated schemas, client
 disconnects, optional faults), then invariants I1–I6 checked after a clean stop.
 
-Modules: ``mix`` (the traffic), ``corpus`` (hostile inputs, generated schemas, recorded
-bodies), ``invariants`` (the checks, pure), ``run`` (server, clients, faults, reading
-the records), ``record_sdk`` (records the client-library bodies; run by hand).
+Modules: ``cli`` (the command), ``mix`` (the traffic), ``corpus`` (hostile inputs,
+generated schemas, recorded bodies), ``invariants`` (the checks, pure), ``run`` (server,
+clients, faults, reading the records), ``record_sdk`` (records the client-library
+bodies; run by hand).
 """

@@ -1,5 +1,5 @@
-"""The principal's typed policy: model access decided in one place, per-request priority,
-and the per-tenant prompt-storage choice reaching the record bus (P02)."""
+"""The principal's typed policy: per-request priority and the per-tenant prompt-storage
+choice reaching the record bus (P02). Model access is ``test_access.py``."""
 
 from __future__ import annotations
 
@@ -7,32 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from servehall import ANONYMOUS, NotFoundError, PermissionDeniedError, Policy, Principal
-from servehall.admission.access import check_model_access
+from servehall import Policy
 from servehall.records.bus import RecordBus
 from servehall.records.types import RequestRecord
-
-
-def _p(**policy: object) -> Principal:
-    return Principal(id="k", policy=Policy(**policy))  # type: ignore[arg-type]
-
-
-def test_model_access_in_one_place() -> None:
-    check_model_access(ANONYMOUS, "m", served=True)
-    check_model_access(_p(models=frozenset({"m"})), "m", served=True)
-    with pytest.raises(NotFoundError) as nf:
-        check_model_access(ANONYMOUS, "nope", served=False)
-    assert nf.value.code == "model_not_found"
-    hidden = _p(models=frozenset({"x"}))  # hide_forbidden_models defaults to True
-    with pytest.raises(NotFoundError):
-        check_model_access(hidden, "m", served=True)
-    shown = _p(models=frozenset({"x"}), hide_forbidden_models=False)
-    with pytest.raises(PermissionDeniedError) as pd:
-        check_model_access(shown, "m", served=True)
-    assert pd.value.code == "model_not_allowed"
-    with pytest.raises(PermissionDeniedError) as sc:
-        check_model_access(_p(scopes=frozenset({"admin"})), "m", served=True)
-    assert sc.value.code == "insufficient_scope"
 
 
 def test_request_priority_is_clamped_to_what_the_policy_allows() -> None:

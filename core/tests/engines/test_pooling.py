@@ -1,0 +1,91 @@
+"""``servehall.engines.pooling``: sentence-transformers pooling configs read from a model
+directory, pooling a padded batch, and Matryoshka truncation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from servehall.engines.pooling import PoolingConfig, pool, read_pooling, truncate
+from servehall.errors import ConfigError
+
+
+def test_truncate_renormalises() -> None:
+    assert truncate([3.0, 4.0, 12.0], 2, normalize=True) == [0.6, 0.8]
+    assert truncate([3.0, 4.0, 12.0], 2, normalize=False) == [3.0, 4.0]
+    assert truncate([0.0, 0.0, 1.0], 2, normalize=True) == [0.0, 0.0]
+
+
+# --- pooling ---------------------------------------------------------------------------
+
+
+def _st_dir(tmp_path: Path, pooling: dict[str, bool], normalize: bool) -> Path:
+    tmp_path.mkdir()
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {
+            "idx": 1,
+            "name": "1",
+            "path": "1_Pooling",
+            "type": "sentence_transformers.models.Pooling",
+        },
+    ]
+    if normalize:
+        modules.append(
+            {
+                "idx": 2,
+                "name": "2",
+                "path": "2_Normalize",
+                "type": "sentence_transformers.models.Normalize",
+            }
+        )
+    (tmp_path / "modules.json").write_text(json.dumps(modules))
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": 4, **pooling})
+    )
+    (tmp_path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128}))
+    return tmp_path
+
+
+def test_read_pooling(tmp_path: Path) -> None:
+    assert read_pooling(tmp_path) == PoolingConfig("mean", True)  # no modules.json
+    d = _st_dir(tmp_path / "cls", {"pooling_mode_cls_token": True}, normalize=False)
+    assert read_pooling(d) == PoolingConfig("cls", False, 128)
+    d = _st_dir(
+        tmp_path / "mean",
+        {"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": False},
+        normalize=True,
+    )
+    (d / "config.json").write_text(json.dumps({"matryoshka_dimensions": [2, 4]}))
+    assert read_pooling(d) == PoolingConfig("mean", True, 128, True, (2, 4))
+    d = _st_dir(
+        tmp_path / "two",
+        {"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": True},
+        normalize=True,
+    )
+    with pytest.raises(ConfigError, match="not supported"):
+        read_pooling(d)
+    d = _st_dir(tmp_path / "wkpooling", {"pooling_mode_weightedmean_tokens": True}, True)
+    with pytest.raises(ConfigError, match="weightedmean"):
+        read_pooling(d)
+
+
+def test_pool_masks_padding() -> None:
+    torch = pytest.importorskip("torch")
+    hidden = torch.tensor(
+        [[[1.0, 0.0], [3.0, 4.0], [100.0, 100.0]], [[2.0, 2.0], [50.0, 50.0], [9.0, 9.0]]]
+    )
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    mean = pool(hidden, mask, PoolingConfig("mean", False))
+    assert mean.tolist() == [[2.0, 2.0], [2.0, 2.0]]
+    cls = pool(hidden, mask, PoolingConfig("cls", False))
+    assert cls.tolist() == [[1.0, 0.0], [2.0, 2.0]]
+    mx = pool(hidden, mask, PoolingConfig("max", False))
+    assert mx.tolist() == [[3.0, 4.0], [2.0, 2.0]]
+    last = pool(hidden, mask, PoolingConfig("lasttoken", False))
+    assert last.tolist() == [[3.0, 4.0], [2.0, 2.0]]
+    normed = pool(hidden, mask, PoolingConfig("mean", True))
+    assert torch.allclose(normed.norm(dim=1), torch.ones(2))

