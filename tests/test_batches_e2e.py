@@ -564,7 +564,7 @@ def test_online_request_preempts_running_lines(
     key = json.loads(cli("keys", "create", "--tenant", "p", "--json"))["key"]
     server = servehall_server(config.read_text(), env={PEPPER_ENV: PEPPER}, name="preempt")
     client = openai.OpenAI(base_url=server.base_url + "/v1", api_key=key, max_retries=0)
-    long = {"max_tokens": 400, "ignore_eos": True}
+    long = {"max_tokens": 1500, "ignore_eos": True}
     bodies = {f"p-{i}": chat(f"Tell a long tale {i}", **long) for i in range(4)}
     batch = submit(client, jsonl("/v1/chat/completions", bodies), "/v1/chat/completions", work)
     deadline = time.monotonic() + 120
@@ -577,7 +577,8 @@ def test_online_request_preempts_running_lines(
         r = c.post("/v1/chat/completions", json=chat("Quick", max_tokens=4))
         assert r.status_code == 200, r.text
         online_id = r.headers["x-request-id"]
-        assert "servehall_batch_lines_preempted_total 2.0" in c.get("/metrics").text
+        metrics = c.get("/metrics").text
+        assert "servehall_batch_lines_preempted_total 2.0" in metrics, metrics[-3000:]
     assert wait_done(client, batch.id).status == "completed"
     deadline = time.monotonic() + 15
     while True:
@@ -591,9 +592,11 @@ def test_online_request_preempts_running_lines(
         assert time.monotonic() < deadline, rows
         time.sleep(0.2)
     online = next(r for r in rows if r[0] == online_id)
-    assert online[5] < 1.0, online  # not kept waiting for a 400-token line
+    assert online[5] < 1.0, online  # not kept waiting for a 1500-token line
     preempted = [r for r in rows if r[3] == "preempted"]
-    assert len(preempted) == 2 and all(r[2] == 499 and r[1] for r in preempted), preempted
+    assert len(preempted) == 2 and all(r[2] == 499 and r[1] for r in preempted), [
+        r[1:4] for r in rows
+    ]
     done = sorted(r[1] for r in rows if r[1] and r[2] == 200)
     assert done == sorted(bodies)  # one answer per line, preempted ones included
     start = datetime.fromisoformat(online[4]).timestamp()

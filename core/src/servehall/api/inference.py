@@ -48,6 +48,7 @@ from servehall.api.intake import (
     end_request,
     end_with_error,
     open_state,
+    preempted,
 )
 from servehall.api.prepare import prepare
 from servehall.api.response import send_completion
@@ -117,7 +118,9 @@ class InferenceEndpoint:
                     state.finish(
                         STATUS_CLIENT_CLOSED,
                         finish_reason="client_disconnect",
-                        error_code="client_stalled" if watch.stalled else None,
+                        error_code="client_stalled"
+                        if watch.stalled
+                        else ("preempted" if preempted(state) else None),
                         prompt_text=state.prompt_text,
                         completion_text=state.completion_text(),
                     )

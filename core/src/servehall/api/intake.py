@@ -125,6 +125,12 @@ def end_request(state: RequestState) -> None:
     if state.served is not None:
         state.served.inflight -= 1
         state.served.last_used = time.monotonic()
-    call = state.batch_call
-    code = "preempted" if isinstance(call, BatchCall) and call.preempted else "cancelled"
+    code = "preempted" if preempted(state) else "cancelled"
     state.finish(STATUS_CLIENT_CLOSED, finish_reason="client_disconnect", error_code=code)
+
+
+def preempted(state: RequestState) -> bool:
+    """Whether ``state`` is a batch line the runner stopped for online traffic
+    (``[batches] preempt``): its 499 record says ``preempted``."""
+    call = state.batch_call
+    return isinstance(call, BatchCall) and call.preempted
