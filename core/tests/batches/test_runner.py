@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import event
 from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
@@ -289,6 +290,49 @@ async def test_a_line_that_ends_wakes_the_runner(app: Starlette) -> None:
         await runner.stop()
     got = (await _get(app, f"/v1/batches/{batch_id}")).json()
     assert got["request_counts"]["completed"] == 6
+
+
+async def test_a_line_end_wake_only_claims(app: Starlette) -> None:
+    """Between two polls, a wake because a line ended runs only the claim: the batch-wide
+    upkeep (here: moving ``validating`` batches on, expiring lines) runs on the first
+    pass alone, not once per line."""
+    await _create(app, {f"l{i}": _msg("hi") for i in range(6)})
+    host: Host = app.state.api.host
+    done = 0
+    statements: list[str] = []
+
+    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+        nonlocal done
+        await asyncio.sleep(0.05)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+        done += 1
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(" ".join(statement.split()))
+
+    engine = (await app.state.api.files.catalog()).engine.sync_engine
+    event.listen(engine, "before_cursor_execute", seen)
+    runner = BatchRunner(answer, host, app.state.api.files)
+    runner.settings = runner.settings.model_copy(update={"poll_s": 5.0})
+    runner.start()
+    try:
+        for _ in range(200):
+            if done == 6:
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        await runner.stop()
+        event.remove(engine, "before_cursor_execute", seen)
+    assert done == 6
+    upkeep = [s for s in statements if s.startswith("UPDATE batch SET status")]
+    expire = [
+        s
+        for s in statements
+        if s.startswith("UPDATE batch_line SET status") and "batch.expires_at <=" in s
+    ]
+    assert len(upkeep) == 1, upkeep
+    assert len(expire) <= 1, expire
 
 
 async def test_online_demand_preempts_running_lines_and_holds_claims(app: Starlette) -> None:
