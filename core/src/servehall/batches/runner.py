@@ -93,6 +93,7 @@ class BatchRunner:
         self._task: asyncio.Task[None] | None = None
         self._inflight: dict[int, tuple[Claimed, asyncio.Task[None]]] = {}
         self._calls: dict[int, BatchCall] = {}  # line seq -> its call, while it is sent
+        self._writing: set[int] = set()  # lines sent, their result not stored yet
         self._owners: dict[str, tuple[Any, str]] = {}
         self._tenants: dict[int, str] = {}  # line seq -> its tenant, while in flight
         self._line_ended = asyncio.Event()  # wakes the loop before its next poll
@@ -242,7 +243,10 @@ class BatchRunner:
                 self._renewed = mono
             for batch_id in await store.finalizable(now, lease):
                 await self._finalize(store, batch_id)
-        room = self.settings.max_concurrent_lines - len(self._inflight)
+        # a line whose answer came back holds no engine slot while its result is written;
+        # at most max_concurrent_lines more such lines, so a slow database bounds the backlog
+        cap = self.settings.max_concurrent_lines
+        room = min(cap - (len(self._inflight) - len(self._writing)), 2 * cap - len(self._inflight))
         if room > 0 and mono >= self._paused_until and self.may_claim():
             for line in await store.claim(self.name, room, now, lease, self._full_batches()):
                 task = asyncio.get_running_loop().create_task(self._run(store, line))
@@ -330,6 +334,9 @@ class BatchRunner:
                 status, headers, raw = await self.send(endpoint, line.body.encode("utf-8"), call)
             finally:
                 self._calls.pop(line.seq, None)
+            # the engine slot is free: the next line may start while this result is written
+            self._writing.add(line.seq)
+            self._line_ended.set()
             if status in RETRY_STATUSES:
                 self._pause(headers.get("retry-after"))
                 return
@@ -363,6 +370,7 @@ class BatchRunner:
             self._pause("2")
         finally:
             self._inflight.pop(line.seq, None)
+            self._writing.discard(line.seq)
             self._calls.pop(line.seq, None)
             self._tenants.pop(line.seq, None)
             self._line_ended.set()
