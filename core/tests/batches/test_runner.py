@@ -292,6 +292,43 @@ async def test_a_line_that_ends_wakes_the_runner(app: Starlette) -> None:
     assert got["request_counts"]["completed"] == 6
 
 
+async def test_lines_are_claimed_ahead_and_sent_within_the_slots(app: Starlette) -> None:
+    """With 2 slots the first pass claims 4 lines (2 sent, 2 waiting for a slot, so a
+    slot's next line needs no database round trip when its line ends); never more than 2
+    are sent at once, and every line completes once."""
+    batch_id = await _create(app, {f"l{i}": _msg("hi") for i in range(7)})
+    host: Host = app.state.api.host
+    sending = peak = done = 0
+
+    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+        nonlocal sending, peak, done
+        sending += 1
+        peak = max(peak, sending)
+        await asyncio.sleep(0.1)
+        sending -= 1
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+        done += 1
+
+    runner = BatchRunner(answer, host, app.state.api.files)
+    runner.settings = runner.settings.model_copy(update={"poll_s": 5.0, "max_concurrent_lines": 2})
+    await runner.tick()
+    assert len(runner._inflight) == 4
+    await asyncio.sleep(0.03)
+    assert sending == 2 and runner._sending == 2
+    runner.start()
+    try:
+        for _ in range(300):
+            if done == 7:
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        await runner.stop()
+    assert done == 7 and peak == 2
+    got = (await _get(app, f"/v1/batches/{batch_id}")).json()
+    assert got["request_counts"]["completed"] == 7
+
+
 async def test_a_line_end_wake_only_claims(app: Starlette) -> None:
     """Between two polls, a wake because a line ended runs only the claim: the batch-wide
     upkeep (here: moving ``validating`` batches on, expiring lines) runs on the first

@@ -6,9 +6,12 @@ when there is none) and then moves ``validating`` batches to ``in_progress``, ex
 unrun lines of batches past their completion window, finalizes batches with no line left
 (writing the output and error files, :mod:`servehall.batches.lines`), and — while no
 model's scheduler queue has a waiting request — claims lines up to ``[batches]
-max_concurrent_lines`` in flight (:mod:`servehall.batches.store`). When one of its lines
-ends it claims at once (only the claim), so a freed slot is filled without waiting for
-the poll.
+max_concurrent_lines`` being sent (:mod:`servehall.batches.store`). It claims up to as
+many again ahead of need: a claimed line waits for one of the ``max_concurrent_lines``
+send slots (first come, first served), so when a line's answer comes back the next one
+is sent at once, without a database round trip between them; the wake when a line ends
+then only claims to refill (no upkeep), and the line's result is written after its slot
+is free.
 
 Idle capacity only (``[batches] preempt``, the default): an online request that asks for
 a slot (:class:`~servehall.admission.demand.OnlineDemand`) makes the runner stop every
@@ -93,7 +96,10 @@ class BatchRunner:
         self._task: asyncio.Task[None] | None = None
         self._inflight: dict[int, tuple[Claimed, asyncio.Task[None]]] = {}
         self._calls: dict[int, BatchCall] = {}  # line seq -> its call, while it is sent
-        self._writing: set[int] = set()  # lines sent, their result not stored yet
+        # lines being sent hold a slot; claimed lines wait for one (FIFO)
+        self._slots: asyncio.Semaphore | None = None
+        self._sending = 0
+        self._stopping = False
         self._owners: dict[str, tuple[Any, str]] = {}
         self._tenants: dict[int, str] = {}  # line seq -> its tenant, while in flight
         self._line_ended = asyncio.Event()  # wakes the loop before its next poll
@@ -116,6 +122,7 @@ class BatchRunner:
         then cancel the rest and give them back (each leaves a 499 request record and
         runs again later)."""
         task, self._task = self._task, None
+        self._stopping = True  # a claimed line that gets a slot now is given back
         with contextlib.suppress(ValueError):
             self.host.online.listeners.remove(self._on_online)
         if task is not None:
@@ -132,7 +139,7 @@ class BatchRunner:
 
     async def _loop(self) -> None:
         warned = False
-        while True:
+        while not self._stopping:
             try:
                 mono = time.monotonic()
                 # claims on every wake; the batch-wide upkeep at most once per poll
@@ -161,9 +168,12 @@ class BatchRunner:
                 rest = self.settings.online_quiet_s - self.host.online.quiet_for()
                 if 0 < rest < delay:
                     delay = rest
-            # the next pass at poll_s, or as soon as a line ends (its slot is free now)
+            # the next pass at poll_s, or as soon as a line ends (its slot is free now);
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancel that
+            # comes as the event is set, and stop() would wait for the loop forever
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._line_ended.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await self._line_ended.wait()
             self._line_ended.clear()
 
     async def _get_store(self) -> BatchStore | None:
@@ -243,12 +253,17 @@ class BatchRunner:
                 self._renewed = mono
             for batch_id in await store.finalizable(now, lease):
                 await self._finalize(store, batch_id)
-        # a line whose answer came back holds no engine slot while its result is written;
-        # at most max_concurrent_lines more such lines, so a slow database bounds the backlog
-        cap = self.settings.max_concurrent_lines
-        room = min(cap - (len(self._inflight) - len(self._writing)), 2 * cap - len(self._inflight))
+        # max_concurrent_lines being sent, as many again claimed ahead (waiting for a
+        # slot, or writing their results)
+        room = 2 * self.settings.max_concurrent_lines - len(self._inflight)
         if room > 0 and mono >= self._paused_until and self.may_claim():
-            for line in await store.claim(self.name, room, now, lease, self._full_batches()):
+            claimed = await store.claim(self.name, room, now, lease, self._full_batches())
+            for batch_id in dict.fromkeys(line.batch_id for line in claimed):
+                # owners read before the tasks start, so the lines reach the send slots
+                # in claim order (a task that finds no owner handles it itself)
+                with contextlib.suppress(Exception):
+                    await self._owner(store, batch_id)
+            for line in claimed:
                 task = asyncio.get_running_loop().create_task(self._run(store, line))
                 self._inflight[line.seq] = (line, task)
                 if not self._renewed:
@@ -281,7 +296,7 @@ class BatchRunner:
     def _report(self, queued: int | None) -> None:
         """Set the gauges: lines in flight, and ``queued`` when it was read."""
         if self.metrics is not None:
-            self.metrics.batch_lines_running.set(len(self._inflight))
+            self.metrics.batch_lines_running.set(self._sending)
             if queued is not None:
                 self.metrics.batch_lines_queued.set(queued)
 
@@ -327,15 +342,21 @@ class BatchRunner:
                 custom_id=line.custom_id,
                 priority=self.settings.priority,
             )
-            if self.settings.preempt and self.host.online.inflight:
-                return  # online traffic came while the line was claimed: given back below
-            self._calls[line.seq] = call
-            try:
-                status, headers, raw = await self.send(endpoint, line.body.encode("utf-8"), call)
-            finally:
-                self._calls.pop(line.seq, None)
-            # the engine slot is free: the next line may start while this result is written
-            self._writing.add(line.seq)
+            if self._slots is None:
+                self._slots = asyncio.Semaphore(self.settings.max_concurrent_lines)
+            async with self._slots:
+                if self._stopping or (self.settings.preempt and not self.may_claim()):
+                    return  # stopping, or online traffic came while it waited: given back
+                self._calls[line.seq] = call
+                self._sending += 1
+                try:
+                    status, headers, raw = await self.send(
+                        endpoint, line.body.encode("utf-8"), call
+                    )
+                finally:
+                    self._sending -= 1
+                    self._calls.pop(line.seq, None)
+            # the slot went to the next claimed line; wake the loop to claim one more
             self._line_ended.set()
             if status in RETRY_STATUSES:
                 self._pause(headers.get("retry-after"))
@@ -370,7 +391,6 @@ class BatchRunner:
             self._pause("2")
         finally:
             self._inflight.pop(line.seq, None)
-            self._writing.discard(line.seq)
             self._calls.pop(line.seq, None)
             self._tenants.pop(line.seq, None)
             self._line_ended.set()
