@@ -2,7 +2,9 @@
 demo model twice on ``openvino_cpu``, alone and with a draft model (``draft_model``, here
 the demo model itself: the path through config, conversion before the worker starts, the
 worker's speculative pipeline and HTTP/2), and greedy completions and chat answers of the
-two are identical. ``servehall config check`` reports a missing draft directory in one
+two are identical; ``/metrics`` then shows the speculative-decoding counters
+(``servehall_spec_decode_*``, from the worker's heartbeat) for ``demo-spec`` only.
+``servehall config check`` reports a missing draft directory in one
 line. (Token-level identity with a draft that is partly rejected, sampling, and each
 option error: plugins/openvino_cpu/tests/test_ov_speculative.py.)
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -84,6 +87,46 @@ def test_greedy_answers_with_a_draft_equal_the_models_own(
             answers[model] = texts
         assert answers["demo-spec"] == answers["demo"]
         assert any(answers["demo"])
+        counts = _spec_counts(c, "demo-spec")
+    drafts, draft_tokens, accepted, per_pos = counts
+    assert drafts > 0 and 0 < accepted <= draft_tokens <= 3 * drafts, counts
+    # the draft is the model itself: OpenVINO GenAI accepts every draft token that does not
+    # run past the end of the answer (its own generate() figure is 100 %); the counts
+    # derived from the step API may miss one per request at its end
+    assert draft_tokens - accepted <= 3 * (len(PROMPTS) + 1), counts
+    assert sum(per_pos.values()) == accepted and set(per_pos) <= {"0", "1", "2"}, counts
+
+
+def _spec_counts(c: httpx.Client, model: str) -> tuple[float, float, float, dict[str, float]]:
+    """The ``servehall_spec_decode_*`` values of ``model`` once the worker's heartbeat
+    carried the last request's steps (drafts stop changing; at most 30 s); asserts that the
+    plain model has no such series."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    last: tuple[float, float, float, dict[str, float]] | None = None
+    deadline = time.monotonic() + 30
+    while True:
+        values: dict[str, float] = {}
+        per_pos: dict[str, float] = {}
+        for fam in text_string_to_metric_families(c.get("/metrics").text):
+            for sample in fam.samples:
+                if not sample.name.startswith("servehall_spec_decode_"):
+                    continue
+                assert sample.labels["model"] == model, sample
+                if sample.name.endswith("_per_pos_total"):
+                    per_pos[sample.labels["position"]] = sample.value
+                else:
+                    values[sample.name] = sample.value
+        counts = (
+            values.get("servehall_spec_decode_num_drafts_total", 0.0),
+            values.get("servehall_spec_decode_num_draft_tokens_total", 0.0),
+            values.get("servehall_spec_decode_num_accepted_tokens_total", 0.0),
+            per_pos,
+        )
+        if (last is not None and counts == last and counts[0] > 0) or time.monotonic() > deadline:
+            return counts
+        last = counts
+        time.sleep(0.5)
 
 
 def test_config_check_names_a_missing_draft(demo_model_dir: Path, tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from servehall.engines.contract import (
     EngineStats,
     ModelInfo,
     SamplingParams,
+    SpecDecodeStats,
     StructuredConstraint,
     TokenDelta,
 )
@@ -182,6 +183,7 @@ __all__ = [
     "SinkRegistry",
     "SinkSpec",
     "Slot",
+    "SpecDecodeStats",
     "StepSinkEngine",
     "StepThreadEngine",
     "StreamFilterResult",

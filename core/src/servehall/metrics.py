@@ -29,6 +29,14 @@ checked against a live server in tests/test_ops_metrics_e2e.py):
   {model}``: prompt tokens looked up in / found in the prefix cache, for engines that can
   tell (the torch engine with ``prefix_caching``, vLLM); none for the others (OpenVINO GenAI and
   ONNX Runtime GenAI report no hit counts);
+* ``servehall_spec_decode_num_drafts_total{model}``,
+  ``servehall_spec_decode_num_draft_tokens_total{model}``,
+  ``servehall_spec_decode_num_accepted_tokens_total{model}`` and
+  ``servehall_spec_decode_num_accepted_tokens_per_pos_total{model,position}``: speculative
+  decoding (vLLM's ``vllm:spec_decode_*``), from ``EngineStats.spec_decode``; samples only
+  for models with a draft (vLLM's ``speculative_config``: vLLM's own counts; openvino_cpu's
+  ``draft_model``: derived from its step API, see its README; no draft-token series under
+  ``assistant_confidence_threshold``);
 * ``servehall_device_memory_used_bytes{model,device}`` / ``..._total_bytes``: from
   ``EngineStats`` (its per-device rows, else its one pair; absent when the engine cannot
   report them);

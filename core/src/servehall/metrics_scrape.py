@@ -143,6 +143,27 @@ _ENGINE_OPS_FAMILIES: dict[str, _Family] = {
         "servehall_prefix_cache_hits",
         "Prompt tokens found in the prefix cache (engines that can tell)",
     ),
+    "sd_drafts": _Family(
+        _C,
+        "servehall_spec_decode_num_drafts",
+        "Speculative decoding: verification steps with draft tokens (models with a draft)",
+    ),
+    "sd_draft_tokens": _Family(
+        _C,
+        "servehall_spec_decode_num_draft_tokens",
+        "Speculative decoding: draft tokens proposed (models with a draft)",
+    ),
+    "sd_accepted": _Family(
+        _C,
+        "servehall_spec_decode_num_accepted_tokens",
+        "Speculative decoding: draft tokens accepted by the model (models with a draft)",
+    ),
+    "sd_accepted_pos": _Family(
+        _C,
+        "servehall_spec_decode_num_accepted_tokens_per_pos",
+        "Speculative decoding: accepted draft tokens by position in the draft (0 = first)",
+        (*_MV, "position"),
+    ),
 }
 """The operations families of each model's engine (module docstring)."""
 
@@ -327,8 +348,9 @@ class _EngineOpsFamilies:
             self.f["crash_loop"].add_metric(model, 1.0 if loop else 0.0)
 
     def add_stats(self, model: list[str], engine: object, s: EngineStats) -> None:
-        """Device memory and prefix-cache counters from one ``EngineStats`` (its
-        per-device rows when it has them, else its one device's pair)."""
+        """Device memory, prefix-cache and speculative-decoding counters from one
+        ``EngineStats`` (its per-device rows when it has them, else its one device's
+        pair; the speculative-decoding families only for an engine with a draft)."""
         for device, used, total in s.devices:
             self.f["mem_total"].add_metric([*model, device], float(total))
             self.f["mem_used"].add_metric([*model, device], float(used))
@@ -339,6 +361,14 @@ class _EngineOpsFamilies:
         if s.prefix_cache_queries is not None:
             self.f["prefix_queries"].add_metric(model, float(s.prefix_cache_queries))
             self.f["prefix_hits"].add_metric(model, float(s.prefix_cache_hits or 0))
+        sd = s.spec_decode
+        if sd is not None:
+            self.f["sd_drafts"].add_metric(model, float(sd.drafts))
+            if sd.draft_tokens is not None:
+                self.f["sd_draft_tokens"].add_metric(model, float(sd.draft_tokens))
+            self.f["sd_accepted"].add_metric(model, float(sd.accepted_tokens))
+            for pos, n in enumerate(sd.accepted_per_position):
+                self.f["sd_accepted_pos"].add_metric([*model, str(pos)], float(n))
 
     def families(self) -> list[Metric]:
         """The families in exposition order."""

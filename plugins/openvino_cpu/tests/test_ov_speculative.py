@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from servehall import ConfigError, ModelConfig, SamplingParams, TokenDelta
+from servehall import ConfigError, ModelConfig, SamplingParams, SpecDecodeStats, TokenDelta
 from servehall.config.check import check_config_data
 from servehall_openvino_cpu import plugin
+from servehall_openvino_cpu.engine import add_verification_step
 from servehall_openvino_cpu.options import parse_options
 
 N = 24
@@ -192,7 +193,9 @@ async def test_the_noisy_draft_is_partly_accepted(
 ) -> None:
     """The equality above is not trivial: OpenVINO's own counters (its ``generate()``
     metrics, on a pipeline built as the engine builds it) show draft tokens both
-    accepted and rejected."""
+    accepted and rejected; the engine's ``stats().spec_decode`` (derived from the step
+    API, :func:`add_verification_step`) counts the same requests: accepted between 0
+    and the draft tokens, and an acceptance rate close to OpenVINO's own."""
     import numpy as np
     import openvino as ov
     import openvino_genai
@@ -200,16 +203,40 @@ async def test_the_noisy_draft_is_partly_accepted(
     engine = plugin.factory(ov_model(draft_model=str(draft_dir), num_assistant_tokens=3))
     await engine.start()
     try:
+        assert engine.stats().spec_decode == SpecDecodeStats()  # zero from start
         pipe = engine.new_pipeline()
         config = engine.assist(openvino_genai.GenerationConfig())
         config.max_new_tokens, config.do_sample, config.ignore_eos = N, False, True
-        rows = [ov.Tensor(np.asarray([p], dtype=np.int64)) for p in prompts]
-        results = await asyncio.to_thread(pipe.generate, rows, [config] * len(rows))
-        accepted = sum(r.extended_perf_metrics.get_num_accepted_tokens() for r in results)
-        offered = sum(r.extended_perf_metrics.get_num_draft_tokens() for r in results)
+        accepted = offered = 0
+        for p in prompts:  # one at a time, as the engine runs them below
+            row = ov.Tensor(np.asarray([p], dtype=np.int64))
+            (r,) = await asyncio.to_thread(pipe.generate, [row], [config])
+            accepted += r.extended_perf_metrics.get_num_accepted_tokens()
+            offered += r.extended_perf_metrics.get_num_draft_tokens()
         assert 0 < accepted < offered, (accepted, offered)
+        params = SamplingParams(max_tokens=N, temperature=0.0, ignore_eos=True)
+        for i, p in enumerate(prompts):
+            assert len(await collect(engine.add_request(f"m{i}", p, params))) == N
+        sd = engine.stats().spec_decode
+        assert sd is not None and sd.draft_tokens is not None
+        assert 0 < sd.accepted_tokens < sd.draft_tokens <= 3 * sd.drafts
+        assert sum(sd.accepted_per_position) == sd.accepted_tokens
+        assert list(sd.accepted_per_position) == sorted(sd.accepted_per_position, reverse=True)
+        ours, theirs = sd.accepted_tokens / sd.draft_tokens, accepted / offered
+        assert abs(ours - theirs) <= 0.15, (ours, theirs)
     finally:
         await engine.shutdown()
+
+
+def test_verification_steps_are_counted_from_emitted_tokens() -> None:
+    """The mapping of one step's emitted tokens to draft counts (k = 3)."""
+    s = SpecDecodeStats()
+    s = add_verification_step(s, 3, 20, 4)  # all 3 accepted + the model's own token
+    s = add_verification_step(s, 3, 16, 1)  # none accepted
+    s = add_verification_step(s, 3, 2, 2)  # the draft capped at 2 tokens left, 1 accepted
+    assert s == SpecDecodeStats(3, 3 + 3 + 2, 3 + 0 + 1, (2, 1, 1))
+    by_confidence = add_verification_step(SpecDecodeStats(draft_tokens=None), None, 9, 3)
+    assert by_confidence == SpecDecodeStats(1, None, 2, (1, 1))
 
 
 async def test_sampled_requests_run_with_a_draft(

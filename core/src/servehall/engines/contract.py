@@ -127,7 +127,9 @@ class EngineStats:
     per device for an engine on several devices (or one that names them itself; when
     given, metrics use these rows instead of ``device_memory_*``); ``prefix_cache_*`` are
     cumulative prompt tokens looked up in / found in the prefix cache since the engine
-    started (None when the engine has no prefix cache or cannot tell).
+    started (None when the engine has no prefix cache or cannot tell); ``spec_decode``
+    the speculative-decoding counters since the engine started (None for an engine
+    without a draft).
     """
 
     running: int
@@ -140,12 +142,32 @@ class EngineStats:
     prefix_cache_hits: int | None = None
     grammar: GrammarStats | None = None
     devices: tuple[tuple[str, int, int], ...] = ()
+    spec_decode: SpecDecodeStats | None = None
 
     @property
     def kv_cache_usage(self) -> float:
         """KV-cache blocks used / total, in [0, 1] (0 when the total is unknown)."""
         total = self.kv_cache_blocks_total
         return min(1.0, self.kv_cache_blocks_used / total) if total else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SpecDecodeStats:
+    """Cumulative speculative-decoding counters of an engine with a draft (the figures
+    vLLM exports as ``vllm:spec_decode_*``).
+
+    Attributes:
+        drafts: verification steps of a request in which draft tokens were proposed.
+        draft_tokens: draft tokens proposed (``None`` when the engine cannot tell).
+        accepted_tokens: draft tokens the model accepted.
+        accepted_per_position: accepted tokens by their position in the draft (index 0 =
+            the first draft token); () when the engine does not report them.
+    """
+
+    drafts: int = 0
+    draft_tokens: int | None = 0
+    accepted_tokens: int = 0
+    accepted_per_position: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from servehall.engines.contract import (
     GrammarStats,
     ModelInfo,
     SamplingParams,
+    SpecDecodeStats,
     TokenDelta,
 )
 from servehall.engines.kit import DeltaStream
@@ -336,6 +337,7 @@ class ProcessEngine:
             prefix_cache_hits=hb.prefix_cache_hits,
             grammar=None if hb.grammar is None else GrammarStats(*hb.grammar),
             devices=hb.devices,
+            spec_decode=None if hb.spec_decode is None else SpecDecodeStats(*hb.spec_decode),
         )
 
     # --- what the supervisor asks of the client (WorkerClient) -------------------------

@@ -376,6 +376,14 @@ class WorkerLoop:
                     s.grammar.compile_buckets,
                 ),
                 tuple(s.devices),
+                None
+                if s.spec_decode is None
+                else (
+                    s.spec_decode.drafts,
+                    s.spec_decode.draft_tokens,
+                    s.spec_decode.accepted_tokens,
+                    tuple(s.spec_decode.accepted_per_position),
+                ),
             )
         except Exception as exc:
             beat = Heartbeat(0, 0, 0, 0, None, None, False, f"stats raised {exc}")

@@ -110,6 +110,9 @@ class Heartbeat(msgspec.Struct, tag="hb", array_like=True):
     grammar: tuple[int, int, float, tuple[int, ...]] | None = None
     # (device, used bytes, total bytes) per device (EngineStats.devices)
     devices: tuple[tuple[str, int, int], ...] = ()
+    # speculative decoding (EngineStats.spec_decode): drafts, draft tokens (None: unknown),
+    # accepted tokens, accepted tokens per draft position
+    spec_decode: tuple[int, int | None, int, tuple[int, ...]] | None = None
 
 
 class WorkerReady(msgspec.Struct, tag="ready", array_like=True):

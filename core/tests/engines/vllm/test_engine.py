@@ -6,6 +6,7 @@ way through the worker's heartbeat to ``servehall_device_memory_*{device}``."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -86,3 +87,85 @@ def test_device_rows_cross_the_heartbeat_and_become_one_series_per_device() -> N
         labels = f'device="{device}",model="demo",version=""'
         assert f"servehall_device_memory_used_bytes{{{labels}}} {float(used)}" in text, text
         assert f"servehall_device_memory_total_bytes{{{labels}}} {float(total)}" in text
+
+
+def _exposition(families: list[Metric]) -> str:
+    """The text exposition of ``families`` as ``GET /metrics`` writes it."""
+    registry = CollectorRegistry()
+
+    class Collector:
+        def collect(self) -> list[Metric]:
+            return families
+
+    registry.register(Collector())
+    return generate_latest(registry).decode()
+
+
+_REAL_SPEC_STEPS = r"""
+import json, sys
+from vllm.v1.metrics.stats import SchedulerStats
+from vllm.v1.spec_decode.metrics import SpecDecodingStats
+from servehall.engines.vllm.engine import _Stats, engine_stats, record_scheduler_stats
+
+stats = _Stats()
+steps = [[(3, 3), (3, 1)], [(3, 0)], None, [(2, 2), (3, 2)]]  # (draft, accepted) per request
+for step in steps:
+    sd = None
+    if step is not None:
+        sd = SpecDecodingStats.new(3)
+        for drafted, accepted in step:
+            sd.observe_draft(num_draft_tokens=drafted, num_accepted_tokens=accepted)
+    record_scheduler_stats(stats, SchedulerStats(spec_decoding_stats=sd))
+s = engine_stats(stats).spec_decode
+json.dump([s.drafts, s.draft_tokens, s.accepted_tokens, list(s.accepted_per_position)], sys.stdout)
+"""
+
+
+def test_vllm_spec_decoding_stats_become_spec_decode_counters_and_metrics() -> None:
+    """vLLM's own ``SchedulerStats``/``SpecDecodingStats`` objects (built with its
+    ``observe_draft``, under ``.venv-vllm``) summed over steps into ``EngineStats
+    .spec_decode``, then through the heartbeat to the ``servehall_spec_decode_*`` series."""
+    import json
+    import os
+    import subprocess
+
+    import servehall
+    from servehall.engines.contract import SpecDecodeStats
+    from servehall.testing.vllm_env import vllm_python
+
+    src = str(Path(servehall.__file__).parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run(
+        [str(vllm_python()), "-c", _REAL_SPEC_STEPS],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=True,
+    )
+    drafts, draft_tokens, accepted, per_pos = json.loads(out.stdout.strip().splitlines()[-1])
+    # 5 drafts of 3+3+3+2+3 tokens; accepted 3+1+0+2+2, by position: 1st 4, 2nd 3, 3rd 1
+    assert (drafts, draft_tokens, accepted, per_pos) == (5, 14, 8, [4, 3, 1])
+    sd = SpecDecodeStats(drafts, draft_tokens, accepted, tuple(per_pos))
+    beat = Heartbeat(0, 0, 0, 1, None, None, True, "", spec_decode=(5, 14, 8, (4, 3, 1)))
+    back = report_decoder.decode(report_encoder.encode(beat))
+    assert isinstance(back, Heartbeat) and SpecDecodeStats(*back.spec_decode) == sd  # type: ignore[misc]
+    ops = _EngineOpsFamilies()
+    ops.add_stats(["m", ""], object(), EngineStats(0, 0, 0, 1, spec_decode=sd))
+    text = _exposition(ops.families())
+    assert 'servehall_spec_decode_num_drafts_total{model="m",version=""} 5.0' in text
+    assert 'servehall_spec_decode_num_draft_tokens_total{model="m",version=""} 14.0' in text
+    assert 'servehall_spec_decode_num_accepted_tokens_total{model="m",version=""} 8.0' in text
+    pos = "servehall_spec_decode_num_accepted_tokens_per_pos_total"
+    rows = [f'{pos}{{model="m",position="{i}",version=""}} {n}.0' for i, n in enumerate(per_pos)]
+    assert all(row in text for row in rows), text
+
+
+def test_an_engine_without_a_draft_exports_no_spec_decode_series() -> None:
+    stats = _Stats()
+    record_scheduler_stats(stats, fake_step(None))
+    s = engine_stats(stats)
+    assert s.spec_decode is None
+    ops = _EngineOpsFamilies()
+    ops.add_stats(["m", ""], object(), s)
+    assert "servehall_spec_decode_num_drafts_total{" not in _exposition(ops.families())

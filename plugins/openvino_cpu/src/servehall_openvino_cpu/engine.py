@@ -55,6 +55,7 @@ from servehall import (
     ModelConfig,
     ModelInfo,
     SamplingParams,
+    SpecDecodeStats,
     StepThreadEngine,
     StructuredConstraint,
     TokenDelta,
@@ -89,7 +90,7 @@ GRAMMAR_CACHE_SIZE = 256
 @dataclass(slots=True)
 class _Live:
     """Step-thread state of one request (``prompt``: the int64 row as added;
-    ``started``: a token of it has been read)."""
+    ``started``: a token of it has been read; ``generated``: tokens read so far)."""
 
     stream: DeltaStream
     handle: Any
@@ -97,6 +98,7 @@ class _Live:
     prompt: Any = None
     config: Any = None
     started: bool = False
+    generated: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +153,12 @@ class OpenVINOEngine(StepThreadEngine):
         self._ov_tensor: Any = None
         self._gen_config_cls: Any = None
         self._snapshot = _Snapshot()
+        # speculative-decoding counters (step thread writes, stats() reads the reference)
+        self._spec: SpecDecodeStats | None = (
+            SpecDecodeStats(draft_tokens=0 if self.options.assistant()[0] else None)
+            if self.options.draft_model is not None
+            else None
+        )
         self._next_id = 0
         self._live: dict[int, _Live] = {}  # step thread: pipeline request id -> state
         self._cleanup = False  # step thread: a cancel needs a step to free its KV blocks
@@ -301,6 +309,7 @@ class OpenVINOEngine(StepThreadEngine):
             kv_cache_blocks_used=min(snap.kv_blocks_used, self._num_blocks),
             kv_cache_blocks_total=self._num_blocks,
             grammar=self.grammars.stats(),
+            spec_decode=self._spec,
         )
 
     async def shutdown(self) -> None:
@@ -465,10 +474,15 @@ class OpenVINOEngine(StepThreadEngine):
             tokens: list[int] = []
             finish = "NONE"
             if handle.can_read():
-                entry.started = True
                 for out in handle.read().values():
                     tokens.extend(int(t) for t in out.generated_ids)
                     finish = out.finish_reason.name
+                if self._spec is not None and entry.started and tokens:
+                    left = int(entry.config.max_new_tokens) - entry.generated
+                    k = self.options.assistant()[0]
+                    self._spec = add_verification_step(self._spec, k, left, len(tokens))
+                entry.started = True
+                entry.generated += len(tokens)
             status = handle.get_status().name
             if status == "RUNNING" and finish == "NONE":
                 if tokens:
@@ -498,6 +512,41 @@ class OpenVINOEngine(StepThreadEngine):
         m = self._pipe.get_metrics()
         used = round(float(m.cache_usage) / 100.0 * self._num_blocks)
         self._snapshot = _Snapshot(int(m.scheduled_requests), int(m.requests), used)
+
+
+def add_verification_step(
+    total: SpecDecodeStats, k: int | None, left: int, emitted: int
+) -> SpecDecodeStats:
+    """``total`` plus one verification step of one request in OpenVINO GenAI's
+    speculative pipeline, from what its step API shows: the step ``emitted`` tokens
+    (``read()`` after ``step()``), ``left`` tokens were still allowed before it
+    (``max_new_tokens`` minus tokens read), ``k`` is ``num_assistant_tokens`` (None under
+    ``assistant_confidence_threshold``).
+
+    OpenVINO GenAI reports acceptance only from ``generate()`` (``SDPerModelsPerfMetrics``),
+    not per request through ``step()``; so it is derived: the main model appends its own
+    token after the accepted prefix of the draft, so ``emitted - 1`` draft tokens were
+    accepted (a lower bound: the last step of a request stopped by ``max_tokens`` may
+    have had one more accepted and no token of its own); the draft proposed
+    ``min(k, left)`` tokens (the draft request has the same ``max_new_tokens``); with a
+    confidence threshold the number proposed is not visible (``draft_tokens`` stays None).
+    Accepted tokens count at draft positions ``0 .. accepted - 1``.
+    """
+    accepted = max(emitted - 1, 0)
+    proposed = None if k is None or total.draft_tokens is None else min(k, max(left, 0))
+    if proposed is not None:
+        accepted = min(accepted, proposed)
+    per_pos = list(total.accepted_per_position)
+    if len(per_pos) < accepted:
+        per_pos += [0] * (accepted - len(per_pos))
+    for i in range(accepted):
+        per_pos[i] += 1
+    return SpecDecodeStats(
+        drafts=total.drafts + 1,
+        draft_tokens=None if proposed is None else (total.draft_tokens or 0) + proposed,
+        accepted_tokens=total.accepted_tokens + accepted,
+        accepted_per_position=tuple(per_pos),
+    )
 
 
 def _check_draft_vocab(model: str, vocab_size: int, draft: Path) -> None:

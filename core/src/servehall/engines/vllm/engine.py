@@ -50,6 +50,7 @@ from servehall.engines.contract import (
     EngineStats,
     ModelInfo,
     SamplingParams,
+    SpecDecodeStats,
     StructuredConstraint,
     TokenDelta,
 )
@@ -166,13 +167,16 @@ class _Stats:
         self.prefix_queries = 0
         self.prefix_hits = 0
         self.prefix_seen = False  # vLLM reported prefix-cache stats (prefix caching is on)
+        self.spec: SpecDecodeStats | None = None  # totals since start, once vLLM reported any
 
 
 def record_scheduler_stats(stats: _Stats, scheduler_stats: Any) -> None:
     """Copy one step's vLLM ``SchedulerStats`` into ``stats``: running and waiting
     requests and KV-cache usage as they are; the step's prefix-cache ``queries`` and
     ``hits`` (tokens; vLLM reports them per step, None when prefix caching is off) added
-    to the totals since start."""
+    to the totals since start; the step's speculative-decoding counts
+    (``SpecDecodingStats``: drafts, draft tokens, accepted tokens and accepted tokens per
+    draft position; None without a ``speculative_config``) added to theirs."""
     stats.running = scheduler_stats.num_running_reqs
     stats.waiting = scheduler_stats.num_waiting_reqs
     stats.kv_usage = float(scheduler_stats.kv_cache_usage)
@@ -181,6 +185,29 @@ def record_scheduler_stats(stats: _Stats, scheduler_stats: Any) -> None:
         stats.prefix_seen = True
         stats.prefix_queries += int(pc.queries)
         stats.prefix_hits += int(pc.hits)
+    sd = getattr(scheduler_stats, "spec_decoding_stats", None)
+    if sd is not None:
+        stats.spec = add_spec_decoding(stats.spec, sd)
+
+
+def add_spec_decoding(total: SpecDecodeStats | None, step: Any) -> SpecDecodeStats:
+    """``total`` (None: nothing yet) plus one step's vLLM ``SpecDecodingStats``
+    (``num_drafts``, ``num_draft_tokens``, ``num_accepted_tokens``,
+    ``num_accepted_tokens_per_pos``; the per-position lists are added position by
+    position, the longer one's length kept)."""
+    base = total or SpecDecodeStats()
+    per_pos = [int(n) for n in step.num_accepted_tokens_per_pos or ()]
+    old = list(base.accepted_per_position)
+    if len(old) < len(per_pos):
+        old += [0] * (len(per_pos) - len(old))
+    for i, n in enumerate(per_pos):
+        old[i] += n
+    return SpecDecodeStats(
+        drafts=base.drafts + int(step.num_drafts),
+        draft_tokens=(base.draft_tokens or 0) + int(step.num_draft_tokens),
+        accepted_tokens=base.accepted_tokens + int(step.num_accepted_tokens),
+        accepted_per_position=tuple(old),
+    )
 
 
 def engine_stats(stats: _Stats, devices: tuple[tuple[str, int, int], ...] = ()) -> EngineStats:
@@ -197,6 +224,7 @@ def engine_stats(stats: _Stats, devices: tuple[tuple[str, int, int], ...] = ()) 
         prefix_cache_queries=stats.prefix_queries if stats.prefix_seen else None,
         prefix_cache_hits=stats.prefix_hits if stats.prefix_seen else None,
         devices=devices,
+        spec_decode=stats.spec,
     )
 
 
@@ -323,6 +351,8 @@ class VllmEngine:
             self._dtype = default_dtype  # type: ignore[assignment]
         self._llm: Any = None
         self._stats = _Stats()
+        if self.options.speculative_config:  # zero series from start for a model with a draft
+            self._stats.spec = SpecDecodeStats()
         self._devices = _DeviceMemory(
             self.backend, self.options.tensor_parallel_size * self.options.pipeline_parallel_size
         )
