@@ -81,7 +81,8 @@ async def test_retention_sets_expiry(tmp_path: Path) -> None:
             row = (
                 await conn.execute(
                     text(
-                        "SELECT julianday(expires_at) - julianday(created_at) AS d FROM response_object"
+                        "SELECT julianday(expires_at) - julianday(created_at) AS d"
+                        " FROM response_object"
                     )
                 )
             ).one()
