@@ -233,3 +233,128 @@ def test_backend_check_options_runs_at_config_check() -> None:
     with pytest.raises(ConfigError) as err:
         check_names(load_settings(data={"models": models}), host)
     assert err.value.errors == [("models.a.options.bad", "no good")]
+
+
+# --- typed calls: authenticate, authorize, settings sections, migration branches ---------
+
+
+def test_authenticate_takes_the_first_principal_and_closes_the_rest() -> None:
+    import asyncio
+
+    from pydantic import BaseModel
+
+    from servehall import Principal, hookimpl
+
+    ran: list[str] = []
+
+    class Sync:
+        @hookimpl
+        def servehall_authenticate(self, request: object) -> None:
+            ran.append("sync")
+            return None
+
+    class First:
+        @hookimpl
+        async def servehall_authenticate(self, request: object) -> Principal:
+            ran.append("first")
+            return Principal(id="p1")
+
+    class Later:
+        @hookimpl
+        async def servehall_authenticate(self, request: object) -> Principal:
+            ran.append("later")  # never runs: its coroutine is closed unawaited
+            return Principal(id="p2")
+
+    host = PluginHost([], extra=[("sync", Sync()), ("first", First()), ("later", Later())])
+    assert host.has_authenticators
+    got = asyncio.run(host.authenticate(None, None))  # type: ignore[arg-type]
+    assert got is not None and got.id == "p1"
+    assert ran == ["sync", "first"]
+    assert not PluginHost([]).has_authenticators
+    assert asyncio.run(PluginHost([]).authenticate(None, None)) is None  # type: ignore[arg-type]
+
+    class Section(BaseModel):
+        x: int = 1
+
+    class Claims:
+        def __init__(self, section: str) -> None:
+            self.section = section
+
+        @hookimpl
+        def servehall_settings_models(self) -> list[tuple[str, type[BaseModel]]]:
+            return [(self.section, Section)]
+
+    ok = PluginHost([], extra=[("a", Claims("alpha")), ("b", Claims("beta"))])
+    assert ok.settings_models() == {"alpha": Section, "beta": Section}
+    clash = PluginHost([], extra=[("a", Claims("alpha")), ("b", Claims("alpha"))])
+    with pytest.raises(PluginError, match="config section 'alpha' claimed by two plugins"):
+        clash.settings_models()
+
+
+def test_authorize_releases_what_was_reserved_when_a_later_plugin_refuses() -> None:
+    import asyncio
+
+    from servehall import hookimpl
+    from servehall.errors import RateLimitError
+
+    released: list[str] = []
+
+    class Held:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        async def settle(self, prompt_tokens: int, completion_tokens: int) -> None:
+            pass
+
+        async def release(self) -> None:
+            released.append(self.name)
+
+        def headers(self) -> dict[str, str]:
+            return {}
+
+    class Reserve:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        @hookimpl
+        async def servehall_authorize(self, admission: object) -> Held:
+            return Held(self.name)
+
+    class Nothing:
+        @hookimpl
+        def servehall_authorize(self, admission: object) -> None:
+            return None
+
+    ok = PluginHost([], extra=[("a", Reserve("a")), ("n", Nothing()), ("b", Reserve("b"))])
+    held = asyncio.run(ok.authorize(None, None))  # type: ignore[arg-type]
+    assert [h.name for h in held] == ["a", "b"]  # type: ignore[attr-defined]
+
+    class RefuseLate:
+        @hookimpl
+        async def servehall_authorize(self, admission: object) -> None:
+            raise RateLimitError("over quota")
+
+    late = PluginHost([], extra=[("a", Reserve("a")), ("r", RefuseLate()), ("c", Reserve("c"))])
+    with pytest.raises(RateLimitError):
+        asyncio.run(late.authorize(None, None))  # type: ignore[arg-type]
+    assert released == ["a"]
+
+
+def test_a_plugin_migration_hook_must_return_its_own_branch() -> None:
+    from servehall import MigrationBranch, hookimpl
+
+    class Own:
+        @hookimpl
+        def servehall_migrations(self) -> list[MigrationBranch]:
+            return [MigrationBranch("own", "servehall:migrations")]
+
+    class Wrong:
+        @hookimpl
+        def servehall_migrations(self) -> list[MigrationBranch]:
+            return [MigrationBranch("someone_else", "servehall:migrations")]
+
+    assert [b.label for b in PluginHost([], extra=[("own", Own())]).migrations()] == ["own"]
+    with pytest.raises(
+        PluginError, match="plugin 'wrong': servehall_migrations returned no branch"
+    ):
+        PluginHost([], extra=[("wrong", Wrong())]).migrations()
