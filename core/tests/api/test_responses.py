@@ -21,13 +21,6 @@ from text_fixtures import build_tokenizer
 from servehall import hookimpl
 from servehall.admission.principal import Policy, Principal
 from servehall.api.app import create_app
-from servehall.api.responses_translate import (
-    chat_body,
-    output_as_input,
-    public_message,
-    public_param,
-)
-from servehall.api.responses_wire import ResponsesRequest
 from servehall.bench.soak.clients import _usage
 from servehall.bench.soak.corpus import hostile_shapes
 from servehall.bench.soak.mix import Mix
@@ -97,77 +90,6 @@ def _events(text: str) -> list[tuple[str, dict[str, Any]]]:
         assert data["type"] == lines[0][7:]
         out.append((data["type"], data))
     return out
-
-
-# --- translation, both ways ------------------------------------------------------------
-
-
-def test_request_becomes_a_chat_body() -> None:
-    req = ResponsesRequest.model_validate(
-        {
-            "model": "m",
-            "instructions": "Be brief.",
-            "input": [
-                {"role": "user", "content": [{"type": "input_text", "text": "weather?"}]},
-                {
-                    "type": "function_call",
-                    "call_id": "call_1",
-                    "name": "get_weather",
-                    "arguments": '{"city":"Paris"}',
-                },
-                {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
-            ],
-            "tools": [TOOL],
-            "tool_choice": {"type": "function", "name": "get_weather"},
-            "text": {"format": {"type": "json_schema", "name": "t", "schema": {"type": "object"}}},
-            "max_output_tokens": 9,
-            "temperature": 0.5,
-        }
-    )
-    body = chat_body(req, [{"type": "message", "role": "user", "content": "earlier"}])
-    assert body["messages"] == [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "earlier"},
-        {"role": "user", "content": "weather?"},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "call_1",
-                    "type": "function",
-                    "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
-    ]
-    assert body["tools"] == [
-        {"type": "function", "function": {k: v for k, v in TOOL.items() if k != "type"}}
-    ]
-    assert body["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
-    assert body["response_format"]["json_schema"]["schema"] == {"type": "object"}
-    assert body["max_completion_tokens"] == 9 and body["temperature"] == 0.5
-
-
-def test_chat_names_become_responses_names() -> None:
-    assert public_param("messages[3].tool_call_id") == "input"
-    assert public_param("max_completion_tokens") == "max_output_tokens"
-    assert public_param("response_format.json_schema.schema") == "text.format.schema"
-    assert public_param("tools[2].function.parameters") == "tools[2].parameters"
-    assert public_param("temperature") == "temperature"
-    assert "'text.format.name'" in public_message("'response_format.json_schema.name' must")
-
-
-def test_output_items_become_input_items() -> None:
-    output = [
-        {"type": "message", "content": [{"type": "output_text", "text": "hi"}]},
-        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}", "id": "fc"},
-    ]
-    assert output_as_input(output) == [
-        {"type": "message", "role": "assistant", "content": "hi"},
-        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
-    ]
 
 
 # --- the route -------------------------------------------------------------------------

@@ -437,10 +437,11 @@ class EventWriter:
     def finish(self, finish_reason: str | None, usage: dict[str, Any]) -> list[dict[str, Any]]:
         """Close the open item, then ``response.completed`` (or ``response.incomplete``)."""
         status, details = status_of(finish_reason)
-        events = self._close("incomplete" if status == "incomplete" else "completed")
+        item_status = "incomplete" if status == "incomplete" else "completed"
+        events = self._close(item_status)
         if not self.output:  # nothing generated: an empty message, as non-streamed
             events += self.text("")
-            events += self._close()
+            events += self._close(item_status)
         kind = "response.completed" if status == "completed" else "response.incomplete"
         final = self.final = self._response(status, usage=usage, incomplete_details=details)
         events.append(self._event(kind, response=final))

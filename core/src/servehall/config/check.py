@@ -20,7 +20,7 @@ from pydantic_settings import SettingsError
 from servehall.config.settings import (
     Settings,
     _env_error,
-    _errors,
+    _loc,
     read_config_file,
     validate_plugin_sections,
 )
@@ -65,14 +65,17 @@ def _core_settings(data: dict[str, Any], errs: list[tuple[str, str]]) -> Setting
             return None
         except ValidationError as exc:
             removed = False
-            found = _errors(exc)
             raw = exc.errors()
             # indexes refer to the cleaned lists: map them back to the original positions
-            for (key, msg), e in zip(found, raw, strict=True):
-                if (key, msg) not in seen:
-                    seen.add((key, msg))
-                    errs.append((key, msg))
-                removed |= _set_aside(data, _original_loc(data, tuple(e["loc"])))
+            # (all of them before any entry is set aside, which shifts the cleaned lists),
+            # and name each error by its original position
+            locs = [_original_loc(data, tuple(e["loc"])) for e in raw]
+            for loc, e in zip(locs, raw, strict=True):
+                err = (_loc(loc), e["msg"])
+                if err not in seen:
+                    seen.add(err)
+                    errs.append(err)
+                removed |= _set_aside(data, loc)
             if not removed:
                 return None
     return None
