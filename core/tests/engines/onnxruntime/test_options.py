@@ -9,15 +9,13 @@ import pytest
 
 from servehall.config.models import ModelConfig
 from servehall.engines.onnxruntime import (
-    cpu_provider_status,
-    cuda_provider_status,
     is_onnx_genai_dir,
     parse_ort_options,
     resolve_onnx_dir,
 )
 from servehall.engines.onnxruntime.build import build_key, builder_args
 from servehall.engines.select import engine_factory
-from servehall.engines.torch import CpuDevice, DriverCount
+from servehall.engines.torch import CpuDevice
 from servehall.errors import ConfigError, EngineError
 
 CPU_ONLY = {"onnxruntime-genai": "0.18.0", "onnxruntime": "1.32.0"}
@@ -70,25 +68,6 @@ def test_engine_choice(tmp_path: Path) -> None:
     torch_only = engine_factory("rocm", torch_device=CpuDevice)
     with pytest.raises(ConfigError, match="backend 'rocm' has no engine 'onnxruntime'"):
         torch_only(ModelConfig(name="m", path=tmp_path, options={"engine": "onnxruntime"}))
-
-
-def test_probe_never_claims_a_gpu_without_one() -> None:
-    none = cuda_provider_status({"onnxruntime-genai": None}, DriverCount(1, "1 visible"))
-    assert not none.available and "not installed" in none.reason
-    cpu_build = cuda_provider_status(CPU_ONLY, DriverCount(1, "1 visible"))
-    assert not cpu_build.available
-    assert "no CUDA execution provider" in cpu_build.reason and "CPU build" in cpu_build.reason
-    no_gpu = cuda_provider_status(CUDA_BUILD, DriverCount(0, "no NVIDIA driver"))
-    assert not no_gpu.available
-    assert "no NVIDIA driver" in no_gpu.reason and "fall back" in no_gpu.reason
-    ok = cuda_provider_status(CUDA_BUILD, DriverCount(2, "2 CUDA device(s) visible"))
-    assert ok.available and "CUDA build" in ok.reason and "2 CUDA device(s)" in ok.reason
-
-
-def test_cpu_provider_status() -> None:
-    assert cpu_provider_status(CPU_ONLY).available
-    missing = cpu_provider_status({"onnxruntime-genai": None})
-    assert not missing.available and "pip install 'servehall[onnxruntime]'" in missing.reason
 
 
 def test_builder_args_and_key(tmp_path: Path) -> None:
