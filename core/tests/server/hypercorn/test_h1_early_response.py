@@ -8,6 +8,7 @@ from __future__ import annotations
 import h11
 import pytest
 
+from servehall.server.hypercorn import h1_early_response
 from servehall.server.hypercorn import h1_early_response as early
 from servehall.server.hypercorn.h1_early_response import (
     DEFAULT_DRAIN_BYTES,
@@ -95,3 +96,34 @@ def test_install_is_idempotent() -> None:
     early.install()
     assert dict(vars(H11Protocol)) == patched
     assert early._INSTALLED
+
+
+# --- the decision helpers ----------------------------------------------------------------
+
+
+def _server_reading(request: bytes) -> h11.Connection:
+    conn = h11.Connection(h11.SERVER)
+    conn.receive_data(request)
+    assert isinstance(conn.next_event(), h11.Request)
+    return conn
+
+
+def test_unread_body_bytes_and_must_close() -> None:
+    conn = _server_reading(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+    assert h1_early_response.unread_body_bytes(conn) == 100
+    assert not h1_early_response.must_close(conn, 100)
+    assert h1_early_response.must_close(conn, 99)
+    conn.receive_data(b"x" * 60)
+    assert isinstance(conn.next_event(), h11.Data)
+    assert h1_early_response.unread_body_bytes(conn) == 40
+    chunked = _server_reading(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+    assert h1_early_response.unread_body_bytes(chunked) is None
+    assert h1_early_response.must_close(chunked, 10**9)
+    expect = _server_reading(
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"
+    )
+    assert h1_early_response.must_close(expect, 10**9)
+    done = _server_reading(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert isinstance(done.next_event(), h11.EndOfMessage)
+    assert h1_early_response.unread_body_bytes(done) == 0
+    assert not h1_early_response.must_close(done, 0)
