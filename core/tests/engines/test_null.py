@@ -15,7 +15,6 @@ from servehall.engines.backends import BackendSpec
 from servehall.engines.contract import SamplingParams, TokenDelta
 from servehall.engines.null import NullEngine, null_engine_factory
 from servehall.errors import ConfigError
-from servehall.plugin.manager import PluginHost
 from servehall.testing.conformance import BackendConformance, collect
 
 EOS = 2
@@ -113,17 +112,3 @@ def test_options_are_validated_with_their_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         _engine(tmp_path, speed=3)
     assert "models.n.options.speed" in [k for k, _ in err.value.errors]
-
-
-def test_registered_by_default_and_never_chosen_by_auto() -> None:
-    backends = PluginHost([]).backends()
-    spec = backends.get("null")
-    assert spec.auto_priority is None
-    assert backends.probe("null").available
-    assert backends.select("null") is spec
-    try:
-        chosen = backends.select("auto")
-    except ConfigError as exc:  # no other backend available: auto must not fall back to null
-        assert "null" not in str(exc)
-    else:
-        assert chosen.name != "null"

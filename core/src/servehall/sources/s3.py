@@ -122,5 +122,7 @@ class S3Store:
         try:
             self._client.upload_file(str(src), self.bucket, self._key(name))
         except Exception as exc:
-            cause = getattr(exc, "last_exception", None) or exc.__cause__ or exc
+            # boto3 raises S3UploadFailedError inside ``except ClientError`` without
+            # ``from``: the ClientError is its __context__, not its __cause__
+            cause = getattr(exc, "last_exception", None) or exc.__cause__ or exc.__context__
             raise self._error(name, cause if isinstance(cause, Exception) else exc) from None

@@ -198,7 +198,9 @@ class WorkerSupervisor:
     def worker_pid(self) -> int | None:
         """The current worker's pid (None when none runs)."""
         gen = self._gen
-        return gen.proc.pid if gen is not None and gen.proc is not None else None
+        if gen is None or gen.proc is None or gen.proc.exitcode is not None:
+            return None  # an exited worker's pid may already name another process
+        return int(gen.proc.pid)
 
     @property
     def crash_looping(self) -> bool:

@@ -1,4 +1,5 @@
-"""ONNX Runtime engine: options, engine choice, probes and the model build cache."""
+"""ONNX Runtime engine: options and engine choice (the probe is test_probe.py, the model
+build cache test_build.py)."""
 
 from __future__ import annotations
 
@@ -9,19 +10,11 @@ import pytest
 
 from servehall.config.models import ModelConfig
 from servehall.engines.onnxruntime import (
-    cpu_provider_status,
-    cuda_provider_status,
-    is_onnx_genai_dir,
     parse_ort_options,
-    resolve_onnx_dir,
 )
-from servehall.engines.onnxruntime.build import build_key, builder_args
 from servehall.engines.select import engine_factory
-from servehall.engines.torch import CpuDevice, DriverCount
-from servehall.errors import ConfigError, EngineError
-
-CPU_ONLY = {"onnxruntime-genai": "0.18.0", "onnxruntime": "1.32.0"}
-CUDA_BUILD = {"onnxruntime-genai-cuda": "0.18.0", "onnxruntime-gpu": "1.32.0"}
+from servehall.engines.torch import CpuDevice
+from servehall.errors import ConfigError
 
 
 def test_defaults_follow_the_provider() -> None:
@@ -70,75 +63,3 @@ def test_engine_choice(tmp_path: Path) -> None:
     torch_only = engine_factory("rocm", torch_device=CpuDevice)
     with pytest.raises(ConfigError, match="backend 'rocm' has no engine 'onnxruntime'"):
         torch_only(ModelConfig(name="m", path=tmp_path, options={"engine": "onnxruntime"}))
-
-
-def test_probe_never_claims_a_gpu_without_one() -> None:
-    none = cuda_provider_status({"onnxruntime-genai": None}, DriverCount(1, "1 visible"))
-    assert not none.available and "not installed" in none.reason
-    cpu_build = cuda_provider_status(CPU_ONLY, DriverCount(1, "1 visible"))
-    assert not cpu_build.available
-    assert "no CUDA execution provider" in cpu_build.reason and "CPU build" in cpu_build.reason
-    no_gpu = cuda_provider_status(CUDA_BUILD, DriverCount(0, "no NVIDIA driver"))
-    assert not no_gpu.available
-    assert "no NVIDIA driver" in no_gpu.reason and "fall back" in no_gpu.reason
-    ok = cuda_provider_status(CUDA_BUILD, DriverCount(2, "2 CUDA device(s) visible"))
-    assert ok.available and "CUDA build" in ok.reason and "2 CUDA device(s)" in ok.reason
-
-
-def test_cpu_provider_status() -> None:
-    assert cpu_provider_status(CPU_ONLY).available
-    missing = cpu_provider_status({"onnxruntime-genai": None})
-    assert not missing.available and "pip install 'servehall[onnxruntime]'" in missing.reason
-
-
-def test_builder_args_and_key(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text("{}")
-    opts = parse_ort_options({"max_batch_size": 4}, model="m")
-    args = builder_args(tmp_path, tmp_path / "out", opts)
-    assert args[-2:] == ["--extra_options", "max_batch_size=4"]
-    assert args[args.index("-p") : args.index("-p") + 2] == ["-p", "fp32"]
-    gpu = parse_ort_options({}, model="m", default_provider="cuda")
-    assert "use_paged_attention=true" in builder_args(tmp_path, tmp_path / "o", gpu)
-    key = build_key(tmp_path, opts)
-    assert key == build_key(tmp_path, opts)
-    assert key != build_key(tmp_path, parse_ort_options({"max_batch_size": 8}, model="m"))
-    (tmp_path / "config.json").write_text('{"changed": 1}')
-    assert key != build_key(tmp_path, opts)
-
-
-def test_resolve_refuses_a_non_model_directory(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="neither an ONNX Runtime GenAI directory"):
-        resolve_onnx_dir(tmp_path, parse_ort_options({}), quiet=True)
-
-
-def test_resolve_uses_an_onnx_genai_directory_as_is(tmp_path: Path) -> None:
-    (tmp_path / "genai_config.json").write_text(json.dumps({"model": {}}))
-    assert is_onnx_genai_dir(tmp_path)
-    assert resolve_onnx_dir(tmp_path, parse_ort_options({}), quiet=True) == tmp_path.resolve()
-
-
-def test_builder_failure_is_one_engine_error_and_leaves_nothing(tmp_path: Path) -> None:
-    pytest.importorskip("onnxruntime_genai")
-    src = tmp_path / "weird"
-    src.mkdir()
-    (src / "config.json").write_text(json.dumps({"architectures": ["NoSuchForCausalLM"]}))
-    cache = tmp_path / "cache"
-    opts = parse_ort_options({"cache_dir": str(cache)})
-    with pytest.raises(EngineError, match=r"building an ONNX Runtime GenAI model from .* failed"):
-        resolve_onnx_dir(src, opts, quiet=True)
-    assert [p.name for p in cache.iterdir() if not p.name.endswith(".lock")] == []
-
-
-def test_build_is_cached_and_reused(servehall_tiny_llama: Path, ort_cache_dir: Path) -> None:
-    pytest.importorskip("onnxruntime_genai")
-    # the same options as the conformance suite: one build serves both
-    opts = parse_ort_options({"cache_dir": str(ort_cache_dir), "max_batch_size": 8})
-    first = resolve_onnx_dir(servehall_tiny_llama, opts, quiet=True)
-    assert is_onnx_genai_dir(first) and (first / "servehall-onnx.json").is_file()
-    assert first.parent == ort_cache_dir.resolve()
-    assert not (first / ".hf-cache").exists()
-    marker = json.loads((first / "servehall-onnx.json").read_text())
-    assert marker["precision"] == "fp32" and marker["max_batch_size"] == 8
-    mtime = (first / "genai_config.json").stat().st_mtime_ns
-    assert resolve_onnx_dir(servehall_tiny_llama, opts, quiet=True) == first
-    assert (first / "genai_config.json").stat().st_mtime_ns == mtime  # not rebuilt

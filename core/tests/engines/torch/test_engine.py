@@ -11,14 +11,12 @@ from typing import Any
 import pytest
 
 from servehall import ConfigError, ModelConfig, SamplingParams
-from servehall.engines.torch import CpuDevice, TorchOptions, parse_torch_options, plan_kv_blocks
-from servehall.engines.torch.kvcache import KvGeometry
+from servehall.engines.torch import CpuDevice, TorchOptions
 from servehall.testing.conformance import collect, tokens_of
 
 torch = pytest.importorskip("torch")
 
 from servehall.engines.torch.engine import TorchEngine  # noqa: E402
-from servehall.engines.torch.sampling import PerRequestSampler  # noqa: E402
 
 PROMPT = [5, 9, 14, 3, 27, 8]
 
@@ -46,24 +44,6 @@ async def _run(eng: TorchEngine, rid: str, params: SamplingParams) -> tuple[list
 # --- options ---------------------------------------------------------------------------
 
 
-def test_torch_options_aliases_and_openvino_precision_name() -> None:
-    assert parse_torch_options({"dtype": "bf16"}).dtype == "bfloat16"
-    assert parse_torch_options({"inference_precision": "f32"}).dtype == "float32"
-    assert (
-        parse_torch_options({"attn_implementation": "paged|eager"}).attn_implementation == "eager"
-    )
-
-
-def test_torch_options_errors_name_the_key() -> None:
-    with pytest.raises(ConfigError) as err:
-        parse_torch_options({"kv_cache_blockz": 3}, model="m")
-    assert err.value.errors[0][0] == "models.m.options.kv_cache_blockz"
-    with pytest.raises(ConfigError, match="contradicts"):
-        parse_torch_options({"dtype": "bf16", "inference_precision": "f32"})
-    with pytest.raises(ConfigError, match="kv_cache_memory_fraction"):
-        parse_torch_options({"kv_cache_memory_fraction": 1.5})
-
-
 def test_cpu_device_rejects_fp16_and_flash_attention(servehall_tiny_llama: Path) -> None:
     with pytest.raises(ConfigError, match="float16"):
         CpuDevice().resolve_dtype(TorchOptions(dtype="fp16"))
@@ -77,27 +57,6 @@ def test_missing_config_json_is_config_error(tmp_path: Path) -> None:
 
 
 # --- KV sizing -------------------------------------------------------------------------
-
-
-def test_kv_block_bytes_and_planning() -> None:
-    geo = KvGeometry.from_hf_config(
-        {
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "hidden_size": 64,
-        }
-    )
-    assert geo.block_bytes(16, 4) == 2 * 2 * 2 * 16 * 16 * 4
-    kw: dict[str, Any] = dict(min_tokens=32, block_size=16, block_bytes=1000, cap=None)
-    assert plan_kv_blocks(explicit_blocks=7, fraction=0.5, free_bytes=None, **kw) == 7
-    assert plan_kv_blocks(explicit_blocks=None, fraction=0.5, free_bytes=100_000, **kw) == 50
-    capped = {**kw, "cap": 10}
-    assert plan_kv_blocks(explicit_blocks=None, fraction=0.5, free_bytes=100_000, **capped) == 10
-    with pytest.raises(ConfigError, match="does not report free memory"):
-        plan_kv_blocks(explicit_blocks=None, fraction=0.5, free_bytes=None, **kw)
-    with pytest.raises(ConfigError, match="fewer than"):
-        plan_kv_blocks(explicit_blocks=1, fraction=0.5, free_bytes=None, **kw)
 
 
 async def test_explicit_max_model_len_larger_than_kv_cache_fails(
@@ -190,30 +149,6 @@ async def test_repetition_penalty_changes_greedy_output(engine: TorchEngine) -> 
         engine, "r", SamplingParams(24, temperature=0, ignore_eos=True, repetition_penalty=5.0)
     )
     assert rep != greedy
-
-
-def test_sampler_repetition_penalty_covers_prompt_and_output() -> None:
-    from servehall.engines.torch.sampling import _RequestSampling
-
-    scores = torch.tensor([[4.0, 3.0, -1.0, 1.0]])
-    params = SamplingParams(4, temperature=0, repetition_penalty=2.0)
-    # token 0 is in the prompt: 4.0 / 2 = 2.0 < 3.0 → token 1 would win, but it was
-    # generated: 3.0 / 2 = 1.5 → token 0 (2.0) wins; token 2 (negative) is multiplied
-    state = _RequestSampling(params, prompt_ids=(0,))
-    PerRequestSampler._apply(state, [1], scores, row=0)
-    assert int(torch.argmax(scores[0])) == 0
-
-
-def test_sampler_applies_openai_penalties_to_one_row() -> None:
-    from servehall.engines.torch.sampling import _RequestSampling
-
-    scores = torch.tensor([[0.0, 0.0, 0.0, 0.0], [3.0, 2.5, 0.0, 1.0]])
-    params = SamplingParams(4, temperature=0, frequency_penalty=0.4, presence_penalty=0.5)
-    PerRequestSampler._apply(_RequestSampling(params), [0, 0], scores, row=1)
-    # token 0: 3.0 - (2*0.4 + 0.5) = 1.7 < 2.5 → token 1 wins; the row becomes one-hot
-    assert int(torch.argmax(scores[1])) == 1
-    assert torch.isinf(scores[1][0]) and scores[1][1] == 0
-    assert torch.equal(scores[0], torch.zeros(4))  # other rows untouched
 
 
 async def test_abort_after_finish_and_shutdown_aborts_live_streams(engine: TorchEngine) -> None:

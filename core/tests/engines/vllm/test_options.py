@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from servehall import ConfigError, ProbeResult
+from servehall import ConfigError
 from servehall.config.models import ModelConfig
-from servehall.engines.vllm import VllmBuild, parse_vllm_options, vllm_build, vllm_status
+from servehall.engines.vllm import parse_vllm_options, vllm_build
 from servehall.plugin.manager import PluginHost
 
 
@@ -109,23 +109,6 @@ def test_bad_options_name_the_key(options: dict[str, Any], key: str) -> None:
 def test_batched_tokens_below_seqs_is_refused() -> None:
     with pytest.raises(ConfigError, match="max_num_batched_tokens must be >= max_num_seqs"):
         parse_vllm_options({"max_num_seqs": 64, "max_num_batched_tokens": 16}, model="m")
-
-
-@pytest.mark.parametrize(
-    ("build", "platform", "available", "says"),
-    [
-        (VllmBuild(None), "ascend", False, "pip install 'vllm-ascend'"),
-        (VllmBuild("vllm", "0.32.0"), "ascend", False, "without the vllm-ascend platform"),
-        (VllmBuild("vllm", "0.32.0", "0.32.0rc1"), "ascend", True, "+ vllm-ascend 0.32.0rc1"),
-        (VllmBuild("vllm", "0.32.0"), "rocm", False, "not a ROCm build"),
-        (VllmBuild("vllm", "0.32.0+rocm700"), "rocm", True, "on rocm"),
-    ],
-)
-def test_platform_status_with_fake_builds(
-    build: VllmBuild, platform: Any, available: bool, says: str
-) -> None:
-    r = vllm_status(platform, ProbeResult(True, "1 fake device"), build)
-    assert r.available is available and says in r.reason, r.reason
 
 
 def test_build_of_this_environment_is_named() -> None:

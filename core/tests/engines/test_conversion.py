@@ -1,4 +1,5 @@
-"""The conversion cache (engines/conversion.py, engines/cache.py): the key is read from a
+"""Tests of servehall.engines.conversion (the conversion cache key and the converter
+runner; the atomic build itself is in test_cache.py): the key is read from a
 stored digest while path, sizes and mtimes agree (no byte of the model is read), the
 content is hashed again when they change; a converter dies with its parent; a full
 disk is one clear error and leaves no half-written cache entry.
@@ -13,14 +14,21 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from servehall.engines import conversion
 from servehall.engines.cache import DiskFullError, build_atomically
-from servehall.engines.conversion import run_converter, source_digest, stored_content_digest
+from servehall.engines.conversion import (
+    _last_line,
+    content_digest,
+    run_converter,
+    source_digest,
+    stat_fingerprint,
+    stored_content_digest,
+)
+from servehall.errors import EngineError
 
 
 @pytest.fixture
@@ -83,20 +91,6 @@ def test_unwritable_index_only_costs_a_rehash(model: Path, tmp_path: Path) -> No
     assert stored_content_digest(model, blocker)[1]
 
 
-def test_enospc_in_a_build_is_one_error_and_leaves_nothing(tmp_path: Path) -> None:
-    target = tmp_path / "cache" / "m-key"
-
-    def build(tmp: Path) -> None:
-        (tmp / "config.json").write_text("{}")
-        (tmp / "weights.bin").symlink_to("/dev/full")  # the kernel answers ENOSPC
-        with open(tmp / "weights.bin", "wb", buffering=0) as fh:
-            fh.write(b"\0" * 65536)
-
-    with pytest.raises(DiskFullError, match=r"disk is full \(No space left on device; -?\d+ MiB"):
-        build_atomically(target, build, is_ready=lambda d: (d / "config.json").is_file())
-    assert sorted(p.name for p in target.parent.iterdir()) == [".m-key.lock"]
-
-
 def test_converter_that_fills_the_disk_is_one_error(tmp_path: Path) -> None:
     target = tmp_path / "cache" / "m-key"
     writer = "open('/dev/full', 'wb', buffering=0).write(b'x' * 65536)"
@@ -109,48 +103,6 @@ def test_converter_that_fills_the_disk_is_one_error(tmp_path: Path) -> None:
     with pytest.raises(DiskFullError, match="converting m failed: the disk is full"):
         build_atomically(target, build, is_ready=lambda d: (d / "x").is_file())
     assert [p.name for p in target.parent.iterdir()] == [".m-key.lock"]
-
-
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A real 1 MiB tmpfs (needs the right to mount: root in a container that allows it)."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def test_build_on_a_full_small_disk(small_fs: Path) -> None:
-    target = small_fs / "m-key"
-
-    def build(tmp: Path) -> None:
-        (tmp / "config.json").write_text("{}")
-        (tmp / "weights.bin").write_bytes(b"\0" * (2 << 20))  # 2 MiB into 1 MiB
-
-    with pytest.raises(DiskFullError, match=r"MiB free on"):
-        build_atomically(target, build, is_ready=lambda d: (d / "config.json").is_file())
-    assert [p.name for p in small_fs.iterdir()] == [".m-key.lock"]
-    # the space is back: a build that fits succeeds
-    build_atomically(
-        target, lambda t: (t / "config.json").write_text("{}"), is_ready=lambda d: False
-    )
-    assert (target / "config.json").is_file()
-
-
-def test_stale_build_dirs_of_a_killed_builder_are_removed(tmp_path: Path) -> None:
-    target = tmp_path / "m-key"
-    stale = tmp_path / ".m-key.build-dead"
-    stale.mkdir()
-    (stale / "half.bin").write_bytes(b"x")
-    build_atomically(target, lambda t: (t / "ok").write_text("1"), is_ready=lambda d: False)
-    assert not stale.exists() and (target / "ok").is_file()
 
 
 def test_converter_dies_with_its_parent(tmp_path: Path) -> None:
@@ -188,3 +140,69 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_fingerprint_reads_no_content_but_sees_stat_changes(model: Path, tmp_path: Path) -> None:
+    fp = stat_fingerprint(model)
+    digest = content_digest(model)
+    f = model / "model.safetensors"
+    st = f.stat()
+    data = bytearray(f.read_bytes())
+    data[0] ^= 0xFF
+    f.write_bytes(bytes(data))
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size, same mtime
+    assert stat_fingerprint(model) == fp  # only stats are read
+    assert content_digest(model) != digest  # the content digest sees the bytes
+    import shutil
+
+    shutil.copytree(model, tmp_path / "elsewhere")
+    assert stat_fingerprint(tmp_path / "elsewhere") != fp  # the path is part of it
+
+
+def test_content_digest_covers_names_and_skips_hidden_files(model: Path) -> None:
+    digest = content_digest(model)
+    (model / ".git").mkdir()
+    (model / ".git" / "HEAD").write_text("ref")
+    assert content_digest(model) == digest
+    (model / "sub" / "tokenizer.json").rename(model / "sub" / "tokenizer2.json")
+    assert content_digest(model) != digest
+
+
+def test_salt_is_json_normalised(model: Path, tmp_path: Path) -> None:
+    index = tmp_path / "index"
+    a = source_digest(model, {"b": 1, "a": [1, 2]}, index_dir=index)
+    assert a == source_digest(model, {"a": [1, 2], "b": 1}, index_dir=index)
+    assert a != source_digest(model, {"a": [2, 1], "b": 1}, index_dir=index)
+
+
+def test_failed_converter_is_one_engine_error_with_its_log_tail(tmp_path: Path) -> None:
+    log = tmp_path / "c.log"
+    script = "import sys; print('x' * 3000); print('bad weights', file=sys.stderr); sys.exit(3)"
+    with pytest.raises(EngineError) as err:
+        run_converter([sys.executable, "-c", script], log, label="t", what="converting m")
+    msg = str(err.value)
+    assert msg.startswith("converting m failed (exit 3): ") and msg.endswith("bad weights\n")
+    assert len(msg) < 2100  # the tail only
+    assert not isinstance(err.value, DiskFullError)
+    assert not log.exists()
+
+
+def test_converter_runs_offline_and_success_removes_the_log(tmp_path: Path) -> None:
+    out = tmp_path / "env.txt"
+    script = (
+        f"import os; open({str(out)!r}, 'w').write(os.environ['HF_HUB_OFFLINE'] + "
+        "os.environ['TRANSFORMERS_OFFLINE'])"
+    )
+    run_converter(
+        [sys.executable, "-c", script], tmp_path / "c.log", label="t", what="t", quiet=True
+    )
+    assert out.read_text() == "11" and not (tmp_path / "c.log").exists()
+
+
+def test_last_line(tmp_path: Path) -> None:
+    f = tmp_path / "log"
+    assert _last_line(f) == ""
+    f.write_text("first\n  progress 10%\r  progress 20%  \n\n")
+    assert _last_line(f) == "progress 20%"
+    f.write_text("y" * 300)
+    assert _last_line(f) == "y" * 200
