@@ -557,7 +557,8 @@ class LiveConfig:
         assert self._nudge is not None
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._nudge.wait(), interval)
+                async with asyncio.timeout(interval):  # not wait_for: it may drop a cancel
+                    await self._nudge.wait()
             self._nudge.clear()
             assert self.db is not None
             try:

@@ -270,7 +270,10 @@ class QueueScheduler:
         self._push(waiter)
         fut = waiter.future
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), self.settings.queue_timeout_s)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns a grant that
+            # arrives with the caller's cancellation, and the gone request keeps its slot
+            async with asyncio.timeout(self.settings.queue_timeout_s):
+                return await asyncio.shield(fut)
         except TimeoutError:
             if fut.done() and not fut.cancelled():
                 return fut.result()  # granted at the last moment: keep it rather than leak
