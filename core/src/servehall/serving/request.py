@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from servehall.admission.principal import ANONYMOUS, Principal
-from servehall.metrics import ABORT_REASONS, TENANT_REFUSALS
+from servehall.metrics import ABORT_REASONS, TENANT_REFUSALS, observe_all
 from servehall.plugin.host import model_key
 from servehall.records.types import RequestRecord
 
@@ -306,8 +306,6 @@ class RequestState:
                     (now - self.first_token_at) / (rec.completion_tokens - 1)
                 )
         if self.inter_token_s:
-            itl = m.itl.labels(model, version)
-            for gap in self.inter_token_s:
-                itl.observe(gap)
+            observe_all(m.itl.labels(model, version), self.inter_token_s)
         if rec.finish_reason in ABORT_REASONS:
             m.aborts.labels(model, version, rec.finish_reason).inc()
