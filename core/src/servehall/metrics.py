@@ -324,6 +324,20 @@ class Metrics:
 
         for collector in host_collectors(host_ref):
             r.register(collector)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def child(self, metric: Any, *values: str) -> Any:
+        """``metric.labels(*values)`` (``metric``: one of this object's families),
+        looked up once per label set and then kept: ``labels`` validates and locks on
+        every call, and the request path asks for about ten children per request (a
+        profiled cost, docs/performance.md, issue 38 item 2). Label sets are never
+        removed from these families, so a kept child stays the exported one; the cache
+        holds as many entries as the families hold series."""
+        key = (id(metric), values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found
 
     def start_series(self, models: Iterable[tuple[str, str]]) -> None:
         """Export a 0 sample for every label set known up front: each model's token

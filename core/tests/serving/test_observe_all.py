@@ -59,3 +59,18 @@ def test_a_child_without_bucket_fields_is_observed_value_by_value() -> None:
 
     observe_all(Plain(), [0.1, 0.2])
     assert seen == [0.1, 0.2]
+
+
+def test_metrics_child_is_the_labelled_child_and_is_kept() -> None:
+    from servehall.metrics import Metrics
+
+    m = Metrics()
+    a = m.child(m.requests, "demo", "", "chat", "200")
+    assert a is m.requests.labels("demo", "", "chat", "200")
+    assert m.child(m.requests, "demo", "", "chat", "200") is a
+    assert m.child(m.requests, "demo", "", "chat", "400") is not a
+    a.inc()
+    assert (
+        b'servehall_requests_total{endpoint="chat",model="demo",status="200",version=""} 1.0'
+        in (m.render())
+    )
