@@ -80,7 +80,8 @@ process (tests) without clashing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import bisect
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -273,6 +274,31 @@ _REQUEST_FAMILIES: dict[str, _Family] = {
 """The request path's families (:class:`Metrics`' attributes of the same keys)."""
 
 
+def observe_all(child: Any, values: Sequence[float]) -> None:
+    """``child.observe(v)`` for every ``v`` of ``values`` on one histogram child (its
+    ``.labels(...)``), as one update per bucket hit and one to the sum instead of one
+    per value: the same counts and sum (the sum up to float rounding), for a request's
+    inter-token gaps (one per generated token; per-token ``observe`` calls were a
+    profiled cost, docs/performance.md, issue 38 item 2). A child without
+    ``prometheus_client``'s internal bucket fields is observed value by value."""
+    bounds = getattr(child, "_upper_bounds", None)
+    buckets = getattr(child, "_buckets", None)
+    total = getattr(child, "_sum", None)
+    if bounds is None or buckets is None or total is None or len(buckets) != len(bounds):
+        for v in values:
+            child.observe(v)
+        return
+    hits: dict[int, int] = {}
+    top = bounds[-1]
+    for v in values:
+        if v <= top:  # as in observe: a value above every bound (or NaN) hits none
+            i = bisect.bisect_left(bounds, v)  # the first bound >= v: observe's bucket
+            hits[i] = hits.get(i, 0) + 1
+    total.inc(sum(values))
+    for i, n in hits.items():
+        buckets[i].inc(n)
+
+
 class Metrics:
     """The host's metric families (see the module docstring; the request path's are
     :data:`_REQUEST_FAMILIES`, one attribute per key)."""
@@ -306,6 +332,20 @@ class Metrics:
 
         for collector in host_collectors(host_ref):
             r.register(collector)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def child(self, metric: Any, *values: str) -> Any:
+        """``metric.labels(*values)`` (``metric``: one of this object's families),
+        looked up once per label set and then kept: ``labels`` validates and locks on
+        every call, and the request path asks for about ten children per request (a
+        profiled cost, docs/performance.md, issue 38 item 2). Label sets are never
+        removed from these families, so a kept child stays the exported one; the cache
+        holds as many entries as the families hold series."""
+        key = (id(metric), values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found
 
     def start_series(self, models: Iterable[tuple[str, str]]) -> None:
         """Export a 0 sample for every label set known up front: each model's token

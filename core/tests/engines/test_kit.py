@@ -184,3 +184,21 @@ async def test_delta_stream_listener_gets_backlog_then_pushes() -> None:
     s.push(TokenDelta((2,), "stop"))
     s.push(TokenDelta((3,)))  # after the terminal delta: dropped
     assert got == [("r", TokenDelta((1,))), ("r", TokenDelta((2,), "stop"))]
+
+
+async def test_delta_stream_reader_waits_for_a_push_and_survives_cancellation() -> None:
+    s = DeltaStream("r", lambda rid: None)
+    reader = asyncio.ensure_future(anext(s))
+    await asyncio.sleep(0)
+    assert not reader.done()  # nothing pushed yet: the reader waits
+    reader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reader
+    s.push(TokenDelta((1,), None))  # a push after the cancelled wait is kept, not lost
+    assert await anext(s) == TokenDelta((1,), None)
+    waiting = asyncio.ensure_future(anext(s))
+    await asyncio.sleep(0)
+    s.push(TokenDelta((2,), None))
+    s.push(TokenDelta((3,), "length"))
+    assert await waiting == TokenDelta((2,), None)
+    assert [d async for d in s] == [TokenDelta((3,), "length")]

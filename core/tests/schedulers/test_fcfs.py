@@ -65,3 +65,35 @@ async def test_cancelled_waiter_leaves_the_queue() -> None:
     again = await s.acquire(_t(2))
     assert s.running == 1
     again.release()
+
+
+async def test_release_with_nobody_queued_reads_only_the_released_request() -> None:
+    s = FcfsScheduler(SchedulerSettings(max_concurrency=8, max_queue=4, queue_timeout_s=5))
+    reads: list[str] = []
+    grants = []
+    for i, tenant in enumerate(("a", "b", "b")):
+        g = await s.acquire(Ticket(request_id=f"r{i}", model="m", tenant=tenant))
+        g.track(lambda i=i: reads.append(f"r{i}") or 10 * (i + 1))
+        grants.append(g)
+    grants[0].release()
+    assert reads == ["r0"]  # O(1): the other running requests are not read
+    assert s.tenant_states()["a"].service_tokens == 10  # the released one was charged
+    reads.clear()
+    grants[1].release()
+    assert reads == ["r1"]
+    # the still-running request is charged at the next sync (a scrape here), once
+    assert s.tenant_states()["b"].service_tokens == 20 + 30
+
+
+async def test_release_with_a_waiter_syncs_every_running_request() -> None:
+    s = FcfsScheduler(SchedulerSettings(max_concurrency=2, max_queue=4, queue_timeout_s=5))
+    reads: list[str] = []
+    held = [await s.acquire(_t(i)) for i in range(2)]
+    for i, g in enumerate(held):
+        g.track(lambda i=i: reads.append(f"r{i}") or 1)
+    waiter = asyncio.create_task(s.acquire(_t(9)))
+    await asyncio.sleep(0.01)
+    held[0].release()
+    assert sorted(reads) == ["r0", "r1"]  # a decision follows: everyone is charged first
+    (await waiter).release()
+    held[1].release()

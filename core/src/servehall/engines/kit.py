@@ -16,6 +16,7 @@ Import-light (no torch, no OpenVINO).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import json
@@ -32,8 +33,10 @@ class DeltaStream:
     """The async iterator of one engine request (the contract of ``Engine.add_request``).
 
     The engine calls :meth:`push` on the event-loop thread (directly or through
-    ``loop.call_soon_threadsafe``); deltas wait in an unbounded ``asyncio.Queue``. The
-    stream yields every pushed delta in order and stops after the first delta with a
+    ``loop.call_soon_threadsafe``); deltas wait in an unbounded deque, and a reader with
+    nothing to read waits on one future that the next push resolves (a lighter hand-over
+    than ``asyncio.Queue``'s, on a per-token path: docs/performance.md, issue 38 item 2).
+    The stream yields every pushed delta in order and stops after the first delta with a
     ``finish_reason``; deltas pushed after that are dropped. ``aclose()`` before the
     terminal delta was pushed calls ``on_close(request_id)`` (the engine aborts the
     request there, normally pushing an ``"abort"`` delta).
@@ -55,11 +58,12 @@ class DeltaStream:
     deltas then go to its callback as they are pushed, with no queue and no task.
     """
 
-    __slots__ = ("_listener", "_on_close", "_queue", "done", "ended", "request_id")
+    __slots__ = ("_listener", "_on_close", "_queue", "_waiter", "done", "ended", "request_id")
 
     def __init__(self, request_id: str, on_close: Callable[[str], None]) -> None:
         self._on_close = on_close
-        self._queue: asyncio.Queue[TokenDelta] = asyncio.Queue()
+        self._queue: collections.deque[TokenDelta] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
         self._listener: Callable[[str, TokenDelta], None] | None = None
         self.request_id = request_id
         self.done = False
@@ -74,14 +78,19 @@ class DeltaStream:
         if self._listener is not None:
             self._listener(self.request_id, delta)
             return
-        self._queue.put_nowait(delta)
+        self._queue.append(delta)
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def listen(self, listener: Callable[[str, TokenDelta], None]) -> None:
         """Deliver deltas as ``listener(request_id, delta)`` calls instead of queueing
         them: the deltas queued so far first, then each at :meth:`push`. The stream must
         not be iterated afterwards. Loop thread only."""
-        while not self._queue.empty():
-            listener(self.request_id, self._queue.get_nowait())
+        while self._queue:
+            listener(self.request_id, self._queue.popleft())
         self._listener = listener
 
     def __aiter__(self) -> Self:
@@ -90,7 +99,15 @@ class DeltaStream:
     async def __anext__(self) -> TokenDelta:
         if self.ended:
             raise StopAsyncIteration
-        delta = await self._queue.get()
+        queue = self._queue
+        while not queue:
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                if self._waiter is waiter:  # cancelled while waiting
+                    self._waiter = None
+        delta = queue.popleft()
         if delta.finish_reason is not None:
             self.ended = True
         return delta
@@ -100,11 +117,12 @@ class DeltaStream:
         behind it: their token ids concatenated, the last one's finish fields. A consumer
         that fell behind (a slow SSE reader) thus handles the backlog as one delta — one
         detokenizer call, one event — instead of one per step. Loop thread only."""
-        if first.finish_reason is not None or self._queue.empty():
+        queue = self._queue
+        if first.finish_reason is not None or not queue:
             return first
         deltas = [first]
-        while deltas[-1].finish_reason is None and not self._queue.empty():
-            deltas.append(self._queue.get_nowait())
+        while deltas[-1].finish_reason is None and queue:
+            deltas.append(queue.popleft())
         merged = merge_deltas(deltas)
         if merged.finish_reason is not None:
             self.ended = True

@@ -174,6 +174,7 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
         binds = list(cfg.bind)
         cfg.bind = hypercorn_fd_binds(bind_sockets(binds))
         log.info("servehall serving %s on %s", ", ".join(host.models), ", ".join(binds))
+        freeze_startup_heap()
         await hypercorn_serve(app, cfg, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
     finally:
         if agent is not None:
@@ -196,6 +197,25 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
         if tracing is not None:
             tracing.shutdown()  # flushes the spans still batched
         log.info("servehall stopped")
+
+
+def freeze_startup_heap() -> None:
+    """Collect the startup garbage, then move every object left (imported modules,
+    tokenizers, the app, the host) to the collector's permanent generation
+    (:func:`gc.freeze`).
+
+    Why: the API process imports a large library stack, and every full (generation-2)
+    collection would otherwise walk all of it again; requests allocate fast enough to
+    trigger those collections every few hundred requests. Measured on the ``null``
+    engine (``bench/bench_api_cpu.py``, docs/performance.md, issue 38 item 2): about a
+    quarter of the API process's CPU per one-token request. Frozen objects are never
+    collected: only what exists before serving starts is frozen, and it lives as long
+    as the process anyway.
+    """
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 def _live_config(host: Host, readiness: Any, config_path: Path | None) -> Any:

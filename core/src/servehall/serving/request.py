@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from servehall.admission.principal import ANONYMOUS, Principal
-from servehall.metrics import ABORT_REASONS, TENANT_REFUSALS
+from servehall.metrics import ABORT_REASONS, TENANT_REFUSALS, observe_all
 from servehall.plugin.host import model_key
 from servehall.records.types import RequestRecord
 
@@ -281,33 +281,33 @@ class RequestState:
         model = rec.model or "" if known else ""
         version = version if known else ""
         endpoint = rec.endpoint if rec.endpoint in KNOWN_ENDPOINTS else "other"
-        m.requests.labels(model, version, endpoint, str(rec.status_code)).inc()
+        m.child(m.requests, model, version, endpoint, str(rec.status_code)).inc()
         if rec.tenant is not None and rec.status_code in TENANT_REFUSALS:
-            m.tenant_refusals.labels(rec.tenant, str(rec.status_code)).inc()
+            m.child(m.tenant_refusals, rec.tenant, str(rec.status_code)).inc()
         if rec.status_code >= 400:
             code = rec.error_code or "none"
-            m.request_errors.labels(model, version, endpoint, str(rec.status_code), code).inc()
+            m.child(m.request_errors, model, version, endpoint, str(rec.status_code), code).inc()
         if rec.response_format is not None and self.structured_outcome is not None:
-            m.structured.labels(model, version, rec.response_format, self.structured_outcome).inc()
+            m.child(
+                m.structured, model, version, rec.response_format, self.structured_outcome
+            ).inc()
         if not self.admitted:
             return
-        m.e2e.labels(model, version).observe(now - self.started)
+        m.child(m.e2e, model, version).observe(now - self.started)
         if rec.queue_time_s is not None:
-            m.queue.labels(model, version).observe(rec.queue_time_s)
+            m.child(m.queue, model, version).observe(rec.queue_time_s)
         held = now - self.started - (rec.queue_time_s or 0.0)
         kind = "online" if self.batch_priority is None else "batch"
-        m.slot_seconds.labels(model, version, kind).inc(max(0.0, held))
-        m.prompt_tokens.labels(model, version).inc(rec.prompt_tokens)
-        m.generation_tokens.labels(model, version).inc(rec.completion_tokens)
+        m.child(m.slot_seconds, model, version, kind).inc(max(0.0, held))
+        m.child(m.prompt_tokens, model, version).inc(rec.prompt_tokens)
+        m.child(m.generation_tokens, model, version).inc(rec.completion_tokens)
         if rec.ttft_s is not None:
-            m.ttft.labels(model, version).observe(rec.ttft_s)
+            m.child(m.ttft, model, version).observe(rec.ttft_s)
             if rec.completion_tokens > 1 and self.first_token_at is not None:
-                m.tpot.labels(model, version).observe(
+                m.child(m.tpot, model, version).observe(
                     (now - self.first_token_at) / (rec.completion_tokens - 1)
                 )
         if self.inter_token_s:
-            itl = m.itl.labels(model, version)
-            for gap in self.inter_token_s:
-                itl.observe(gap)
+            observe_all(m.child(m.itl, model, version), self.inter_token_s)
         if rec.finish_reason in ABORT_REASONS:
-            m.aborts.labels(model, version, rec.finish_reason).inc()
+            m.child(m.aborts, model, version, rec.finish_reason).inc()
