@@ -55,7 +55,7 @@ checked against a live server in tests/test_ops_metrics_e2e.py):
   content, quarantined in ``record_rejected`` or the sink's quarantine file);
 * batches (``/v1/batches``): ``servehall_batch_lines_queued`` (lines waiting to run,
   every batch of the database, as the batch runner last read it),
-  ``servehall_batch_lines_running`` (this replica's lines in flight),
+  ``servehall_batch_lines_running`` (this replica's lines being sent),
   ``servehall_batch_lines_finished_total{outcome}`` (lines this replica ran to a stored
   result: ``completed`` or ``failed``), ``servehall_batch_lines_preempted_total`` (lines
   stopped for online traffic, ``[batches] preempt``), and the online/batch split of engine time:
@@ -235,7 +235,7 @@ _REQUEST_FAMILIES: dict[str, _Family] = {
     "batch_lines_running": _Family(
         Gauge,
         "servehall_batch_lines_running",
-        "Batch lines this replica's batch runner has in flight",
+        "Batch lines this replica's batch runner is sending to the engine",
         (),
     ),
     "batch_lines_finished": _Family(

@@ -383,7 +383,8 @@ class BatchesSettings(_Section):
 
     Every ``servehall serve`` replica runs one runner: it claims batch lines from the
     records database and sends each through the replica's own request path.
-    ``max_concurrent_lines`` is the most lines one replica has in flight; the runner
+    ``max_concurrent_lines`` is the most lines one replica sends at once (it claims up
+    to as many more ahead, waiting for a send slot); the runner
     claims no new line while any model's scheduler queue has a waiting request (online
     traffic first). Lines are scheduled at ``priority`` (or lower: the owner's own
     priority when that is lower), below every online request at the default 0.
