@@ -147,3 +147,28 @@ def make_host(
     host.records = Records()
     host.input_filters = host.plugins.input_filters(s)
     return host
+
+
+class DeltaScriptEngine:
+    """Per request id, a script of ``(delay s, TokenDelta)`` pairs played in order;
+    records aborts. A test double of the Engine protocol's ``add_request``/``abort`` for
+    response-writer and SSE tests that need exact deltas (finish reasons, logprobs)."""
+
+    backend = "script"
+
+    def __init__(self, scripts: dict[str, Sequence[tuple[float, TokenDelta]]]) -> None:
+        self.scripts = scripts
+        self.aborted: list[str] = []
+
+    def add_request(
+        self, request_id: str, prompt_token_ids: Sequence[int], params: SamplingParams
+    ) -> AsyncIterator[TokenDelta]:
+        async def run() -> AsyncIterator[TokenDelta]:
+            for delay, delta in self.scripts[request_id]:
+                await asyncio.sleep(delay)
+                yield delta
+
+        return run()
+
+    async def abort(self, request_id: str) -> None:
+        self.aborted.append(request_id)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,3 +75,27 @@ async def migrated(db_url: str) -> str:
     await upgrade_database(engine)
     await engine.dispose()
     return db_url
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh working directory without ``$SERVEHALL_CONFIG`` or ``$SERVEHALL_DATABASE*``
+    (for CLI tests that read ``./servehall.toml``)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SERVEHALL_CONFIG", raising=False)
+    for key in list(os.environ):
+        if key.startswith("SERVEHALL_DATABASE"):
+            monkeypatch.delenv(key)
+    yield tmp_path
+
+
+@pytest.fixture
+def redis() -> Iterator[Any]:
+    """A real redis-server on a free loopback port (``.url``, ``.stop()``, ``.start()``:
+    the auth plugin's ``RedisServer``); skips without the plugin or the binary."""
+    testing = pytest.importorskip("servehall_auth.testing")
+    if testing.redis_server_binary() is None:
+        pytest.skip("redis-server is not installed (.ci/services.d/redis.sh)")
+    server = testing.RedisServer().start()
+    yield server
+    server.close()

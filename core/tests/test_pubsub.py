@@ -6,23 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from servehall.pubsub import ChannelListener
-
-testing = pytest.importorskip("servehall_auth.testing")
-
-
-@pytest.fixture
-def redis() -> Iterator[Any]:
-    if testing.redis_server_binary() is None:
-        pytest.skip("redis-server is not installed (.ci/services.d/redis.sh)")
-    server = testing.RedisServer().start()
-    yield server
-    server.close()
 
 
 def _client(url: str) -> Any:

@@ -5,9 +5,9 @@ completion with usage."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,28 +23,10 @@ from servehall.serving.request import RequestState
 from servehall.text.detokenize import IncrementalDetokenizer
 from servehall.tools.parsers import HERMES
 
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from api_fixtures import DeltaScriptEngine as Engine
+
 VOCAB = [b"Hi", b" there", b"<tool_call>", b'{"name": "f", "arguments": {"x": 1}}', b"</tool_call>"]
-
-
-class Engine:
-    backend = "script"
-
-    def __init__(self, scripts: dict[str, Sequence[tuple[float, TokenDelta]]]) -> None:
-        self.scripts = scripts
-        self.aborted: list[str] = []
-
-    def add_request(
-        self, request_id: str, prompt_token_ids: Sequence[int], params: SamplingParams
-    ) -> AsyncIterator[TokenDelta]:
-        async def run() -> AsyncIterator[TokenDelta]:
-            for delay, delta in self.scripts[request_id]:
-                await asyncio.sleep(delay)
-                yield delta
-
-        return run()
-
-    async def abort(self, request_id: str) -> None:
-        self.aborted.append(request_id)
 
 
 def _state(engine: Engine, tools: bool = False) -> RequestState:

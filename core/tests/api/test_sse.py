@@ -5,10 +5,11 @@ error event after the 200, and an engine refusal raised before the headers when 
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+import sys
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,30 +24,10 @@ from servehall.serving.choice import ChoiceEvent, ChoiceStream
 from servehall.serving.request import RequestState
 from servehall.text.detokenize import IncrementalDetokenizer
 
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from api_fixtures import DeltaScriptEngine as Engine
+
 VOCAB = [b"Hi", b" there", b"!", b" more"]
-
-
-class Engine:
-    """Per request id, a script of (delay s, delta); records aborts."""
-
-    backend = "script"
-
-    def __init__(self, scripts: dict[str, Sequence[tuple[float, TokenDelta]]]) -> None:
-        self.scripts = scripts
-        self.aborted: list[str] = []
-
-    def add_request(
-        self, request_id: str, prompt_token_ids: Sequence[int], params: SamplingParams
-    ) -> AsyncIterator[TokenDelta]:
-        async def run() -> AsyncIterator[TokenDelta]:
-            for delay, delta in self.scripts[request_id]:
-                await asyncio.sleep(delay)
-                yield delta
-
-        return run()
-
-    async def abort(self, request_id: str) -> None:
-        self.aborted.append(request_id)
 
 
 def _choices(engine: Engine) -> list[ChoiceStream]:

@@ -11,9 +11,7 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,17 +19,6 @@ from typer.testing import CliRunner
 
 from servehall.cli import build_cli
 from servehall.db.migrate import script_heads
-
-
-@pytest.fixture
-def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A fresh working directory without ``$SERVEHALL_CONFIG``."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("SERVEHALL_CONFIG", raising=False)
-    for key in list(os.environ):
-        if key.startswith("SERVEHALL_DATABASE"):
-            monkeypatch.delenv(key)
-    yield tmp_path
 
 
 def cli(*args: str) -> tuple[int, str, str]:

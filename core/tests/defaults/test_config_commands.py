@@ -6,8 +6,6 @@ lines, rollback to the previous revision, and the deployment without revisions."
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,16 +21,6 @@ def app() -> typer.Typer:
     commands.servehall_register_commands(cli)
     records_commands.servehall_register_commands(cli)
     return cli
-
-
-@pytest.fixture
-def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("SERVEHALL_CONFIG", raising=False)
-    for key in list(os.environ):
-        if key.startswith("SERVEHALL_DATABASE"):
-            monkeypatch.delenv(key)
-    yield tmp_path
 
 
 def _run(app: typer.Typer, *args: str) -> tuple[int, str, str]:

@@ -9,9 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import sqlite3
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,16 +30,6 @@ def app() -> typer.Typer:
     cli = typer.Typer()
     servehall_register_commands(cli)
     return cli
-
-
-@pytest.fixture
-def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("SERVEHALL_CONFIG", raising=False)
-    for key in list(os.environ):
-        if key.startswith("SERVEHALL_DATABASE"):
-            monkeypatch.delenv(key)
-    yield tmp_path
 
 
 def _run(app: typer.Typer, *args: str) -> tuple[int, str, str]:

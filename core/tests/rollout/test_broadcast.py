@@ -3,23 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 from servehall.rollout.broadcast import announce, announce_url, redis_client, revision_listener
-
-testing = pytest.importorskip("servehall_auth.testing")
-
-
-@pytest.fixture
-def redis() -> Iterator[Any]:
-    if testing.redis_server_binary() is None:
-        pytest.skip("redis-server is not installed (.ci/services.d/redis.sh)")
-    server = testing.RedisServer().start()
-    yield server
-    server.close()
 
 
 async def _until(pred: Callable[[], bool], timeout: float = 10.0) -> None:
