@@ -128,3 +128,32 @@ def test_entries_set_aside_in_one_round_are_the_bad_ones() -> None:
         }
     )
     assert _keys(errs) == ["models[0].name", "models[1].worker"]
+
+
+def test_name_errors_after_a_set_aside_entry_keep_the_file_index() -> None:
+    # models[0] and sinks[0] have type errors and are set aside; the version, weight,
+    # backend and sink-name errors of later entries name their index in the file, not
+    # the index in the shorter list that is checked.
+    errs = check_config_data(
+        {
+            "models": [
+                {"name": 3, "path": "/m"},
+                {"name": "a", "path": "/m"},
+                {"name": "a", "path": "/m", "version": "v1"},
+                {"name": "a", "path": "/m", "version": "v1"},
+                {"name": "b", "path": "/m", "weight": 0},
+                {"name": "c", "path": "/m", "backend": "nope"},
+            ],
+            "sinks": [{"name": 7}, {"name": "kafka"}],
+        }
+    )
+    keys = _keys(errs)
+    assert "models[0].name" in keys and "sinks[0].name" in keys
+    assert "models[1].version" in keys
+    assert "models[3].version" in keys
+    assert ("models[3].version", "version 'v1' of model 'a' is already models[2]") in errs
+    assert "models[4].weight" in keys
+    assert "models[5].backend" in keys
+    assert "sinks[1].name" in keys
+    assert not any(k.startswith("models[2]") for k in keys)
+    assert len(keys) == len(set(errs))

@@ -48,9 +48,13 @@ def _set_aside(data: dict[str, Any], loc: tuple[int | str, ...]) -> bool:
     return True
 
 
-def _core_settings(data: dict[str, Any], errs: list[tuple[str, str]]) -> Settings | None:
+def _core_settings(
+    data: dict[str, Any], errs: list[tuple[str, str]]
+) -> tuple[Settings, dict[str, list[int]]] | None:
     """Validate the core sections, collecting every error; what failed is set aside so the
-    rest can be checked. None when even that cannot produce settings."""
+    rest can be checked. Returns the settings and, per ``[[list]]`` section, the original
+    index of each entry kept (``positions[section][i]`` for ``settings.<section>[i]``);
+    None when even that cannot produce settings."""
     data = {k: (list(v) if isinstance(v, list) else v) for k, v in data.items()}
     seen: set[tuple[str, str]] = set()
     for _ in range(_MAX_ROUNDS):
@@ -59,7 +63,12 @@ def _core_settings(data: dict[str, Any], errs: list[tuple[str, str]]) -> Setting
             for k, v in data.items()
         }
         try:
-            return Settings(**cleaned)
+            positions = {
+                k: [i for i, x in enumerate(v) if x is not None]
+                for k, v in data.items()
+                if isinstance(v, list)
+            }
+            return Settings(**cleaned), positions
         except SettingsError as exc:  # an environment override that is not JSON
             errs.append(_env_error(exc))
             return None
@@ -112,9 +121,10 @@ def check_config_data(data: dict[str, Any]) -> list[tuple[str, str]]:
     from servehall.server.bootstrap import check_names
 
     errs: list[tuple[str, str]] = []
-    settings = _core_settings(data, errs)
-    if settings is None:
+    core = _core_settings(data, errs)
+    if core is None:
         return errs
+    settings, positions = core
     installed = installed_entry_points()
     unknown = [n for n in settings.plugins.enabled if n not in installed]
     for name in unknown:
@@ -138,7 +148,7 @@ def check_config_data(data: dict[str, Any]) -> list[tuple[str, str]]:
     except ConfigError as exc:
         errs.extend(exc.errors)
     try:
-        check_names(settings, plugins)
+        check_names(settings, plugins, positions=positions)
     except ConfigError as exc:
         errs.extend(exc.errors)
     return errs

@@ -212,12 +212,13 @@ def check_gate(gate: GateSettings, task: str = "generate") -> list[tuple[str, st
     return errs
 
 
-def check_gates(models: Sequence[ModelConfig]) -> list[tuple[str, str]]:
+def check_gates(models: Sequence[ModelConfig | None]) -> list[tuple[str, str]]:
     """Every ``(key path, message)`` problem of the ``[[models]]`` entries' gates (used
-    by ``config check``, ``serve`` and live config changes)."""
+    by ``config check``, ``serve`` and live config changes). ``None`` entries (set aside
+    by ``config check``) are skipped; indexes refer to the list as given."""
     errs: list[tuple[str, str]] = []
     for i, mc in enumerate(models):
-        if mc.gate is not None:
+        if mc is not None and mc.gate is not None:
             for key, msg in check_gate(mc.gate, mc.task):
                 errs.append((f"models[{i}].gate" + (f".{key}" if key else ""), msg))
     return errs

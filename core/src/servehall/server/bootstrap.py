@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from servehall.admission.scheduler import POLICY_SETTINGS, SchedulerSpec
-from servehall.config.models import check_versions
+from servehall.config.models import ModelConfig, check_versions
 from servehall.config.settings import Settings, load_settings, validate_plugin_sections
 from servehall.errors import ConfigError
 from servehall.host.gate import check_gates
@@ -40,9 +41,26 @@ def load_deployment(
     return settings, plugins
 
 
-def check_names(settings: Settings, plugins: PluginHost) -> None:
+def check_names(
+    settings: Settings,
+    plugins: PluginHost,
+    *,
+    positions: Mapping[str, Sequence[int]] | None = None,
+) -> None:
     """Check that the scheduler policy, sink kinds and model backends named in config are
-    registered by the loaded plugins; ConfigError lists every unknown name with a hint."""
+    registered by the loaded plugins; ConfigError lists every unknown name with a hint.
+
+    Args:
+        positions: for ``config check``, which sets bad ``[[models]]``/``[[sinks]]``
+            entries aside: per section, the index in the file of each entry kept
+            (``positions["models"][i]`` for ``settings.models[i]``), so that errors name
+            entries by their index in the file. None: the lists are as given.
+    """
+
+    def at(section: str, i: int) -> int:
+        pos = (positions or {}).get(section)
+        return pos[i] if pos is not None and i < len(pos) else i
+
     errs: list[tuple[str, str]] = []
     idle = sorted(i.name for i in plugins.infos.values() if not i.enabled and not i.default)
     hint = f" (installed but not enabled in [plugins] enabled: {', '.join(idle)})" if idle else ""
@@ -61,13 +79,24 @@ def check_names(settings: Settings, plugins: PluginHost) -> None:
     for i, sink in enumerate(settings.sinks):
         if sink.name not in sinks:
             errs.append(
-                (f"sinks[{i}].name", f"unknown sink {sink.name!r}; known: {', '.join(sinks)}{hint}")
+                (
+                    f"sinks[{at('sinks', i)}].name",
+                    f"unknown sink {sink.name!r}; known: {', '.join(sinks)}{hint}",
+                )
             )
-    errs.extend(check_versions(list(settings.models)))
-    errs.extend(check_gates(settings.models))
+    # the [[models]] list as in the file (entries set aside are None)
+    models: list[ModelConfig | None] = [None] * (
+        max((at("models", i) + 1 for i in range(len(settings.models))), default=0)
+    )
+    for i, kept in enumerate(settings.models):
+        models[at("models", i)] = kept
+    errs.extend(check_versions(models))
+    errs.extend(check_gates(models))
     registry = plugins.backends()
     backends = registry.names()
-    for i, model in enumerate(settings.models):
+    for i, model in enumerate(models):
+        if model is None:
+            continue
         if model.backend != "auto" and model.backend not in backends:
             errs.append(
                 (
