@@ -12,9 +12,11 @@ def test_debug_level_never_lets_header_dumps_through() -> None:
     root = logging.getLogger()
     buf = io.StringIO()
     handler = logging.StreamHandler(buf)
-    old = (root.level, {n: logging.getLogger(n).level for n in NOISY_LOGGERS})
+    own = logging.getLogger("servehall")
+    old = (root.level, {n: logging.getLogger(n).level for n in NOISY_LOGGERS}, own.level)
     root.addHandler(handler)
     try:
+        own.setLevel(logging.INFO)  # as the bench's logging leaves it in the same process
         configure_logging("debug")
         assert root.getEffectiveLevel() == logging.DEBUG
         logging.getLogger("hpack.hpack").debug("Decoded (b'authorization', b'Bearer canary')")
@@ -27,5 +29,6 @@ def test_debug_level_never_lets_header_dumps_through() -> None:
     finally:
         root.removeHandler(handler)
         root.setLevel(old[0])
+        own.setLevel(old[2])
         for name, level in old[1].items():
             logging.getLogger(name).setLevel(level)

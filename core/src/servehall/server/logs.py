@@ -19,9 +19,12 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 def configure_logging(level: str) -> None:
     """Configure the root logger at ``level`` (``"debug"``, ``"info"``, …) and cap the
-    loggers of :data:`NOISY_LOGGERS` at INFO. Raises ValueError for an unknown level."""
+    loggers of :data:`NOISY_LOGGERS` at INFO; servehall's own loggers follow the root
+    (a level set on ``servehall`` earlier in the process, e.g. by the bench's logging,
+    is cleared). Raises ValueError for an unknown level."""
     logging.basicConfig(format=LOG_FORMAT)  # adds a handler only when none exists
     logging.getLogger().setLevel(level.upper())
+    logging.getLogger("servehall").setLevel(logging.NOTSET)
     logging.captureWarnings(True)  # library warnings get a timestamp like every line
     for name in NOISY_LOGGERS:
         logger = logging.getLogger(name)
