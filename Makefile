@@ -18,8 +18,9 @@ demo: install
 test: dev lint
 	.ci/services.sh
 	@echo "PostgreSQL for the tests runs on 127.0.0.1:$${SERVEHALL_PG_PORT:-55432} and stays up after the tests (the next make test reuses it); stop it with: make services-stop"
+	cache=$$(mktemp -d -t servehall-test-cache-XXXXXX); export SERVEHALL_TEST_CACHE_DIR=$$cache; \
 	.venv/bin/python -m pytest -q -n $${SERVEHALL_TEST_WORKERS:-2} --dist loadfile -m "not serial"; \
-	rc=$$?; .venv/bin/python -m pytest -q -m serial || rc=1; exit $$rc
+	rc=$$?; .venv/bin/python -m pytest -q -m serial || rc=1; rm -rf "$$cache"; exit $$rc
 
 # Stop what `make test` started (PostgreSQL); data is kept for the next run.
 services-stop:

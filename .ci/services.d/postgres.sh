@@ -87,6 +87,9 @@ psql_su() { as_pg "$BIN/psql" -h "$SOCK" -p "$PORT" -U postgres -v ON_ERROR_STOP
 if [ "$(psql_su -c "SELECT 1 FROM pg_roles WHERE rolname = 'servehall'")" != "1" ]; then
   psql_su -c "CREATE ROLE servehall LOGIN PASSWORD 'servehall' CREATEDB"
 fi
+# DROP DATABASE ... WITH (FORCE) in the tests' teardown also ends an autovacuum worker that
+# is busy in that database; a non-superuser may do so only as a member of pg_signal_backend.
+psql_su -c "GRANT pg_signal_backend TO servehall" 2>/dev/null || true
 if [ "$(psql_su -c "SELECT 1 FROM pg_database WHERE datname = 'servehall_test'")" != "1" ]; then
   psql_su -c "CREATE DATABASE servehall_test OWNER servehall"
 fi

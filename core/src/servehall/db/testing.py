@@ -112,10 +112,29 @@ async def create_pg_database(url: str, prefix: str = "servehall_t") -> str:
     return make_url(url).set(database=name).render_as_string(hide_password=False)
 
 
-async def drop_pg_database(url: str) -> None:
-    """Drop the database ``url`` names (from a connection to the ``postgres`` db)."""
+async def drop_pg_database(url: str, tries: int = 5) -> None:
+    """Drop the database ``url`` names (from a connection to the ``postgres`` db).
+
+    ``WITH (FORCE)`` ends the connections still open to it. A role outside
+    ``pg_signal_backend`` may not end an autovacuum worker that happens to be busy there
+    (``InsufficientPrivilegeError``), so that error is retried up to ``tries`` times,
+    0.5 s apart (the worker is done by then); the last one is raised.
+    """
+    import asyncio
+
+    import asyncpg
+
     name = make_url(url).database
-    await pg_execute(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', database="postgres")
+    for attempt in range(tries):
+        try:
+            await pg_execute(
+                url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', database="postgres"
+            )
+            return
+        except (asyncpg.InsufficientPrivilegeError, asyncpg.ObjectInUseError):
+            if attempt == tries - 1:
+                raise
+            await asyncio.sleep(0.5)
 
 
 async def run_sql(url: str, sql: str) -> list[Any]:
