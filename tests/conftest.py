@@ -132,6 +132,89 @@ def sql_records(work: Path, linger_s: float = 0.01) -> tuple[str, dict[str, Any]
     }
 
 
+def keyed_demo_config(
+    work: Path, model_dir: Path, pepper_env: str, pepper: str, **sections: Any
+) -> tuple[Path, Callable[..., str], Path]:
+    """A migrated demo deployment with the auth plugin in ``work``: ``(config file, cli,
+    SQLite file)``. ``cli(*args)`` runs ``servehall`` on that config (with ``pepper`` in
+    ``pepper_env``) and returns its stdout, failing the test on a non-zero exit;
+    ``sections`` are further :func:`demo_config` sections."""
+    db = work / "servehall.db"
+    cfg = demo_config(
+        model_dir,
+        plugins={"enabled": ["auth"]},
+        database={"url": f"sqlite+aiosqlite:///{db}"},
+        sinks=[{"name": "sql", "options": {"linger_s": 0.05}}],
+        auth={"pepper": {"env": pepper_env}, "key_cache_ttl_s": 0},
+        **sections,
+    )
+    config = work / "servehall.toml"
+    config.write_text(dump_toml(cfg))
+
+    def cli(*args: str) -> str:
+        proc = run_cli(config, *args, env={pepper_env: pepper}, cwd=work)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout
+
+    cli("db", "upgrade")
+    return config, cli, db
+
+
+def create_keys(cli: Callable[..., str], **scopes: Sequence[str]) -> dict[str, str]:
+    """One API key per tenant name (``alice=()`` for the default scopes, ``ops=("admin",)``
+    for those scopes only), made with ``servehall keys create``: ``{name: key}``."""
+    return {
+        name: json.loads(
+            cli("keys", "create", "--tenant", name, "--json", *(["--scopes", *s] if s else []))
+        )["key"]
+        for name, s in scopes.items()
+    }
+
+
+class KeyedServer:
+    """A running server with the auth plugin, its SQLite file and named principals' keys:
+    clients (``http``, ``openai``) per principal and plain SQL on the records (``rows``)."""
+
+    def __init__(
+        self,
+        server: ServerHandle,
+        db: Path,
+        keys: dict[str, str],
+        config: Path,
+        timeout: float = 60,
+    ) -> None:
+        self.server = server
+        self.db = db
+        self.keys = keys
+        self.config = config
+        self.timeout = timeout
+
+    def http(self, who: str) -> httpx.Client:
+        """An HTTP/2 client with ``who``'s key."""
+        return httpx.Client(
+            base_url=self.server.base_url,
+            http1=False,
+            http2=True,
+            timeout=self.timeout,
+            headers={"Authorization": f"Bearer {self.keys[who]}"},
+        )
+
+    def openai(self, who: str) -> Any:
+        """The official ``openai`` client with ``who``'s key (no retries)."""
+        import openai
+
+        return openai.OpenAI(
+            base_url=self.server.base_url + "/v1", api_key=self.keys[who], max_retries=0
+        )
+
+    def rows(self, sql: str, *args: Any) -> list[Any]:
+        """The rows of one SQL statement on the server's SQLite file."""
+        import sqlite3
+
+        with sqlite3.connect(self.db) as db:
+            return db.execute(sql, args).fetchall()
+
+
 # --- servers ---------------------------------------------------------------------------
 
 

@@ -25,7 +25,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import ServerHandle, demo_config, dump_toml, run_cli
+from tests.conftest import KeyedServer, create_keys, keyed_demo_config, run_cli
 
 PEPPER = "batches-pepper-" + uuid.uuid4().hex
 PEPPER_ENV = "SERVEHALL_E2E_BATCHES_PEPPER"
@@ -102,59 +102,25 @@ def jsonl(url: str, bodies: dict[str, dict[str, Any]]) -> bytes:
     ).encode()
 
 
-class Batches:
-    """The running server, its database file and the keys of three principals."""
-
-    def __init__(self, server: ServerHandle, db: Path, keys: dict[str, str], config: Path) -> None:
-        self.server = server
-        self.db = db
-        self.keys = keys
-        self.config = config
-
-    def http(self, who: str) -> httpx.Client:
-        return httpx.Client(
-            base_url=self.server.base_url,
-            http1=False,
-            http2=True,
-            timeout=120,
-            headers={"Authorization": f"Bearer {self.keys[who]}"},
-        )
-
-    def openai(self, who: str) -> openai.OpenAI:
-        return openai.OpenAI(
-            base_url=self.server.base_url + "/v1", api_key=self.keys[who], max_retries=0
-        )
-
-    def rows(self, sql: str, *args: Any) -> list[Any]:
-        with sqlite3.connect(self.db) as db:
-            return db.execute(sql, args).fetchall()
+Batches = KeyedServer
+"""The running server, its database file, its config file and three principals' keys."""
 
 
 def make_config(
     work: Path, model_dir: Path, scheduler: dict[str, Any] | None = None, **batches: Any
 ) -> tuple[Path, Callable[..., str], Path]:
-    db = work / "servehall.db"
+    """A migrated demo deployment with the auth plugin and ``[batches]`` (polled every
+    0.1 s, then ``batches``): ``(config file, cli, SQLite file)``."""
     extra = {"scheduler": scheduler} if scheduler else {}
-    cfg = demo_config(
+    return keyed_demo_config(
+        work,
         model_dir,
+        PEPPER_ENV,
+        PEPPER,
         **extra,
-        plugins={"enabled": ["auth"]},
-        database={"url": f"sqlite+aiosqlite:///{db}"},
-        sinks=[{"name": "sql", "options": {"linger_s": 0.05}}],
         files={"dir": str(work / "store")},
         batches={"poll_s": 0.1, **batches},
-        auth={"pepper": {"env": PEPPER_ENV}, "key_cache_ttl_s": 0},
     )
-    config = work / "batches.toml"
-    config.write_text(dump_toml(cfg))
-
-    def cli(*args: str) -> str:
-        proc = run_cli(config, *args, env={PEPPER_ENV: PEPPER}, cwd=work)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        return proc.stdout
-
-    cli("db", "upgrade")
-    return config, cli, db
 
 
 @pytest.fixture(scope="module")
@@ -163,12 +129,9 @@ def batches(
 ) -> Iterator[Batches]:
     work = tmp_path_factory.mktemp("batches")
     config, cli, db = make_config(work, demo_model_dir, max_concurrent_lines=4)
-    keys = {
-        name: json.loads(cli("keys", "create", "--tenant", name, "--json", *extra))["key"]
-        for name, extra in (("alice", ()), ("bob", ()), ("admin_only", ("--scopes", "admin")))
-    }
+    keys = create_keys(cli, alice=(), bob=(), admin_only=("admin",))
     with servehall_server(config.read_text(), env={PEPPER_ENV: PEPPER}, name="batches") as server:
-        yield Batches(server, db, keys, config)
+        yield Batches(server, db, keys, config, timeout=120)
 
 
 def submit(client: openai.OpenAI, data: bytes, endpoint: str, tmp_path: Path) -> Any:

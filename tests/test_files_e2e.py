@@ -21,7 +21,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import ServerHandle, demo_config, dump_toml, run_cli
+from tests.conftest import KeyedServer, create_keys, keyed_demo_config
 
 PEPPER = "files-pepper-" + uuid.uuid4().hex
 PEPPER_ENV = "SERVEHALL_E2E_FILES_PEPPER"
@@ -42,27 +42,8 @@ def batch_line(custom_id: str, url: str = "/v1/chat/completions", **over: Any) -
 GOOD = (batch_line("a") + batch_line("b", url="/v1/completions")).encode()
 
 
-class Files:
-    """The running server, its database file and the keys of three principals."""
-
-    def __init__(self, server: ServerHandle, db: Path, keys: dict[str, str]) -> None:
-        self.server = server
-        self.db = db
-        self.keys = keys
-
-    def http(self, who: str) -> httpx.Client:
-        return httpx.Client(
-            base_url=self.server.base_url,
-            http1=False,
-            http2=True,
-            timeout=60,
-            headers={"Authorization": f"Bearer {self.keys[who]}"},
-        )
-
-    def openai(self, who: str) -> openai.OpenAI:
-        return openai.OpenAI(
-            base_url=self.server.base_url + "/v1", api_key=self.keys[who], max_retries=0
-        )
+Files = KeyedServer
+"""The running server, its database file and the keys of three principals."""
 
 
 @pytest.fixture(scope="module")
@@ -70,35 +51,16 @@ def files(
     servehall_server: Any, demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Files]:
     work = tmp_path_factory.mktemp("files")
-    db = work / "servehall.db"
-    cfg = demo_config(
+    config, cli, db = keyed_demo_config(
+        work,
         demo_model_dir,
-        plugins={"enabled": ["auth"]},
-        database={"url": f"sqlite+aiosqlite:///{db}"},
-        sinks=[{"name": "sql", "options": {"linger_s": 0.05}}],
+        PEPPER_ENV,
+        PEPPER,
         files={"dir": str(work / "store"), "max_bytes": MAX_BYTES},
-        auth={"pepper": {"env": PEPPER_ENV}, "key_cache_ttl_s": 0},
     )
-    config = work / "files.toml"
-    config.write_text(dump_toml(cfg))
-    env = {PEPPER_ENV: PEPPER}
-
-    def cli(*args: str) -> str:
-        proc = run_cli(config, *args, env=env, cwd=work)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        return proc.stdout
-
-    cli("db", "upgrade")
-    keys = {
-        name: json.loads(cli("keys", "create", "--tenant", name, "--json", *extra))["key"]
-        for name, extra in (
-            ("alice", ()),
-            ("bob", ()),
-            ("admin_only", ("--scopes", "admin")),
-        )
-    }
-    with servehall_server(config.read_text(), env=env, name="files") as server:
-        yield Files(server, db, keys)
+    keys = create_keys(cli, alice=(), bob=(), admin_only=("admin",))
+    with servehall_server(config.read_text(), env={PEPPER_ENV: PEPPER}, name="files") as server:
+        yield Files(server, db, keys, config)
 
 
 def upload(c: httpx.Client, data: bytes, purpose: str = "batch", **kw: Any) -> httpx.Response:

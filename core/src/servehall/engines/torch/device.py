@@ -14,10 +14,15 @@ run on the engine's loader thread, never on the event loop.
 from __future__ import annotations
 
 import os
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from servehall.engines.torch.options import TorchOptions
+from servehall.engines.torch.options import TorchOptions, parse_torch_options
 from servehall.errors import ConfigError
+
+if TYPE_CHECKING:
+    from servehall.config.models import ModelConfig
+    from servehall.engines.kit import HfModelFacts
 
 PORTABLE_ATTN: frozenset[str] = frozenset({"sdpa", "eager"})
 """Attention kernels whose paged variant runs on every torch device (CPU included)."""
@@ -203,3 +208,21 @@ class CudaApiDevice(TorchDevice):
             "device": self.torch_device(options),
             self.visible_env: os.environ.get(self.visible_env),
         }
+
+
+def open_model(model: ModelConfig, device: TorchDevice) -> tuple[TorchOptions, HfModelFacts]:
+    """What every torch engine reads before loading ``model`` on ``device``: its options
+    (validated, and checked against what the device can honour) and its ``config.json``
+    facts. No heavy import.
+
+    Raises:
+        ConfigError: invalid options, options the device cannot honour, no or an
+            unreadable ``config.json`` in ``model.path``.
+    """
+    from servehall.engines.kit import HfModelFacts
+
+    options = parse_torch_options(model.options, model=model.name)
+    device.check(options)
+    if not (Path(model.path) / "config.json").is_file():
+        raise ConfigError(f"model {model.name!r}: {model.path} has no config.json")
+    return options, HfModelFacts.read(Path(model.path))

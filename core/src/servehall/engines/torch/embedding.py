@@ -29,10 +29,10 @@ from servehall.engines.contract import (
     SamplingParams,
     TokenDelta,
 )
-from servehall.engines.kit import DeltaStream, HfModelFacts
+from servehall.engines.kit import DeltaStream
 from servehall.engines.pooling import PoolingConfig, pool, read_pooling
-from servehall.engines.torch.device import TorchDevice
-from servehall.engines.torch.options import TorchOptions, parse_torch_options
+from servehall.engines.torch.device import TorchDevice, open_model
+from servehall.engines.torch.options import TorchOptions
 from servehall.errors import ConfigError, EngineError, EngineUnavailableError
 
 log = logging.getLogger("servehall.engines.torch")
@@ -62,11 +62,8 @@ class TorchEmbeddingEngine:
         self.name = model.name
         self.path = Path(model.path)
         self.device = device
-        self.options: TorchOptions = parse_torch_options(model.options, model=model.name)
-        device.check(self.options)
-        if not (self.path / "config.json").is_file():
-            raise ConfigError(f"model {model.name!r}: {self.path} has no config.json")
-        facts = HfModelFacts.read(self.path)
+        self.options: TorchOptions
+        self.options, facts = open_model(model, device)
         self.pooling: PoolingConfig = read_pooling(self.path)
         native = min(facts.max_position_embeddings, self.pooling.max_seq_length or 1 << 30)
         self._max_model_len = min(model.max_model_len or native, native)

@@ -56,10 +56,10 @@ from servehall.engines.contract import (
     StructuredConstraint,
     TokenDelta,
 )
-from servehall.engines.kit import DeltaStream, HfModelFacts, stop_token_set
-from servehall.engines.torch.device import TorchDevice
+from servehall.engines.kit import DeltaStream, stop_token_set
+from servehall.engines.torch.device import TorchDevice, open_model
 from servehall.engines.torch.kvcache import KvGeometry, plan_kv_blocks
-from servehall.engines.torch.options import DTYPE_BYTES, TorchOptions, parse_torch_options
+from servehall.engines.torch.options import DTYPE_BYTES, TorchOptions
 from servehall.errors import ConfigError, EngineError
 from servehall.structured.grammar import (
     GrammarCache,
@@ -126,11 +126,8 @@ class TorchEngine:
         self.name = model.name
         self.path = Path(model.path)
         self.device = device
-        self.options: TorchOptions = parse_torch_options(model.options, model=model.name)
-        device.check(self.options)
-        if not (self.path / "config.json").is_file():
-            raise ConfigError(f"model {model.name!r}: {self.path} has no config.json")
-        facts = HfModelFacts.read(self.path)
+        self.options: TorchOptions
+        self.options, facts = open_model(model, device)
         self._hf_config = facts.config
         self._eos_ids = facts.eos_token_ids
         native_len = facts.max_position_embeddings
