@@ -56,7 +56,8 @@ class BadRecords:
         if probe is None:
             return True
         try:
-            await asyncio.wait_for(probe(), self.wait_s)
+            async with asyncio.timeout(self.wait_s):
+                await probe()
         except Exception as exc:
             log.warning(
                 "sink %r: a record was refused and a known-good one cannot be written "
@@ -76,7 +77,8 @@ class BadRecords:
         keep = getattr(self.sink, "quarantine", None)
         if keep is not None:
             try:
-                await asyncio.wait_for(keep(record, error), self.wait_s)
+                async with asyncio.timeout(self.wait_s):
+                    await keep(record, error)
             except Exception as why:
                 log.warning(
                     "sink %r: cannot keep a rejected record in the database (%s); "

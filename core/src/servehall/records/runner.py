@@ -353,7 +353,8 @@ class SinkRunner:
         if fut is None:
             return False
         try:
-            await asyncio.wait_for(fut, self.commit_wait_s)
+            async with asyncio.timeout(self.commit_wait_s):
+                await fut
             return True
         except TimeoutError:
             self.commit_wait_timeouts += 1
@@ -515,7 +516,8 @@ class SinkRunner:
             if await _wait_set(self._wake, self.check_interval_s):
                 return
             try:
-                await asyncio.wait_for(check(), self.check_interval_s)
+                async with asyncio.timeout(self.check_interval_s):
+                    await check()
             except Exception as exc:
                 self.checks_failed += 1
                 self._unhealthy("check", exc)

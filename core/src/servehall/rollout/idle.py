@@ -45,7 +45,8 @@ async def load_on_demand(host: Host, served: ServedModel) -> None:
         task = served.load_task = asyncio.get_running_loop().create_task(_load(host, served))
     timeout = host.settings.scheduler.queue_timeout_s
     try:
-        await asyncio.wait_for(asyncio.shield(task), timeout)
+        async with asyncio.timeout(timeout):
+            await asyncio.shield(task)
     except TimeoutError:
         retry = str(max(1, host.settings.scheduler.retry_after_s))
         raise QueueTimeoutError(

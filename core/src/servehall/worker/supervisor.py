@@ -440,7 +440,8 @@ class WorkerSupervisor:
         end; at most 2 s) so the worker's own error wins over "exited with status 3"."""
         if gen.reader is not None and not gen.reader.done():
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(gen.reader), 2.0)
+                async with asyncio.timeout(2.0):
+                    await asyncio.shield(gen.reader)
         if gen.ready is not None and not gen.ready.done():
             gen.ready.set_exception(StartError("", reason))
 

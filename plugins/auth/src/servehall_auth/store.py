@@ -542,7 +542,8 @@ class KeyStore:
             task.add_done_callback(lambda t: self._lookup_done(slot, t))
         if self._lookup_timeout <= 0:
             return await asyncio.shield(task)
-        return await asyncio.wait_for(asyncio.shield(task), self._lookup_timeout)
+        async with asyncio.timeout(self._lookup_timeout):
+            return await asyncio.shield(task)
 
     def _lookup_done(self, slot: tuple[str, int], task: asyncio.Task[_Row | None]) -> None:
         if self._lookups.get(slot) is task:
