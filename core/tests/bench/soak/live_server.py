@@ -89,19 +89,20 @@ async def _serve(
 def serving(work: Path, **null_options: Any) -> Iterator[str]:
     """Serve model ``m`` (``null`` engine with ``null_options``) while in the block."""
     port = free_port()
-    loop = asyncio.new_event_loop()
-    stop = asyncio.Event()
     ready = threading.Event()
     errors: list[BaseException] = []
+    held: dict[str, Any] = {}
+
+    async def main() -> None:
+        held["loop"], held["stop"] = asyncio.get_running_loop(), asyncio.Event()
+        await _serve(work, port, null_options, ready, held["stop"])
 
     def run() -> None:
         try:
-            loop.run_until_complete(_serve(work, port, null_options, ready, stop))
+            asyncio.run(main())  # cancels what the server left running, then closes
         except BaseException as exc:
             errors.append(exc)
             ready.set()
-        finally:
-            loop.close()
 
     thread = threading.Thread(target=run, name="soak-test-server", daemon=True)
     thread.start()
@@ -111,7 +112,7 @@ def serving(work: Path, **null_options: Any) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
-        loop.call_soon_threadsafe(stop.set)
+        held["loop"].call_soon_threadsafe(held["stop"].set)
         thread.join(30)
     if errors:
         raise errors[0]

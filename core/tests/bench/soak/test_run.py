@@ -7,6 +7,7 @@ runs in tests/test_soak_e2e.py."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -93,3 +94,14 @@ async def test_what_cannot_run_is_refused_before_any_request(tmp_path: Path) -> 
         await run_soak(_opts(dead, tmp_path, faults=("worker-kill",)), out)
     assert out.getvalue() == ""
     assert not (tmp_path / "a").exists() and not (tmp_path / "work").exists()
+
+
+async def test_the_report_goes_to_stdout_as_it_is_when_the_soak_runs(
+    server: str, tmp_path: Path
+) -> None:
+    # (the default was bound to sys.stdout at import: a later redirection got nothing)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        await run_soak(_opts(server, tmp_path, duration_s=0.3, output_json=None))
+    assert buf.getvalue().startswith(f"soak {server}: 2 clients")
+    assert "I1 PASS" in buf.getvalue()
