@@ -276,3 +276,35 @@ def test_config_digest_masks_secrets_and_is_kept_per_host(tok_dir: Path) -> None
     first = config_digest(other)
     other.settings = Settings()
     assert config_digest(other) == first
+
+
+async def test_the_admission_queue_per_tenant_adds_to_waiting(tok_dir: Path) -> None:
+    import asyncio
+
+    from servehall.admission.scheduler import Ticket
+
+    stats = EngineStats(running=1, waiting=1, kv_cache_blocks_used=1, kv_cache_blocks_total=8)
+    host = make_host(
+        tok_dir, ReportingEngine(stats), settings={"scheduler": {"max_concurrency": 1}}
+    )
+    scheduler = host.models["m"].scheduler
+    held = await scheduler.acquire(Ticket(request_id="a", model="m", tenant="gold"))
+    queued = [
+        asyncio.create_task(scheduler.acquire(Ticket(request_id=r, model="m", tenant=t)))
+        for r, t in (("b", "gold"), ("c", "plain"), ("d", "plain"))
+    ]
+    await asyncio.sleep(0)
+    try:
+        s = scrape(host)
+    finally:
+        for task in queued:
+            task.cancel()
+        await asyncio.gather(*queued, return_exceptions=True)
+        held.release()
+    m = {"model": "m", "version": ""}
+    assert value(s, "servehall_scheduler_queue", **m, tenant="gold") == 1
+    assert value(s, "servehall_scheduler_queue", **m, tenant="plain") == 2
+    assert value(s, "servehall_scheduler_service_tokens_total", **m, tenant="gold") >= 0
+    # engine queue (1) plus admission queue (3), per model and for the replica
+    assert value(s, "servehall_requests_waiting", **m) == 4
+    assert value(s, "servehall_replica_requests_waiting") == 4
