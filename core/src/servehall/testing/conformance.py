@@ -146,12 +146,16 @@ class BackendConformance:
         return None
 
     @pytest.fixture(scope="class", autouse=True)
-    async def _shared_engines(self) -> AsyncIterator[None]:
-        """Shut down the engines :meth:`running` shared within this class (``share_engine``)."""
+    @classmethod
+    async def _shared_engines(cls) -> AsyncIterator[None]:
+        """Shut down the engines :meth:`running` shared within this class (``share_engine``).
+
+        A classmethod: pytest 9 deprecates class-scoped fixtures defined as instance
+        methods (``PytestRemovedIn10Warning``); this one only reads class attributes."""
         yield
-        for key in [k for k in _SHARED if k[0] is type(self)]:
+        for key in [k for k in _SHARED if k[0] is cls]:
             engine = _SHARED.pop(key)
-            await asyncio.wait_for(engine.shutdown(), self.timeout_s)
+            await asyncio.wait_for(engine.shutdown(), cls.timeout_s)
 
     @pytest.fixture
     def engine_factory(

@@ -429,6 +429,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] not in RECORDERS:
         print(f"usage: record_sdk.py {{{'|'.join(RECORDERS)}}} OUT.json", file=sys.stderr)
         return 2
+    CAPTURED.clear()  # one recording per call, however many a process makes
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"

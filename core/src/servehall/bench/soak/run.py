@@ -39,8 +39,12 @@ async def _sample_rss(
             await asyncio.wait_for(stop.wait(), 1.0)
 
 
-async def run_soak(opts: SoakOptions, out: TextIO = sys.stdout) -> list[InvariantResult]:
-    """Run the soak and check the invariants; the printed report goes to ``out``."""
+async def run_soak(opts: SoakOptions, out: TextIO | None = None) -> list[InvariantResult]:
+    """Run the soak and check the invariants; the printed report goes to ``out``
+    (default: ``sys.stdout`` as it is when the soak runs, so that a redirection made
+    after this module was imported, e.g. by a test runner, receives the report)."""
+    if out is None:
+        out = sys.stdout
     if opts.url is None and not opts.demo and opts.config is None:
         raise SoakError("give --url, --config or --demo")
     check_fault_options(opts)
