@@ -30,6 +30,16 @@ the engine's ``structured_outputs_config`` (the per-request field of
 and ``disable_any_whitespace=True``: compact JSON, no whitespace between tokens) and a
 request cannot lift it (``structured_outputs.disable_any_whitespace: false`` still gets
 compact JSON on vLLM).
+
+Embeddings (``[[models]] task = "embed"``): vLLM runs the model as a pooling model
+(``runner="pooling"``) with a ``PoolerConfig`` built from the model directory's
+sentence-transformers description (:func:`servehall.engines.pooling.read_pooling`:
+``mean`` → ``MEAN``, ``cls`` → ``CLS``, ``lasttoken`` → ``LAST``; vLLM has no ``max``
+or ``mean_sqrt_len`` pooling, so such a model is a config error; ``use_activation`` is
+the ``Normalize`` module: L2 normalisation). :meth:`VllmEngine.embed` sends each input
+as one ``AsyncLLM.encode(TokensPrompt(...), PoolingParams(task="embed"), request_id)``;
+vLLM's scheduler batches the requests that are waiting together into its steps (no
+queue of ours). Such an engine refuses ``add_request``.
 """
 
 from __future__ import annotations
@@ -55,10 +65,16 @@ from servehall.engines.contract import (
     TokenDelta,
 )
 from servehall.engines.kit import DeltaStream, HfModelFacts
+from servehall.engines.pooling import PoolingConfig, read_pooling
 from servehall.engines.torch.engine import SUPPORTED_PARAMS as TORCH_SUPPORTED_PARAMS
 from servehall.engines.vllm.options import VllmOptions, parse_vllm_options
 from servehall.engines.vllm.probe import vllm_build
-from servehall.errors import ConfigError, EngineError
+from servehall.errors import (
+    ConfigError,
+    EngineError,
+    EngineUnavailableError,
+    InvalidRequestError,
+)
 from servehall.structured.json_text import (
     bounded_any_values,
     json_safe_lengths,
@@ -73,6 +89,10 @@ only for a model directory with a tokenizer)."""
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 """Files that show a Hugging Face tokenizer in a model directory."""
+
+VLLM_POOLING_TYPES = {"mean": "MEAN", "cls": "CLS", "lasttoken": "LAST"}
+"""Our pooling modes (:data:`servehall.engines.pooling.PoolingMode`) → vLLM's
+``PoolerConfig.pooling_type`` (vLLM 0.32 has no ``max`` or ``mean_sqrt_len``)."""
 
 FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort"}
 """vLLM's finish reasons → ours (anything else ends the stream as ``error``)."""
@@ -346,6 +366,24 @@ class VllmEngine:
         self._eos = facts.eos_token_ids
         self._vocab = facts.vocab_size
         self._max_len = model.max_model_len or facts.max_position_embeddings
+        self.task = model.task
+        self.pooling: PoolingConfig | None = None
+        self._dim = 0
+        if model.task == "embed":
+            self.pooling = read_pooling(self.path)
+            if self.pooling.mode not in VLLM_POOLING_TYPES:
+                key = f"models.{model.name}.task"
+                msg = (
+                    f"the model's pooling {self.pooling.mode!r} is not one vLLM implements "
+                    f"({', '.join(VLLM_POOLING_TYPES)}); serve it on the torch engine "
+                    "(options.engine = 'torch')"
+                )
+                raise ConfigError(f"{key}: {msg}", [(key, msg)])
+            native = min(facts.max_position_embeddings, self.pooling.max_seq_length or 1 << 30)
+            self._max_len = min(model.max_model_len or native, native)
+            hidden = facts.config.get("hidden_size")
+            self._dim = int(hidden) if isinstance(hidden, int) else 0
+        self._embed_ids = 0
         self._dtype = self.options.dtype
         if self._dtype == "auto" and default_dtype is not None:
             self._dtype = default_dtype  # type: ignore[assignment]
@@ -364,17 +402,31 @@ class VllmEngine:
 
     @property
     def model_info(self) -> ModelInfo:
-        """Context length, EOS ids and vocabulary size, and the vLLM build in ``extra``."""
+        """Context length, EOS ids and vocabulary size, and the vLLM build in ``extra``;
+        for ``task = "embed"`` also ``task``, ``embedding_dim``, ``pooling``,
+        ``normalize``, ``matryoshka`` and ``matryoshka_dimensions`` (as the torch
+        embedding engine reports them), and an input limit of the model's
+        ``max_seq_length`` (``sentence_bert_config.json``) at most."""
+        extra: dict[str, Any] = {
+            "engine": "vllm",
+            "vllm": vllm_build().describe(),
+            "dtype": self._dtype,
+            **({"kv_block_size": self.options.block_size} if self.options.block_size else {}),
+        }
+        if self.pooling is not None:
+            extra |= {
+                "task": "embed",
+                "embedding_dim": self._dim,
+                "pooling": self.pooling.mode,
+                "normalize": self.pooling.normalize,
+                "matryoshka": self.pooling.matryoshka,
+                "matryoshka_dimensions": list(self.pooling.matryoshka_dimensions),
+            }
         return ModelInfo(
             max_model_len=self._max_len,
             eos_token_ids=self._eos,
             vocab_size=self._vocab,
-            extra={
-                "engine": "vllm",
-                "vllm": vllm_build().describe(),
-                "dtype": self._dtype,
-                **({"kv_block_size": self.options.block_size} if self.options.block_size else {}),
-            },
+            extra=extra,
         )
 
     def engine_args(self) -> Any:
@@ -395,13 +447,22 @@ class VllmEngine:
                 key = f"models.{self.name}.options.quantization"
                 msg = f"{q!r} is not a vLLM quantization method ({', '.join(QUANTIZATION_METHODS)})"
                 raise ConfigError(f"{key}: {msg}", [(key, msg)])
+        if self.pooling is not None:
+            from vllm.config import PoolerConfig
+
+            kwargs["runner"] = "pooling"
+            kwargs["pooler_config"] = PoolerConfig(
+                pooling_type=VLLM_POOLING_TYPES[self.pooling.mode],
+                use_activation=self.pooling.normalize,
+            )
+        else:
+            kwargs["structured_outputs_config"] = structured_outputs_config()
         return AsyncEngineArgs(
             model=str(self.path),
             served_model_name=self.name,
             skip_tokenizer_init=not self._has_tokenizer,
             max_model_len=self._max_len,
             disable_log_stats=False,
-            structured_outputs_config=structured_outputs_config(),
             **kwargs,
         )
 
@@ -438,6 +499,18 @@ class VllmEngine:
             ValueError: ``request_id`` is live, or vLLM refused the sampling parameters.
             EngineError: the engine is not running.
         """
+        if self.pooling is not None:
+            stream = DeltaStream(request_id, lambda _rid: None)
+            stream.push(
+                TokenDelta(
+                    (),
+                    "error",
+                    error=f"model {self.name!r} is served for embeddings (task 'embed'); "
+                    "it does not generate text",
+                    code="invalid_request",
+                )
+            )
+            return stream
         if self._state != "up":
             raise EngineError(f"the vLLM engine of model {self.name} is not running")
         if request_id in self._streams:
@@ -449,6 +522,71 @@ class VllmEngine:
             self._run(request_id, list(prompt_token_ids), sp, stream)
         )
         return stream
+
+    async def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[float]]:
+        """One vector per input (see :meth:`EmbeddingEngine.embed
+        <servehall.engines.contract.EmbeddingEngine.embed>`): each input is one vLLM
+        pooling request (``task="embed"``), all sent at once so that vLLM's scheduler
+        batches them (and those of concurrent calls) into its steps. A cancelled call
+        aborts its requests in vLLM.
+
+        Returns:
+            ``len(inputs)`` lists of ``embedding_dim`` floats (float32 values), pooled and
+            normalised by vLLM as the model directory says.
+
+        Raises:
+            InvalidRequestError: vLLM refused an input (its own validation), or this
+                engine serves a generative model.
+            EngineUnavailableError: the engine is not running, or vLLM's engine core died.
+            EngineError: vLLM failed otherwise.
+        """
+        if self.pooling is None:
+            raise InvalidRequestError(
+                f"model {self.name!r} is served for generation (task 'generate'), not embeddings"
+            )
+        if self._state != "up" or self._dead_reason:
+            raise EngineUnavailableError(f"the engine of model {self.name!r} is not running")
+        if not inputs:
+            return []
+        self._embed_ids += 1
+        rids = [f"embed-{self._embed_ids}-{i}" for i in range(len(inputs))]
+        try:
+            return list(
+                await asyncio.gather(
+                    *(self._embed_one(rid, list(x)) for rid, x in zip(rids, inputs, strict=True))
+                )
+            )
+        except BaseException:
+            if self._llm is not None:
+                with contextlib.suppress(Exception):
+                    await self._llm.abort(rids)
+            raise
+
+    async def _embed_one(self, rid: str, prompt: list[int]) -> list[float]:
+        from vllm import PoolingParams
+        from vllm.exceptions import VLLMClientError
+        from vllm.inputs import TokensPrompt
+
+        params = PoolingParams(task="embed")
+        last: Any = None
+        try:
+            async for out in self._llm.encode(TokensPrompt(prompt_token_ids=prompt), params, rid):
+                last = out
+        except (ValueError, VLLMClientError) as exc:  # vLLM's input validation
+            raise InvalidRequestError(str(exc)) from None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if getattr(self._llm, "errored", False):
+                self._dead_reason = f"vLLM engine failed: {type(exc).__name__}: {exc}"
+                raise EngineUnavailableError(
+                    f"the engine of model {self.name!r} failed: {type(exc).__name__}"
+                ) from None
+            raise EngineError(f"embedding failed: {type(exc).__name__}: {exc}") from None
+        if last is None or not last.finished:
+            raise EngineError(f"vLLM ended embedding request {rid} without a result")
+        vector: list[float] = last.outputs.data.float().tolist()
+        return vector
 
     async def _run(self, rid: str, prompt: list[int], sp: Any, stream: DeltaStream) -> None:
         from vllm.exceptions import VLLMClientError

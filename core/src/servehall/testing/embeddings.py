@@ -1,0 +1,36 @@
+"""Reference embeddings for embedding-engine tests, computed without any engine of ours.
+
+:func:`mean_pooled_reference` runs transformers' own tokenizer and model on texts and
+pools them as all-MiniLM-L6-v2's sentence-transformers modules do (mean over the
+attention mask, L2 normalisation): the vectors an engine serving that model must match.
+Needs torch and transformers (extra ``servehall[torch]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def mean_pooled_reference(model_dir: Path, texts: Sequence[str], *, max_length: int = 256) -> Any:
+    """transformers' embeddings of ``texts``: ``AutoTokenizer`` (padding, truncation to
+    ``max_length`` tokens), ``AutoModel``'s last hidden state, mean over the attention
+    mask, L2-normalised.
+
+    Returns:
+        a float32 numpy array of shape ``(len(texts), hidden_size)``.
+    """
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModel.from_pretrained(str(model_dir)).eval()
+    enc = tok(
+        list(texts), padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+    )
+    with torch.inference_mode():
+        out = model(**enc).last_hidden_state
+    m = enc["attention_mask"].unsqueeze(-1).float()
+    mean = (out * m).sum(1) / m.sum(1).clamp(min=1e-9)
+    return torch.nn.functional.normalize(mean, p=2, dim=1).numpy()
