@@ -170,3 +170,22 @@ def test_embed_options(minilm: Path, tmp_path: Path) -> None:
     plugin.check_options(_config(minilm, num_kv_blocks=4, inference_num_threads=1))
     with pytest.raises(ConfigError, match="not a directory"):
         plugin.factory(_config(tmp_path / "missing"))
+
+
+async def test_an_ir_directory_is_served_as_it_is(
+    minilm: Path, minilm_ir: Path, token_ids: list[list[int]]
+) -> None:
+    """The converted directory as ``path``: no conversion, no ``modules.json`` there, so
+    mean pooling + L2 normalisation (all-MiniLM-L6-v2's own, as it happens) and the
+    position limit of ``config.json`` (512: no ``sentence_bert_config.json``)."""
+    assert not (minilm_ir / "modules.json").exists()
+    engine = OpenVINOEmbeddingEngine(_config(minilm_ir))
+    assert engine.model_info.max_model_len == 512
+    await engine.start()
+    try:
+        assert engine.model_info.extra["ir_dir"] == str(minilm_ir)
+        vectors = await engine.embed(token_ids)
+    finally:
+        await engine.shutdown()
+    for text, v, r in zip(TEXTS, vectors, transformers_embeddings(minilm, TEXTS), strict=True):
+        assert cosine(v, r) >= 1 - 1e-4, text
