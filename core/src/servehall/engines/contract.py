@@ -329,5 +329,6 @@ def check_embedding_engine(model_name: str, task: str, engine: object) -> None:
         raise ConfigError(
             f"models.{model_name}.task: 'embed' needs an engine that can embed; "
             f"{type(engine).__name__} of backend {getattr(engine, 'backend', '?')!r} cannot "
-            "(the torch and vLLM engines can: options.engine = 'torch' or 'vllm')"
+            "(the torch and vLLM engines can: options.engine = 'torch' or 'vllm'; so can "
+            "backend 'openvino_cpu')"
         )

@@ -133,6 +133,33 @@ def pool(hidden: Any, mask: Any, config: PoolingConfig) -> Any:
     return out
 
 
+def pool_numpy(hidden: Any, mask: Any, config: PoolingConfig) -> Any:
+    """:func:`pool` on numpy arrays, for engines without torch in the serving process
+    (``openvino_cpu``): ``hidden`` ``[batch, seq, dim]``, ``mask`` ``[batch, seq]`` (1 =
+    token, 0 = padding; right-padded) → ``[batch, dim]`` float32, L2-normalised (a zero
+    vector stays zero) when ``config.normalize``. Computed in float32, as :func:`pool`."""
+    import numpy as np
+
+    hidden = np.asarray(hidden, dtype=np.float32)
+    mask = np.asarray(mask)
+    m = mask[..., None].astype(np.float32)
+    if config.mode == "cls":
+        out = hidden[:, 0]
+    elif config.mode == "max":
+        out = np.where(m > 0, hidden, np.finfo(np.float32).min).max(axis=1)
+    elif config.mode == "lasttoken":
+        last = mask.sum(axis=1).astype(np.int64) - 1
+        out = hidden[np.arange(hidden.shape[0]), last]
+    else:
+        summed = (hidden * m).sum(axis=1)
+        counts = np.maximum(m.sum(axis=1), np.float32(1e-9))
+        out = summed / (np.sqrt(counts) if config.mode == "mean_sqrt_len" else counts)
+    if config.normalize:
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        out = out / np.maximum(norms, np.float32(1e-12))  # torch's F.normalize eps
+    return out.astype(np.float32)
+
+
 def truncate(vector: list[float], dimensions: int, *, normalize: bool) -> list[float]:
     """The first ``dimensions`` values of ``vector`` (Matryoshka), L2-renormalised when
     ``normalize`` (a zero vector stays zero)."""

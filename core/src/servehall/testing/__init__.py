@@ -7,4 +7,5 @@
 * :mod:`servehall.testing.embeddings` — reference embeddings (transformers, no engine);
 * :mod:`servehall.testing.rawhttp` — HTTP/1.1 and HTTP/2 over raw sockets;
 * :mod:`servehall.testing.sockets` — a server's TCP socket states and descriptor count.
+* :mod:`servehall.testing.embeddings` — reference embeddings (transformers) for engine tests.
 """

@@ -2,7 +2,8 @@
 
 :func:`mean_pooled_reference` runs transformers' own tokenizer and model on texts and
 pools them as all-MiniLM-L6-v2's sentence-transformers modules do (mean over the
-attention mask, L2 normalisation): the vectors an engine serving that model must match.
+attention mask, L2 normalisation, by hand: independent of
+:mod:`servehall.engines.pooling`): the vectors an engine serving that model must match.
 Needs torch and transformers (extra ``servehall[torch]``).
 """
 
@@ -34,3 +35,11 @@ def mean_pooled_reference(model_dir: Path, texts: Sequence[str], *, max_length: 
     m = enc["attention_mask"].unsqueeze(-1).float()
     mean = (out * m).sum(1) / m.sum(1).clamp(min=1e-9)
     return torch.nn.functional.normalize(mean, p=2, dim=1).numpy()
+
+
+def cosine(a: Any, b: Any) -> float:
+    """Cosine similarity of two vectors (sequences or numpy arrays), in float64."""
+    import numpy as np
+
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(x @ y / (np.linalg.norm(x) * np.linalg.norm(y)))

@@ -14,7 +14,7 @@ import pytest
 from servehall.config.models import ModelConfig
 from servehall.engines.contract import EmbeddingEngine
 from servehall.errors import InvalidRequestError
-from servehall.testing.embeddings import mean_pooled_reference
+from servehall.testing.embeddings import cosine, mean_pooled_reference
 
 # --- the torch embedding engine (real weights) ------------------------------------------
 
@@ -59,8 +59,7 @@ async def test_torch_engine_batches_and_matches(minilm: Path) -> None:
         assert passes == 2  # the three calls that waited went through one pass
         ref = mean_pooled_reference(minilm, texts)
         for v, r in zip(vectors, ref, strict=True):
-            v = np.asarray(v)
-            assert float(v @ r / np.linalg.norm(v) / np.linalg.norm(r)) >= 1 - 1e-4
+            assert cosine(v, r) >= 1 - 1e-4
         stream = engine.add_request("g", ids[0], _params())
         delta = await anext(aiter(stream))
         assert delta.finish_reason == "error" and delta.code == "invalid_request"

@@ -5,11 +5,14 @@
 * an **OpenVINO IR directory** (has ``openvino_model.xml``) is used as it is;
 * a **Hugging Face directory** (``config.json`` + weights) is converted with optimum-intel's
   exporter (``optimum.exporters.openvino.main_export``, task ``text-generation-with-past``,
-  stateful model) plus ``openvino_tokenizers`` for the tokenizer/detokenizer IR, into
-  ``<cache_dir>/<name>-<key>/``. ``key`` is a SHA-256 over every source file (relative
-  path, size, content), the weight format (with its compression parameters) and the
-  versions of the converting packages, so a changed model or an upgraded exporter
-  converts again, and nothing else does.
+  stateful model; for an embedding model (``[[models]] task = "embed"``) task
+  ``feature-extraction``: the encoder alone, ``input_ids`` / ``attention_mask`` (/
+  ``token_type_ids``) in, ``last_hidden_state`` out, no pooling) plus ``openvino_tokenizers``
+  for the tokenizer/detokenizer IR, into ``<cache_dir>/<name>-<key>/``. ``key`` is a
+  SHA-256 over every source file (relative path, size, content), the weight format (with
+  its compression parameters), the export task (when not the default) and the versions of
+  the converting packages, so a changed model or an upgraded exporter converts again, and
+  nothing else does.
 
 Integer weight formats (``int8*``, ``int4*``) are exported in fp32 and then compressed
 with NNCF's data-free weight compression (``nncf.compress_weights``: the same algorithm
@@ -65,6 +68,11 @@ CONVERT_VERSIONS = (
     "torch",
 )
 EXPORTER_INSTALL = "pip install --no-deps 'optimum-intel==2.2.*'"
+GENERATE_TASK = "text-generation-with-past"
+"""optimum's export task for a language model (stateful, KV cache inside)."""
+EMBED_TASK = "feature-extraction"
+"""optimum's export task for an embedding model: the encoder's ``last_hidden_state``."""
+EXPORT_TASKS = (GENERATE_TASK, EMBED_TASK)
 """How to install the exporter (its declared torchvision requirement is not needed)."""
 
 
@@ -94,17 +102,24 @@ def _versions() -> dict[str, str | None]:
     return installed_versions(CONVERT_VERSIONS)
 
 
-def source_key(src: Path, weight_format: str, compression: Mapping[str, Any] | None = None) -> str:
+def source_key(
+    src: Path,
+    weight_format: str,
+    compression: Mapping[str, Any] | None = None,
+    task: str = GENERATE_TASK,
+) -> str:
     """SHA-256 hex over the source files (path, size, content), options and versions.
 
     With ``compression`` (from :func:`~servehall_openvino_cpu.options.weight_compression`)
     the key covers it and NNCF's version instead of the format's name; fp32/fp16 keys
-    are those of before.
+    are those of before. A ``task`` other than :data:`GENERATE_TASK` is part of the key
+    (the language-model keys are those of before).
     """
+    extra: list[Any] = [] if task == GENERATE_TASK else [task]
     if compression is None:
-        return source_digest(src, [CONVERTER_VERSION, weight_format, _versions()])
+        return source_digest(src, [CONVERTER_VERSION, weight_format, _versions(), *extra])
     # keyed on the NNCF parameters, not the spelling: int8 and int8_asym share one IR
-    return source_digest(src, [CONVERTER_VERSION, dict(compression), _versions(), _nncf()])
+    return source_digest(src, [CONVERTER_VERSION, dict(compression), _versions(), _nncf(), *extra])
 
 
 def _nncf() -> dict[str, str | None]:
@@ -119,11 +134,13 @@ def resolve_ir_dir(
     group_size: int | None = None,
     ratio: float | None = None,
     quiet: bool = False,
+    task: str = GENERATE_TASK,
 ) -> Path:
     """The OpenVINO IR directory for model directory ``src`` (converting once if needed).
 
     ``weight_format``, ``group_size`` and ``ratio`` are the options ``weight_format``,
-    ``weight_group_size`` and ``weight_ratio`` (ignored when ``src`` is an IR directory).
+    ``weight_group_size`` and ``weight_ratio`` (ignored when ``src`` is an IR directory);
+    ``task`` is the export task (:data:`GENERATE_TASK` or :data:`EMBED_TASK`).
 
     Raises:
         ConfigError: ``src`` is neither an IR nor a Hugging Face model directory, or it
@@ -144,13 +161,16 @@ def resolve_ir_dir(
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     root = (cache_dir or default_cache_dir()).expanduser().resolve()
-    key = source_key(src, weight_format, compression)
+    if task not in EXPORT_TASKS:
+        raise ValueError(f"unknown export task {task!r}; one of {EXPORT_TASKS}")
+    key = source_key(src, weight_format, compression, task)
 
     def convert(tmp: Path) -> None:
-        _run_export(src, tmp, weight_format, compression, quiet=quiet)
+        _run_export(src, tmp, weight_format, compression, quiet=quiet, task=task)
         marker = {
             "source": str(src),
             "key": key,
+            "task": task,
             "weight_format": weight_format,
             "compression": compression,
             "versions": _versions() | (_nncf() if compression is not None else {}),
@@ -175,10 +195,11 @@ def _run_export(
     compression: Mapping[str, Any] | None,
     *,
     quiet: bool,
+    task: str = GENERATE_TASK,
 ) -> None:
     """Run the exporter in a child process, with a progress display on stderr."""
     cmd = [sys.executable, "-m", "servehall_openvino_cpu.convert", str(src), str(out)]
-    cmd += ["--weight-format", weight_format]
+    cmd += ["--weight-format", weight_format, "--task", task]
     if compression is not None:
         cmd += ["--compression", json.dumps(dict(compression))]
     if not quiet:
@@ -201,12 +222,19 @@ def _run_export(
 
 
 def export(
-    src: Path, out: Path, weight_format: str, compression: Mapping[str, Any] | None = None
+    src: Path,
+    out: Path,
+    weight_format: str,
+    compression: Mapping[str, Any] | None = None,
+    task: str = GENERATE_TASK,
 ) -> None:
     """Export ``src`` into ``out`` in this process (the child's work; imports torch).
 
     ``fp16`` stores fp16 weights; with ``compression`` the fp32 export is then
-    compressed by :func:`compress_weights`.
+    compressed by :func:`compress_weights`. ``task`` is optimum's export task
+    (:data:`GENERATE_TASK`, or :data:`EMBED_TASK` for an encoder's hidden states; with
+    ``library_name="transformers"`` a sentence-transformers directory is exported
+    without its pooling, which the engine applies).
     """
     from optimum.exporters.openvino import main_export
     from optimum.intel import OVConfig
@@ -216,7 +244,7 @@ def export(
     main_export(
         str(src),
         str(out),
-        task="text-generation-with-past",
+        task=task,
         local_files_only=True,
         convert_tokenizer=False,
         library_name="transformers",
@@ -284,14 +312,15 @@ def _convert_tokenizer(src: Path, out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m servehall_openvino_cpu.convert SRC OUT [--weight-format F]
-    [--compression JSON]``."""
+    [--compression JSON] [--task T]``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("src", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--weight-format", default="fp32", choices=WEIGHT_FORMATS)
     parser.add_argument("--compression", type=json.loads, default=None)
+    parser.add_argument("--task", default=GENERATE_TASK, choices=EXPORT_TASKS)
     args = parser.parse_args(argv)
-    export(args.src, args.out, args.weight_format, args.compression)
+    export(args.src, args.out, args.weight_format, args.compression, args.task)
     return 0
 
 

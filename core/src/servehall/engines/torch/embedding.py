@@ -6,8 +6,9 @@ sentence-transformers computes it.
 Batching: the inputs of every :meth:`TorchEmbeddingEngine.embed` call that arrives while
 a forward pass runs wait in one queue; the next pass takes them all (several requests in
 one padded batch, split into passes of at most :data:`BATCH_TOKENS` padded tokens), on
-one device thread. No KV cache: ``stats()`` reports requests in the pass as running and
-the queued ones as waiting, with 0 of 1 KV blocks.
+one device thread (:class:`servehall.engines.embedbatch.EmbedBatcher`, shared with the
+``openvino_cpu`` embedding engine). No KV cache: ``stats()`` reports requests in the pass
+as running and the queued ones as waiting, with 0 of 1 KV blocks.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from servehall.engines.contract import (
     EngineStats,
     ModelInfo,
     SamplingParams,
-    TokenDelta,
 )
+from servehall.engines.embedbatch import EmbedBatcher, padded_passes, refuse_generation
 from servehall.engines.kit import DeltaStream
 from servehall.engines.pooling import PoolingConfig, pool, read_pooling
 from servehall.engines.torch.device import TorchDevice, open_model
@@ -75,9 +76,7 @@ class TorchEmbeddingEngine:
         self._dtype: str | None = None
         self._model: Any = None
         self._executor: ThreadPoolExecutor | None = None
-        self._queue: list[tuple[list[list[int]], asyncio.Future[list[list[float]]]]] = []
-        self._runner: asyncio.Task[None] | None = None
-        self._running = 0
+        self._batcher: EmbedBatcher | None = None
         self._started = False
         self._stopped = False
 
@@ -124,6 +123,7 @@ class TorchEmbeddingEngine:
             raise EngineError(
                 f"model {self.name!r} failed to load on {self.backend}: {type(exc).__name__}: {exc}"
             ) from exc
+        self._batcher = EmbedBatcher(self.name, self._executor, self._forward_all, log)
         self._started = True
 
     def _load(self) -> None:
@@ -163,54 +163,16 @@ class TorchEmbeddingEngine:
             EngineUnavailableError: not started or shut down.
             EngineError: the forward pass failed.
         """
-        if not self._started or self._stopped:
+        if not self._started or self._stopped or self._batcher is None:
             raise EngineUnavailableError(f"the engine of model {self.name!r} is not running")
-        if not inputs:
-            return []
-        fut: asyncio.Future[list[list[float]]] = asyncio.get_running_loop().create_future()
-        self._queue.append(([list(x) for x in inputs], fut))
-        if self._runner is None or self._runner.done():
-            self._runner = asyncio.ensure_future(self._run())
-        return await fut
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self._queue and not self._stopped:
-            batch, self._queue = self._queue, []
-            flat = [ids for inputs, _ in batch for ids in inputs]
-            self._running = len(batch)
-            try:
-                vectors = await loop.run_in_executor(self._executor, self._forward_all, flat)
-            except Exception as exc:
-                log.exception("torch embedding engine %s: forward pass failed", self.name)
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(
-                            EngineError(f"embedding failed: {type(exc).__name__}: {exc}")
-                        )
-                continue
-            finally:
-                self._running = 0
-            at = 0
-            for inputs, fut in batch:
-                if not fut.done():
-                    fut.set_result(vectors[at : at + len(inputs)])
-                at += len(inputs)
+        return await self._batcher.embed(inputs)
 
     def _forward_all(self, inputs: list[list[int]]) -> list[list[float]]:
         """*Device thread.* Every input's vector, in passes of at most
         :data:`BATCH_TOKENS` padded tokens."""
         out: list[list[float]] = []
-        start = 0
-        while start < len(inputs):
-            end, longest = start, 0
-            while end < len(inputs):
-                longest_next = max(longest, len(inputs[end]))
-                if end > start and longest_next * (end - start + 1) > BATCH_TOKENS:
-                    break
-                longest, end = longest_next, end + 1
+        for start, end, longest in padded_passes(inputs, BATCH_TOKENS):
             out.extend(self._forward(inputs[start:end], longest))
-            start = end
         return out
 
     def _forward(self, inputs: list[list[int]], longest: int) -> list[list[float]]:
@@ -234,17 +196,7 @@ class TorchEmbeddingEngine:
     ) -> DeltaStream:
         """Refused: an embedding model does not generate (the stream holds one
         ``finish_reason="error"`` delta, ``code="invalid_request"``)."""
-        stream = DeltaStream(request_id, lambda _rid: None)
-        stream.push(
-            TokenDelta(
-                (),
-                "error",
-                error=f"model {self.name!r} is served for embeddings (task 'embed'); "
-                "it does not generate text",
-                code="invalid_request",
-            )
-        )
-        return stream
+        return refuse_generation(self.name, request_id)
 
     async def abort(self, request_id: str) -> None:
         """Nothing to abort: :meth:`add_request` never starts a request."""
@@ -261,20 +213,16 @@ class TorchEmbeddingEngine:
         """Embedding calls in the forward pass (running) and queued (waiting); no KV
         cache (0 of 1 blocks); device memory."""
         used, total = self.device.memory_usage(self.options)
-        return EngineStats(self._running, len(self._queue), 0, 1, used, total)
+        b = self._batcher
+        return EngineStats(b.running if b else 0, b.waiting if b else 0, 0, 1, used, total)
 
     async def shutdown(self) -> None:
         """Fail queued calls, free the model. Idempotent."""
         if self._stopped:
             return
         self._stopped = True
-        queued, self._queue = self._queue, []
-        for _, fut in queued:
-            if not fut.done():
-                fut.set_exception(EngineUnavailableError("the engine is shut down"))
-        if self._runner is not None:
-            with contextlib.suppress(BaseException):
-                await self._runner
+        if self._batcher is not None:
+            await self._batcher.close()
         self._model = None
         if self._executor is not None:
             self._executor.shutdown(wait=False)

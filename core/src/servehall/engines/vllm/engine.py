@@ -64,6 +64,7 @@ from servehall.engines.contract import (
     StructuredConstraint,
     TokenDelta,
 )
+from servehall.engines.embedbatch import refuse_generation
 from servehall.engines.kit import DeltaStream, HfModelFacts
 from servehall.engines.pooling import PoolingConfig, read_pooling
 from servehall.engines.torch.engine import SUPPORTED_PARAMS as TORCH_SUPPORTED_PARAMS
@@ -500,17 +501,7 @@ class VllmEngine:
             EngineError: the engine is not running.
         """
         if self.pooling is not None:
-            stream = DeltaStream(request_id, lambda _rid: None)
-            stream.push(
-                TokenDelta(
-                    (),
-                    "error",
-                    error=f"model {self.name!r} is served for embeddings (task 'embed'); "
-                    "it does not generate text",
-                    code="invalid_request",
-                )
-            )
-            return stream
+            return refuse_generation(self.name, request_id)
         if self._state != "up":
             raise EngineError(f"the vLLM engine of model {self.name} is not running")
         if request_id in self._streams:
