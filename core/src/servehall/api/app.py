@@ -31,6 +31,7 @@ from servehall.plugin.registries import RouteRegistry
 from servehall.serving.probe import Readiness
 
 Handler = Callable[[Request], Awaitable[Response]] | ASGIApp
+"""A route's endpoint: a request handler (a function) or an ASGI app."""
 
 
 class _MethodDispatch:
