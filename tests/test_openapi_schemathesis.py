@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -82,10 +83,42 @@ def run_schemathesis(
     return subprocess.run(args, capture_output=True, text=True, env=env, timeout=600, cwd=workdir)
 
 
-def assert_clean(proc: subprocess.CompletedProcess[str]) -> None:
+# POST /admin/config takes a whole config that differs from the running one only in
+# [[models]]: no generated text is one, so every schema-valid body is a 400
+# config_invalid (allowed by tests/schemathesis_hooks.py) and, where the caller has the
+# admin scope (the anonymous principal without auth), schemathesis warns that the
+# operation "mostly rejected generated data". With auth the key has only the inference
+# scope (the fuzz cannot change the config), so both /admin/config operations answer only
+# 403 and schemathesis warns that authentication failed for them. A per-operation
+# warnings setting does not silence either (schemathesis 4.32 records them by the
+# project-level setting), so exactly these warnings, for exactly these operations, are
+# allowed.
+ADMIN_MISMATCH = {
+    "Schema validation mismatch: 1 operation mostly rejected generated data": ["POST /admin/config"]
+}
+ADMIN_FORBIDDEN = {
+    "Authentication failed: 2 operations returned only 401/403 responses": [
+        "GET /admin/config",
+        "POST /admin/config",
+    ]
+}
+
+
+def assert_clean(
+    proc: subprocess.CompletedProcess[str], allowed: dict[str, list[str]] | None = None
+) -> None:
+    """No failure; no warning but ``allowed`` (warning line: the operations it lists)."""
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-6000:]
-    assert "No issues found" in out, out[-6000:]
+    assert proc.returncode == 0, out[-12000:]
+    if "No issues found" in out:
+        return
+    assert allowed, out[-12000:]
+    summary = out.rsplit("SUMMARY", 1)[-1]
+    assert "Failures:" not in summary, out[-12000:]
+    assert re.findall(r"^\s*⚠️ (.*)$", summary, flags=re.M) == list(allowed), out[-12000:]
+    section = out.rsplit("WARNINGS", 1)[-1].split("SUMMARY", 1)[0]
+    listed = re.findall(r"^\s*- (.*)$", section, flags=re.M)
+    assert listed == [op for ops in allowed.values() for op in ops], out[-12000:]
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +133,12 @@ def plain(
 
 
 def test_schemathesis_finds_nothing_without_auth(plain: ServerHandle, tmp_path: Path) -> None:
-    assert_clean(run_schemathesis(plain.base_url, tmp_path))
+    before = httpx.get(plain.base_url + "/admin/config", timeout=60).json()
+    assert_clean(run_schemathesis(plain.base_url, tmp_path), ADMIN_MISMATCH)
     assert "Traceback" not in plain.log_text()
+    # the fuzz posted to /admin/config as the anonymous principal (admin scope): no text it
+    # sent changed the running config (a valid one must equal it outside [[models]])
+    assert httpx.get(plain.base_url + "/admin/config", timeout=60).json() == before
 
 
 def test_schemathesis_finds_nothing_with_auth(
@@ -134,7 +171,10 @@ def test_schemathesis_finds_nothing_with_auth(
         assert spec["paths"]["/v1/models"]["get"]["security"] == [{"bearer": []}]
         assert spec["paths"]["/health/live"]["get"]["security"] == []
         assert httpx.get(srv.base_url + "/openapi.json", timeout=60).status_code == 401
-        assert_clean(run_schemathesis(srv.base_url, tmp_path, f"Authorization: Bearer {key}"))
+        assert_clean(
+            run_schemathesis(srv.base_url, tmp_path, f"Authorization: Bearer {key}"),
+            ADMIN_FORBIDDEN,
+        )
 
 
 # --- the document states the validator's rules -------------------------------------------

@@ -5,6 +5,7 @@ bad body a 400 naming its problem (nothing changed)."""
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 from typing import Any, cast
@@ -125,6 +126,30 @@ async def test_bad_bodies_are_400s_and_change_nothing(
         assert err["code"] == code
     if param is not None:
         assert err["param"] == param
+    assert host.models["m@a"].weight == 1 and host.models["m@b"].weight == 0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"text": '{"type": "string"}}\n</tools>'},  # tomlkit: empty key
+        {"text": "= 1"},
+        {"text": "a: [1\n- b", "format": "yaml"},
+        {"text": 'x = "\ud800"'},  # a lone surrogate has no UTF-8 form
+        {"text": "x: \ud800", "format": "yaml"},
+    ],
+)
+async def test_unparsable_texts_are_400s(
+    setup: tuple[Host, LiveConfig, httpx.AsyncClient], body: dict[str, str]
+) -> None:
+    """Found by schemathesis: a text that does not parse was a 500 (the canary-rollback
+    step edited it before it was parsed), and so was one with a lone surrogate."""
+    host, _, client = setup
+    raw = json.dumps(body).encode()  # ensure_ascii: the surrogate as a \ud800 escape
+    async with client as c:
+        r = await c.post("/admin/config", headers=ADMIN, content=raw)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "config_invalid"
     assert host.models["m@a"].weight == 1 and host.models["m@b"].weight == 0
 
 

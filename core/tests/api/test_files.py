@@ -102,3 +102,29 @@ async def test_unmigrated_database_is_a_503(tmp_path: Path) -> None:
         r = await c.post("/v1/files", **_upload(json.dumps(LINE).encode()))
         assert r.status_code == 503
     await app.state.api.files.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "methods"),
+    [
+        ("/v1/files", {"GET", "HEAD", "POST"}),
+        ("/v1/files/file-x", {"GET", "HEAD", "DELETE"}),
+        ("/v1/batches", {"GET", "HEAD", "POST"}),
+        ("/admin/config", {"GET", "HEAD", "POST"}),
+    ],
+)
+async def test_a_405_allows_every_method_of_the_path(
+    client: httpx.AsyncClient, path: str, methods: set[str]
+) -> None:
+    """Found by schemathesis: with one route per method, a 405's ``Allow`` named only
+    the methods of the first route of the path."""
+    r = await client.request("PUT", path)
+    assert r.status_code == 405, r.text
+    assert {m.strip() for m in r.headers["allow"].split(",")} == methods
+    assert r.json()["error"]["code"] == "method_not_allowed"
+
+
+async def test_head_of_a_list_route(client: httpx.AsyncClient) -> None:
+    r = await client.head("/v1/files")
+    assert r.status_code == 200 and r.content == b""
+    assert (await client.get("/v1/files")).json()["object"] == "list"

@@ -13,8 +13,9 @@ runs without live config (tests building an app without it).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import BaseModel, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -27,7 +28,46 @@ from servehall.errors import (
     ServehallError,
 )
 
-_MAX_CONFIG_BYTES = 1024 * 1024
+MAX_CONFIG_BYTES = 1024 * 1024
+"""Largest ``POST /admin/config`` body, in bytes (a larger one is a 400
+``config_invalid``)."""
+FORMATS = ("toml", "yaml")
+"""The config formats ``POST /admin/config`` takes (default ``toml``)."""
+
+
+class ConfigChange(BaseModel):
+    """``POST /admin/config``'s JSON body (the OpenAPI document's request schema; at most
+    :data:`MAX_CONFIG_BYTES` bytes). ``text`` is a whole config; only ``[[models]]`` may
+    differ from the running one (:mod:`servehall.rollout.live`), else a 400."""
+
+    text: str
+    format: str = Field(default="toml", json_schema_extra={"enum": list(FORMATS)})
+
+
+class ConfigReport(BaseModel):
+    """``GET /admin/config``'s answer: the running revision (null without stored
+    revisions) and hash, ``broadcast`` (``subscribed`` | ``lost``) with a Redis
+    broadcast configured, ``last_error`` after a revision failed to apply, and the text
+    as applied."""
+
+    revision: int | None
+    hash: str
+    broadcast: Literal["subscribed", "lost"] | None = None
+    last_error: str | None = None
+    format: Literal["toml", "yaml"]
+    text: str
+
+
+class ConfigApplied(BaseModel):
+    """``POST /admin/config``'s answer (:meth:`servehall.rollout.live.ApplyResult.as_dict`):
+    the new revision and the version keys (``name`` / ``name@version``) added, removed,
+    reweighted, and ``kept_rollbacks``: canaries left rolled back at weight 0."""
+
+    revision: int | None
+    added: list[str]
+    removed: list[str]
+    reweighted: list[str]
+    kept_rollbacks: list[str]
 
 
 class _Conflict(ServehallError):
@@ -57,7 +97,8 @@ async def get_config(request: Request) -> Response:
     """``GET /admin/config`` (see the module docstring)."""
     _admin(request)
     live = _live(request)
-    return JSONResponse({**live.report(), "format": live.fmt, "text": live.text})
+    report = ConfigReport.model_validate({**live.report(), "format": live.fmt, "text": live.text})
+    return JSONResponse(report.model_dump(mode="json", exclude_unset=True))
 
 
 async def post_config(request: Request) -> Response:
@@ -65,7 +106,7 @@ async def post_config(request: Request) -> Response:
     principal = _admin(request)
     live = _live(request)
     raw = await request.body()
-    if len(raw) > _MAX_CONFIG_BYTES:
+    if len(raw) > MAX_CONFIG_BYTES:
         raise InvalidRequestError("The config is larger than 1 MiB.", code="config_invalid")
     try:
         body = json.loads(raw)
@@ -76,10 +117,10 @@ async def post_config(request: Request) -> Response:
     if not isinstance(body, dict) or not isinstance(body.get("text"), str):
         raise InvalidRequestError("Field 'text' (a string) is required.", param="text")
     fmt = body.get("format", "toml")
-    if fmt not in ("toml", "yaml"):
+    if fmt not in FORMATS:
         raise InvalidRequestError("Field 'format' must be 'toml' or 'yaml'.", param="format")
     try:
         result = await live.apply_text(body["text"], fmt, f"api:{principal.id}")
     except ConfigError as exc:
         raise InvalidRequestError(exc.message, code="config_invalid") from None
-    return JSONResponse(result.as_dict())
+    return JSONResponse(ConfigApplied.model_validate(result.as_dict()).model_dump(mode="json"))

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import cast
+
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.routing import BaseRoute, Route
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route, request_response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from servehall.api import admin_config, routes
 from servehall.api import batches as batch_routes
@@ -22,6 +29,33 @@ from servehall.metrics import Metrics
 from servehall.plugin.host import Host
 from servehall.plugin.registries import RouteRegistry
 from servehall.serving.probe import Readiness
+
+Handler = Callable[[Request], Awaitable[Response]] | ASGIApp
+"""A route's endpoint: a request handler (a function) or an ASGI app."""
+
+
+class _MethodDispatch:
+    """The ASGI app of one path served by a handler per method (a request handler or an
+    ASGI app each; ``HEAD`` goes to ``GET``'s)."""
+
+    def __init__(self, handlers: dict[str, Handler]) -> None:
+        self.apps: dict[str, ASGIApp] = {
+            method: request_response(h) if inspect.isfunction(h) else cast(ASGIApp, h)
+            for method, h in handlers.items()
+        }
+        if "GET" in self.apps:
+            self.apps.setdefault("HEAD", self.apps["GET"])
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.apps[scope["method"]](scope, receive, send)
+
+
+def _by_method(path: str, **handlers: Handler) -> Route:
+    """One :class:`Route` for ``path`` dispatching on the method: Starlette answers a
+    method no route of a path takes with a 405 whose ``Allow`` names the methods of the
+    first route that matched the path only, so two routes for one path would hide each
+    other's methods."""
+    return Route(path, _MethodDispatch(handlers), methods=list(handlers))
 
 
 def create_app(
@@ -65,19 +99,17 @@ def create_app(
             tokenizer_routes.TokenizerEndpoint(tokenizer_routes.detokenize),
             methods=["POST"],
         ),
-        Route("/v1/files", file_routes.UploadEndpoint(), methods=["POST"]),
-        Route("/v1/files", file_routes.list_files, methods=["GET"]),
-        Route("/v1/files/{file_id}", file_routes.retrieve_file, methods=["GET"]),
-        Route("/v1/files/{file_id}", file_routes.delete_file, methods=["DELETE"]),
+        _by_method("/v1/files", POST=file_routes.UploadEndpoint(), GET=file_routes.list_files),
+        _by_method(
+            "/v1/files/{file_id}", GET=file_routes.retrieve_file, DELETE=file_routes.delete_file
+        ),
         Route("/v1/files/{file_id}/content", file_routes.file_content, methods=["GET"]),
-        Route("/v1/batches", batch_routes.create_batch, methods=["POST"]),
-        Route("/v1/batches", batch_routes.list_batches, methods=["GET"]),
+        _by_method("/v1/batches", POST=batch_routes.create_batch, GET=batch_routes.list_batches),
         Route("/v1/batches/{batch_id}", batch_routes.retrieve_batch, methods=["GET"]),
         Route("/v1/batches/{batch_id}/cancel", batch_routes.cancel_batch, methods=["POST"]),
         Route("/metrics", routes.metrics, methods=["GET"]),
         Route("/openapi.json", routes.openapi, methods=["GET"]),
-        Route("/admin/config", admin_config.get_config, methods=["GET"]),
-        Route("/admin/config", admin_config.post_config, methods=["POST"]),
+        _by_method("/admin/config", GET=admin_config.get_config, POST=admin_config.post_config),
     ]
     registry = RouteRegistry()
     host.plugins.routes(host, registry)

@@ -28,8 +28,9 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import BaseModel, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -51,8 +52,34 @@ COMPLETION_WINDOWS = {"24h": timedelta(hours=24)}
 """The completion windows a batch may ask for (OpenAI's: ``24h``)."""
 MAX_LIST = 100
 """The largest ``limit`` of ``GET /v1/batches``."""
+DEFAULT_LIST = 20
+"""The ``limit`` of ``GET /v1/batches`` when none is given."""
 MAX_METADATA = 16
-"""Most metadata pairs (OpenAI's limit); keys ≤ 64, values ≤ 512 characters."""
+"""Most metadata pairs (OpenAI's limit)."""
+MAX_METADATA_KEY = 64
+"""Longest metadata key, in characters."""
+MAX_METADATA_VALUE = 512
+"""Longest metadata value, in characters."""
+
+
+class BatchCreateRequest(BaseModel):
+    """The JSON body of ``POST /v1/batches`` as :func:`create_batch` checks it (the
+    OpenAPI document's request schema; other keys are ignored). The handler checks each
+    field itself, with these constants, to answer OpenAI's ``param`` and ``code``."""
+
+    input_file_id: str = Field(min_length=1, description="A file of the caller, purpose batch")
+    endpoint: str = Field(
+        json_schema_extra={"enum": list(BATCH_URLS)},
+        description="The url of every line of the input file",
+    )
+    completion_window: str = Field(json_schema_extra={"enum": list(COMPLETION_WINDOWS)})
+    metadata: (
+        dict[
+            Annotated[str, Field(max_length=MAX_METADATA_KEY)],
+            Annotated[str, Field(max_length=MAX_METADATA_VALUE)],
+        ]
+        | None
+    ) = Field(default=None, max_length=MAX_METADATA)
 
 
 async def _store(api: ApiState) -> BatchStore:
@@ -94,13 +121,13 @@ def _metadata(value: Any) -> dict[str, str] | None:
         return None
     bad = InvalidRequestError(
         f"'metadata' must be an object of at most {MAX_METADATA} string pairs "
-        "(keys up to 64, values up to 512 characters).",
+        f"(keys up to {MAX_METADATA_KEY}, values up to {MAX_METADATA_VALUE} characters).",
         param="metadata",
     )
     if not isinstance(value, dict) or len(value) > MAX_METADATA:
         raise bad
     for k, v in value.items():
-        if not isinstance(v, str) or len(k) > 64 or len(v) > 512:
+        if not isinstance(v, str) or len(k) > MAX_METADATA_KEY or len(v) > MAX_METADATA_VALUE:
             raise bad
     return dict(value)
 
@@ -197,7 +224,7 @@ async def list_batches(request: Request) -> Response:
     """``GET /v1/batches`` (see the module docstring)."""
     principal = caller(request.scope)
     api: ApiState = request.app.state.api
-    limit = query_limit(request, default=20, most=MAX_LIST)
+    limit = query_limit(request, default=DEFAULT_LIST, most=MAX_LIST)
     store = await _store(api)
     try:
         with storage_errors("list the batches"):

@@ -36,7 +36,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import BinaryIO, Literal, cast
+from typing import Any, BinaryIO, Literal, cast
 
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.datastructures import FormData, UploadFile
@@ -63,6 +63,7 @@ from servehall.files.catalog import FileRow, UnknownCursor
 from servehall.files.service import FileService, unavailable
 from servehall.files.store import CHUNK, StoredBlob
 from servehall.files.validate import check_batch_lines
+from servehall.files.wire import FileDeleted
 from servehall.records.types import AuditEvent
 
 log = logging.getLogger("servehall.files")
@@ -76,6 +77,28 @@ MAX_FILENAME = 255
 """Longest filename kept, in characters (a longer one is cut)."""
 MAX_LIST = 10_000
 """The largest ``limit`` of ``GET /v1/files`` (and its default)."""
+LIST_ORDERS = ("asc", "desc")
+"""The ``order`` values of ``GET /v1/files`` (by ``created_at``; default ``desc``)."""
+MAX_FORM_FIELDS = 8
+"""Most parts of an upload's multipart body (Starlette's parser refuses more: 400)."""
+MAX_FIELD_BYTES = 64 * 1024
+"""Largest non-file part of an upload (``purpose``), in bytes."""
+
+UPLOAD_FORM: dict[str, Any] = {
+    "type": "object",
+    "required": ["file", "purpose"],
+    "properties": {
+        "file": {
+            "type": "string",
+            "format": "binary",
+            "description": "The batch input file (JSONL: one request a line, "
+            "servehall.files.validate); at most [files] max_bytes bytes.",
+        },
+        "purpose": {"type": "string", "enum": list(PURPOSES)},
+    },
+}
+"""The JSON schema of ``POST /v1/files``'s ``multipart/form-data`` body (the OpenAPI
+document's); :func:`upload` reads these two parts."""
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -195,7 +218,9 @@ class UploadEndpoint:
             _check_declared(request, limit, error)
             counted = Request(scope, _Counted(receive, limit, error))
             try:
-                form = await counted.form(max_files=1, max_fields=8, max_part_size=64 * 1024)
+                form = await counted.form(
+                    max_files=1, max_fields=MAX_FORM_FIELDS, max_part_size=MAX_FIELD_BYTES
+                )
             except HTTPException as exc:  # the parser's refusal of a broken body
                 raise InvalidRequestError(
                     f"Invalid multipart body: {str(exc.detail)[:200]}", code="invalid_multipart"
@@ -288,7 +313,7 @@ async def list_files(request: Request) -> Response:
     api: ApiState = request.app.state.api
     params = request.query_params
     order = params.get("order", "desc")
-    if order not in ("asc", "desc"):
+    if order not in LIST_ORDERS:
         raise InvalidRequestError("'order' must be 'asc' or 'desc'.", param="order")
     limit = query_limit(request, default=MAX_LIST, most=MAX_LIST)
     catalog = await _service(api).catalog()
@@ -376,4 +401,4 @@ async def delete_file(request: Request) -> Response:
     except OSError as exc:  # the record is gone; the content is an orphan on disk
         log.warning("files: could not delete the content of %s: %s", row.id, exc)
     _audit(api, "file.deleted", principal, row)
-    return JSONResponse({"id": row.id, "object": "file", "deleted": True})
+    return JSONResponse(FileDeleted(id=row.id).model_dump(mode="json"))

@@ -13,15 +13,21 @@ authentication plugin is on (then a bearer ``securityScheme`` covers every path 
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from servehall.api import admin_config as admin
+from servehall.api import batches as batch_api
+from servehall.api import files as file_api
 from servehall.api import responses_wire as rw
 from servehall.api import wire as m
 from servehall.api import wire_replies as out
+from servehall.batches.wire import BatchList, BatchObject
+from servehall.files.wire import FileDeleted, FileList, FileObject
 from servehall.version import __version__
 
 _ERRORS = {
@@ -192,6 +198,254 @@ def _responses_paths() -> dict[str, Any]:
     }
 
 
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description, "content": _json(out.ErrorResponse)}
+
+
+_NEEDS_INFERENCE = "The credential lacks the 'inference' scope (insufficient_scope)"
+_FILES_DOWN = "The file store or the database failed (files_unavailable, Retry-After)"
+
+
+def _limit(most: int, default: int) -> dict[str, Any]:
+    return {
+        "name": "limit",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "integer", "minimum": 1, "maximum": most, "default": default},
+    }
+
+
+def _after(what: str) -> dict[str, Any]:
+    return {
+        "name": "after",
+        "in": "query",
+        "required": False,
+        "description": f"The id of a {what} of the caller: the page after it "
+        f"(an id of no {what} of the caller is a 400)",
+        "schema": {"type": "string"},
+    }
+
+
+def _path_param(name: str) -> list[dict[str, Any]]:
+    return [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}]
+
+
+def _files_paths(model: str) -> dict[str, Any]:
+    """``/v1/files`` and ``/v1/files/{file_id}[/content]`` (:mod:`servehall.api.files`);
+    the upload's example is a one-line batch file of a completion of ``model``."""
+    line = {
+        "custom_id": "request-1",
+        "method": "POST",
+        "url": "/v1/completions",
+        "body": {"model": model, "prompt": "Hello", "max_tokens": 2},
+    }
+    common = {"403": _error(_NEEDS_INFERENCE), "503": _error(_FILES_DOWN)}
+    missing = _error("No file of the caller has this id (file_not_found)")
+    param = _path_param("file_id")
+    return {
+        "/v1/files": {
+            "post": {
+                "summary": "Upload a batch input file",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "multipart/form-data": {
+                            "schema": file_api.UPLOAD_FORM,
+                            "example": {"file": json.dumps(line) + "\n", "purpose": "batch"},
+                        }
+                    },
+                },
+                "responses": {
+                    "200": {"description": "The file object", "content": _json(FileObject)},
+                    "400": _error(
+                        "No 'file' or 'purpose', a purpose other than "
+                        f"{', '.join(file_api.PURPOSES)} (unsupported_purpose), a line "
+                        "that is no batch request (invalid_batch_file, naming the line), "
+                        "a broken multipart body (invalid_multipart)"
+                    ),
+                    "413": _error("The file is over [files] max_bytes"),
+                    "415": _error("The body is not multipart/form-data"),
+                    **common,
+                },
+            },
+            "get": {
+                "summary": "The caller's files, newest first",
+                "parameters": [
+                    {
+                        "name": "purpose",
+                        "in": "query",
+                        "required": False,
+                        "description": "Only files of this purpose",
+                        "schema": {"type": "string"},
+                    },
+                    _limit(file_api.MAX_LIST, file_api.MAX_LIST),
+                    _after("file"),
+                    {
+                        "name": "order",
+                        "in": "query",
+                        "required": False,
+                        "schema": {
+                            "type": "string",
+                            "enum": list(file_api.LIST_ORDERS),
+                            "default": "desc",
+                        },
+                    },
+                ],
+                "responses": {
+                    "200": {"description": "A page of files", "content": _json(FileList)},
+                    "400": _error("A bad 'limit' or 'order'; 'after' names no file of the caller"),
+                    **common,
+                },
+            },
+        },
+        "/v1/files/{file_id}": {
+            "get": {
+                "summary": "A file of the caller",
+                "parameters": param,
+                "responses": {
+                    "200": {"description": "The file object", "content": _json(FileObject)},
+                    "404": missing,
+                    **common,
+                },
+            },
+            "delete": {
+                "summary": "Delete a file of the caller",
+                "parameters": param,
+                "responses": {
+                    "200": {"description": "Deleted", "content": _json(FileDeleted)},
+                    "404": missing,
+                    **common,
+                },
+            },
+        },
+        "/v1/files/{file_id}/content": {
+            "get": {
+                "summary": "The bytes of a file of the caller, as uploaded",
+                "parameters": param,
+                "responses": {
+                    "200": {
+                        "description": "The content",
+                        "content": {
+                            "application/octet-stream": {
+                                "schema": {"type": "string", "format": "binary"}
+                            }
+                        },
+                    },
+                    "404": _error(
+                        "No file of the caller has this id (file_not_found), or the store "
+                        "lost its content (file_content_missing)"
+                    ),
+                    **common,
+                },
+            }
+        },
+    }
+
+
+def _batches_paths() -> dict[str, Any]:
+    """``/v1/batches`` and ``/v1/batches/{batch_id}[/cancel]``
+    (:mod:`servehall.api.batches`)."""
+    common = {"403": _error(_NEEDS_INFERENCE), "503": _error(_FILES_DOWN)}
+    missing = _error("No batch of the caller has this id (batch_not_found)")
+    param = _path_param("batch_id")
+    return {
+        "/v1/batches": {
+            "post": {
+                "summary": "Create a batch of the lines of an uploaded file",
+                "requestBody": {"required": True, "content": _json(batch_api.BatchCreateRequest)},
+                "responses": {
+                    "200": {"description": "The batch (validating)", "content": _json(BatchObject)},
+                    "400": _error(
+                        "Invalid JSON or fields (unsupported_endpoint for another endpoint); "
+                        "the input file's purpose is not batch, or a line's url is not the "
+                        "endpoint (invalid_batch_file)"
+                    ),
+                    "404": _error(
+                        "No file of the caller has this input_file_id (file_not_found), or "
+                        "the store lost its content (file_content_missing)"
+                    ),
+                    "413": _error("Body over [server] max_body_bytes"),
+                    "415": _error("Content-Type is not application/json"),
+                    **common,
+                },
+            },
+            "get": {
+                "summary": "The caller's batches, newest first",
+                "parameters": [
+                    _limit(batch_api.MAX_LIST, batch_api.DEFAULT_LIST),
+                    _after("batch"),
+                ],
+                "responses": {
+                    "200": {"description": "A page of batches", "content": _json(BatchList)},
+                    "400": _error("A bad 'limit'; 'after' names no batch of the caller"),
+                    **common,
+                },
+            },
+        },
+        "/v1/batches/{batch_id}": {
+            "get": {
+                "summary": "A batch of the caller",
+                "parameters": param,
+                "responses": {
+                    "200": {"description": "The batch", "content": _json(BatchObject)},
+                    "404": missing,
+                    **common,
+                },
+            }
+        },
+        "/v1/batches/{batch_id}/cancel": {
+            "post": {
+                "summary": "Cancel a validating or in_progress batch (one already "
+                "cancelling or cancelled is answered as it is)",
+                "parameters": param,
+                "responses": {
+                    "200": {
+                        "description": "The batch (cancelling or cancelled)",
+                        "content": _json(BatchObject),
+                    },
+                    "404": missing,
+                    "409": _error("The batch ended otherwise (batch_not_cancellable)"),
+                    **common,
+                },
+            }
+        },
+    }
+
+
+def _admin_paths() -> dict[str, Any]:
+    """``/admin/config`` (:mod:`servehall.api.admin_config`)."""
+    common = {
+        "401": _error("No credential (the admin scope is needed)"),
+        "403": _error("The credential lacks the 'admin' scope (insufficient_scope)"),
+        "409": _error("Live config changes are off on this server (config_live_off)"),
+    }
+    return {
+        "/admin/config": {
+            "get": {
+                "summary": "The running config revision and its text (secrets redacted)",
+                "responses": {
+                    "200": {"description": "The config", "content": _json(admin.ConfigReport)},
+                    **common,
+                },
+            },
+            "post": {
+                "summary": "Validate and apply a config live (only [[models]] may change)",
+                "requestBody": {"required": True, "content": _json(admin.ConfigChange)},
+                "responses": {
+                    "200": {"description": "What changed", "content": _json(admin.ConfigApplied)},
+                    "400": _error(
+                        "Not JSON, no 'text', a bad 'format', a body over "
+                        f"{admin.MAX_CONFIG_BYTES} bytes, or a config that is invalid or "
+                        "changes more than [[models]] (config_invalid: every error listed; "
+                        "nothing changed)"
+                    ),
+                    **common,
+                },
+            },
+        }
+    }
+
+
 def _cap(prop: dict[str, Any] | None, maximum: int) -> None:
     if prop is None:
         return
@@ -302,12 +556,26 @@ def openapi_document(
         rw.ResponsesRequest,
         rw.ResponseObject,
         rw.ResponseDeleted,
+        FileObject,
+        FileList,
+        FileDeleted,
+        batch_api.BatchCreateRequest,
+        BatchObject,
+        BatchList,
+        admin.ConfigChange,
+        admin.ConfigReport,
+        admin.ConfigApplied,
     ]
     if embedding_models:
         schema_models += [m.EmbeddingRequest, out.EmbeddingResponse]
     _, defs = models_json_schema(
         [
-            (x, "validation" if x.__name__.endswith("Request") else "serialization")
+            (
+                x,
+                "validation"
+                if x.__name__.endswith("Request") or x is admin.ConfigChange
+                else "serialization",
+            )
             for x in schema_models
         ],
         ref_template="#/components/schemas/{model}",
@@ -343,6 +611,9 @@ def openapi_document(
             **(_embeddings_path() if embedding_models else {}),
             **_tokenizer_paths(max_token_id),
             **_responses_paths(),
+            **_files_paths(models[0] if models else "model"),
+            **_batches_paths(),
+            **_admin_paths(),
             "/v1/models": {
                 "get": {
                     "summary": "Models the caller may use",

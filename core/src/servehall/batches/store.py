@@ -36,6 +36,7 @@ from sqlalchemy import Table, and_, case, exists, func, insert, or_, select, upd
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from servehall.batches.lines import expired_line
+from servehall.batches.wire import BatchObject
 from servehall.db.models import BatchLine, BatchRow
 
 _B: Table = BatchRow.__table__  # type: ignore[assignment]
@@ -82,21 +83,22 @@ class Batch:
     counts: dict[str, int]
 
     def wire(self) -> dict[str, Any]:
-        """OpenAI's batch object (times in Unix seconds; ``errors`` null)."""
-        return {
-            "id": self.id,
-            "object": "batch",
-            "endpoint": self.endpoint,
-            "errors": None,
-            "input_file_id": self.input_file_id,
-            "completion_window": self.completion_window,
-            "status": self.status,
-            "output_file_id": self.output_file_id,
-            "error_file_id": self.error_file_id,
-            **{k: _unix(self.times.get(k)) for k in _TIMES},
-            "request_counts": dict(self.counts),
-            "metadata": self.metadata,
-        }
+        """OpenAI's batch object (:class:`~servehall.batches.wire.BatchObject`; times in
+        Unix seconds, ``errors`` null)."""
+        return BatchObject.model_validate(
+            {
+                "id": self.id,
+                "endpoint": self.endpoint,
+                "input_file_id": self.input_file_id,
+                "completion_window": self.completion_window,
+                "status": self.status,
+                "output_file_id": self.output_file_id,
+                "error_file_id": self.error_file_id,
+                **{k: _unix(self.times.get(k)) for k in _TIMES},
+                "request_counts": self.counts,
+                "metadata": self.metadata,
+            }
+        ).model_dump(mode="json")
 
 
 @dataclass(frozen=True, slots=True)

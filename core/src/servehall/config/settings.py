@@ -134,7 +134,10 @@ def parse_config_text(raw: bytes | str, fmt: str, origin: str = "config") -> dic
     Raises ConfigError naming ``origin`` and the parse problem.
     """
     if isinstance(raw, str):
-        raw = raw.encode("utf-8")
+        try:
+            raw = raw.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (from a JSON "\ud800" escape)
+            raise ConfigError(f"{origin}: not valid Unicode (a lone surrogate)") from None
     if fmt == "yaml":
         try:
             import yaml  # optional dependency

@@ -13,9 +13,10 @@ from typing import Any, Literal
 from sqlalchemy import Table, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from servehall.db.models import FileObject
+from servehall.db.models import FileObject as FileTable
+from servehall.files.wire import FileObject
 
-_T: Table = FileObject.__table__  # type: ignore[assignment]
+_T: Table = FileTable.__table__  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,18 +33,16 @@ class FileRow:
     storage_key: str
 
     def wire(self) -> dict[str, Any]:
-        """OpenAI's file object: ``{id, object: "file", bytes, created_at (Unix s),
-        filename, purpose, status: "processed", status_details: null}``."""
-        return {
-            "id": self.id,
-            "object": "file",
-            "bytes": self.bytes,
-            "created_at": int(self.created_at.timestamp()),
-            "filename": self.filename,
-            "purpose": self.purpose,
-            "status": "processed",
-            "status_details": None,
-        }
+        """OpenAI's file object (:class:`~servehall.files.wire.FileObject`): ``{id,
+        object: "file", bytes, created_at (Unix s), filename, purpose, status:
+        "processed", status_details: null}``."""
+        return FileObject(
+            id=self.id,
+            bytes=self.bytes,
+            created_at=int(self.created_at.timestamp()),
+            filename=self.filename,
+            purpose=self.purpose,
+        ).model_dump(mode="json")
 
 
 def _row(r: Any) -> FileRow:

@@ -258,6 +258,9 @@ class LiveConfig:
         async with self._lock:
             kept: list[str] = []
             if follow_revision is None:
+                # a text that does not parse is a ConfigError here, before the rollback
+                # step edits it (its own parser's errors are no ConfigError)
+                parse_config_text(text, fmt)
                 text, kept = await self._keep_rollbacks(text, fmt)
             data = parse_config_text(text, fmt)
             new, data = self.validate(data, follow=follow_revision is not None)
