@@ -116,8 +116,9 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    """Import the database helpers (``DbBase``, ``DbTimeouts``, ``UTCDateTime``,
-    ``create_db_engine``…) on first use, so ``import servehall`` stays light."""
+    """Resolve the database helpers (``DbBase``, ``DbTimeouts``, ``UTCDateTime``,
+    ``create_db_engine``…) from :mod:`servehall.db` on first attribute access, not
+    while this package is being imported."""
     if name in _LAZY:
         import importlib
 

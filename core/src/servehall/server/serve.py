@@ -200,17 +200,12 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
 
 
 def freeze_startup_heap() -> None:
-    """Collect the startup garbage, then move every object left (imported modules,
-    tokenizers, the app, the host) to the collector's permanent generation
-    (:func:`gc.freeze`).
-
-    Why: the API process imports a large library stack, and every full (generation-2)
-    collection would otherwise walk all of it again; requests allocate fast enough to
-    trigger those collections every few hundred requests. Measured on the ``null``
-    engine (``bench/bench_api_cpu.py``, docs/performance.md, issue 38 item 2): about a
-    quarter of the API process's CPU per one-token request. Frozen objects are never
-    collected: only what exists before serving starts is frozen, and it lives as long
-    as the process anyway.
+    """Collect the startup garbage, then freeze what is left (imported modules,
+    tokenizers, the app, the host) in the collector's permanent generation
+    (:func:`gc.freeze`), so full collections stop re-walking the imported library stack:
+    about a quarter of the API process's CPU per one-token request on the ``null``
+    engine (``bench/bench_api_cpu.py``, docs/performance.md). Only what exists before
+    serving is frozen, and it lives as long as the process anyway.
     """
     import gc
 
