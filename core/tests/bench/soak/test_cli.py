@@ -66,6 +66,8 @@ def error_line(res: Result) -> str:
         (["--faults", "redis-restart"], "uses no Redis"),
         (["--faults", "db-restart"], "needs a PostgreSQL server"),
         (["--faults", "worker-stop", "--fault-stop", "0"], "--fault-stop must be in"),
+        (["--url", "http://127.0.0.1:9", "--embed-path", "."], "--embed-path is for a server"),
+        (["--embed-path", "no-such-dir"], "--embed-path no-such-dir is not a directory"),
     ],
 )
 def test_bad_options_are_one_line_and_start_nothing(

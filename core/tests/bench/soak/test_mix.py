@@ -15,14 +15,23 @@ from servehall.api.wire import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
+    EmbeddingRequest,
     TokenizeChatRequest,
     TokenizeCompletionRequest,
 )
-from servehall.bench.soak.corpus import CHAT, COMPLETIONS, DETOKENIZE, RESPONSES, TOKENIZE
+from servehall.bench.soak.corpus import (
+    CHAT,
+    COMPLETIONS,
+    DETOKENIZE,
+    EMBEDDINGS,
+    RESPONSES,
+    TOKENIZE,
+)
 from servehall.bench.soak.mix import (
     WEIGHTS,
     Mix,
     disconnect_shapes,
+    embedding_shapes,
     tokenizer_shapes,
     valid_shapes,
 )
@@ -84,7 +93,7 @@ def test_disconnect_shapes_stream_and_leave() -> None:
 
 def test_draws_follow_the_weights_and_skip_empty_categories() -> None:
     assert sum(WEIGHTS.values()) == pytest.approx(1.0)
-    mix = Mix("m", seed=7, schemas=1)
+    mix = Mix("m", seed=7, schemas=1, embed_model="e")
     drawn = Counter(cat for cat, _ in (mix.draw() for _ in range(4000)))
     for cat, weight in WEIGHTS.items():
         assert drawn[cat] / 4000 == pytest.approx(weight, abs=0.03), cat
@@ -95,3 +104,29 @@ def test_draws_follow_the_weights_and_skip_empty_categories() -> None:
     # each draw is one of that category's shapes
     cat, shape = mix.draw()
     assert shape in mix.categories[cat]
+
+
+def test_embedding_shapes_pass_the_wire_model_and_name_the_embedding_model() -> None:
+    shapes = embedding_shapes("e")
+    assert len({s.name for s in shapes}) == len(shapes)
+    for s in shapes:
+        assert s.path == EMBEDDINGS and s.body is not None and s.body["model"] == "e"
+        # the refused ones are refused by the served model (its dimensions, length,
+        # vocabulary), not by the wire: they reach the handler
+        EmbeddingRequest.model_validate(s.body)
+    inputs = [s.body["input"] for s in shapes if s.body]
+    assert any(isinstance(i, str) for i in inputs)
+    assert any(isinstance(i, list) and i and isinstance(i[0], list) for i in inputs)
+    assert any(isinstance(i, list) and i and isinstance(i[0], int) for i in inputs)
+    assert {(s.body or {}).get("encoding_format") for s in shapes} >= {"base64", "float"}
+
+
+def test_no_embedding_model_no_embedding_traffic() -> None:
+    mix = Mix("m", seed=3, schemas=1)
+    assert mix.categories["embeddings"] == []
+    assert all(cat != "embeddings" for cat, _ in (mix.draw() for _ in range(2000)))
+    with_embed = Mix("m", seed=3, schemas=1, embed_model="e")
+    drawn = [
+        shape for cat, shape in (with_embed.draw() for _ in range(2000)) if cat == "embeddings"
+    ]
+    assert drawn and all(s.body and s.body["model"] == "e" for s in drawn)

@@ -34,3 +34,18 @@ def test_stop_ends_the_server_and_gives_its_exit_code(tmp_path: Path) -> None:
     assert server.log_tail() == ""
     assert server.stop(10) == -15  # SIGTERM
     assert server.stop_s is not None and server.stop_s < 10
+
+
+def test_embed_model_table_is_a_valid_embedding_model(tmp_path: Path) -> None:
+    from servehall.bench.soak.server import embed_model_toml
+    from servehall.config.settings import load_settings
+
+    model_dir = tmp_path / 'we"ird dir'
+    model_dir.mkdir()
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        '[database]\nurl = "sqlite+aiosqlite:///x.db"\n' + embed_model_toml("e", model_dir)
+    )
+    (model,) = load_settings(cfg).models
+    assert (model.name, model.task, model.backend) == ("e", "embed", "cpu")
+    assert Path(model.path) == model_dir.resolve()

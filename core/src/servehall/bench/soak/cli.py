@@ -47,6 +47,21 @@ def soak_command(
         typer.Option("--api-key", envvar="OPENAI_API_KEY", help="Bearer key (or $OPENAI_API_KEY)."),
     ] = None,
     model: Annotated[str, typer.Option("--model", "-m", help="The model field.")] = "demo",
+    embed_model: Annotated[
+        str | None,
+        typer.Option(
+            "--embed-model",
+            help="An embedding model the server serves: adds /v1/embeddings traffic.",
+        ),
+    ] = None,
+    embed_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--embed-path",
+            help="A started server (no --config) also serves this model directory for "
+            'embedding (as --embed-model, default "embed").',
+        ),
+    ] = None,
     max_tokens: Annotated[
         int, typer.Option("--max-tokens", help="max_tokens of the plain shapes.")
     ] = 8,
@@ -132,6 +147,12 @@ def soak_command(
             raise UsageError("--faults needs a server the soak starts (no --url)")
         if url is None and not demo and config is None:
             raise UsageError("give --url, --config or --demo")
+        if embed_path is not None and (url is not None or config is not None):
+            raise UsageError(
+                "--embed-path is for a server the soak configures (no --url or --config)"
+            )
+        if embed_path is not None and not embed_path.is_dir():
+            raise UsageError(f"--embed-path {embed_path} is not a directory")
         opts = SoakOptions(
             duration_s=duration,
             clients=clients,
@@ -140,6 +161,8 @@ def soak_command(
             demo=demo and url is None,
             api_key=api_key,
             model=model,
+            embed_model=embed_model,
+            embed_path=embed_path,
             max_tokens=max_tokens,
             seed=seed,
             schemas=schemas,

@@ -16,6 +16,7 @@ from servehall.bench.soak.corpus import (
     CHAT,
     COMPLETIONS,
     DETOKENIZE,
+    EMBEDDINGS,
     RESPONSES,
     TOKENIZE,
     Shape,
@@ -214,6 +215,25 @@ def tokenizer_shapes(model: str) -> list[Shape]:
     return out
 
 
+def embedding_shapes(model: str) -> list[Shape]:
+    """``/v1/embeddings`` requests to an embedding model: valid ones (a string, a list of
+    strings, token arrays, one token array, base64, ``user``) and refused ones that only a
+    served embedding model can judge (``dimensions`` it does not declare, an input over
+    its ``max_model_len``, a token id outside its vocabulary)."""
+    shapes: dict[str, dict[str, Any]] = {
+        "embeddings_string": {"input": "The quick brown fox jumps over the lazy dog."},
+        "embeddings_list": {"input": ["a", "Once upon a time", "\u00fcn\u00ef \U0001f642 \u4e2d"]},
+        "embeddings_token_arrays": {"input": [[1000, 2000, 3000], [1500]]},
+        "embeddings_token_array": {"input": [1000, 2000, 3000, 4000]},
+        "embeddings_base64": {"input": ["hello", "world"], "encoding_format": "base64"},
+        "embeddings_user": {"input": "hello", "encoding_format": "float", "user": "soak"},
+        "embeddings_dimensions_undeclared": {"input": "hello", "dimensions": 7},
+        "embeddings_too_long": {"input": "word " * 5000},
+        "embeddings_token_out_of_vocab": {"input": [[10**9]]},
+    }
+    return [Shape(name, EMBEDDINGS, {"model": model} | body) for name, body in shapes.items()]
+
+
 def disconnect_shapes(model: str) -> list[Shape]:
     """Streamed requests the client leaves after the first event (long ``max_tokens``
     so that the server is still generating)."""
@@ -255,25 +275,30 @@ def disconnect_shapes(model: str) -> list[Shape]:
 
 
 WEIGHTS: dict[str, float] = {
-    "valid": 0.46,
+    "valid": 0.43,
     "tokenizer": 0.04,
     "sdk": 0.15,
-    "hostile": 0.15,
+    "hostile": 0.14,
     "schemas": 0.12,
-    "disconnect": 0.08,
+    "disconnect": 0.07,
+    "embeddings": 0.05,
 }
-"""The share of each category in the traffic."""
+"""The share of each category in the traffic (an empty category's share is spread over
+the others: ``embeddings`` is empty without an embedding model)."""
 
 
 @dataclass
 class Mix:
     """Draws request shapes by category weight (:data:`WEIGHTS`), deterministic for
-    ``seed``. ``schemas`` is how many hypothesis-generated schemas to use."""
+    ``seed``. ``schemas`` is how many hypothesis-generated schemas to use;
+    ``embed_model``, an embedding model the server serves (the ``embeddings`` category;
+    None: no such category, its weight is not drawn)."""
 
     model: str
     max_tokens: int = 8
     seed: int = 0
     schemas: int = 150
+    embed_model: str | None = None
     categories: dict[str, list[Shape]] = field(init=False)
     rng: random.Random = field(init=False)
 
@@ -287,6 +312,7 @@ class Mix:
             "hostile": hostile_shapes(self.model),
             "schemas": gen,
             "disconnect": disconnect_shapes(self.model),
+            "embeddings": embedding_shapes(self.embed_model) if self.embed_model else [],
         }
 
     def counts(self) -> dict[str, int]:

@@ -24,6 +24,8 @@ class SoakOptions:
     demo: bool = True
     api_key: str | None = None
     model: str = "demo"
+    embed_model: str | None = None
+    embed_path: Path | None = None
     max_tokens: int = 8
     seed: int = 0
     schemas: int = 150

@@ -27,7 +27,7 @@ from servehall.bench.soak.mix import Mix
 from servehall.bench.soak.options import SoakError, SoakOptions, check_fault_options
 from servehall.bench.soak.readback import record_checks
 from servehall.bench.soak.report import json_report, rss_warmup_s, summarize_traffic
-from servehall.bench.soak.server import Server, rss_bytes, start_server
+from servehall.bench.soak.server import EMBED_MODEL, Server, rss_bytes, start_server
 
 
 async def _sample_rss(
@@ -58,7 +58,8 @@ async def run_soak(opts: SoakOptions, out: TextIO | None = None) -> list[Invaria
         base_url = server.base_url
     else:
         base_url = opts.url.rstrip("/").removesuffix("/v1")
-    mix = Mix(opts.model, opts.max_tokens, opts.seed, opts.schemas)
+    embed = opts.embed_model or (EMBED_MODEL if opts.embed_path is not None else None)
+    mix = Mix(opts.model, opts.max_tokens, opts.seed, opts.schemas, embed_model=embed)
     counts = ", ".join(f"{k} {v}" for k, v in mix.counts().items())
     print(
         f"soak {base_url}: {opts.clients} clients, {opts.duration_s:g} s; shapes: {counts}",

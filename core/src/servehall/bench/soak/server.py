@@ -5,6 +5,7 @@ workers)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import time
@@ -44,15 +45,33 @@ class Server:
         return code
 
 
+EMBED_MODEL = "embed"
+"""The name a started server serves ``--embed-path`` under (without ``--embed-model``)."""
+
+
+def embed_model_toml(name: str, path: Path) -> str:
+    """The ``[[models]]`` table a started server gets for ``--embed-path``: the model at
+    ``path`` served for embedding (``task = "embed"``) on the core's torch CPU backend."""
+    return (
+        f'\n[[models]]\nname = "{name}"\npath = {json.dumps(str(path.resolve()))}\n'
+        'task = "embed"\nbackend = "cpu"\n'
+    )
+
+
 def start_server(opts: SoakOptions, workdir: Path) -> Server:
     """Start ``servehall serve`` (``--demo`` and/or ``--config``) on a free port in
-    ``workdir`` and wait for ``/health/ready``; SoakError with the log tail if not."""
+    ``workdir`` and wait for ``/health/ready``; SoakError with the log tail if not.
+    Without ``--config`` the server gets a config of its own: a SQLite file in
+    ``workdir``, and with ``--embed-path`` an embedding model (:func:`embed_model_toml`)."""
     workdir.mkdir(parents=True, exist_ok=True)
     config = opts.config.resolve() if opts.config is not None else None
     if config is None:
         config = workdir / "soak.toml"
         url = f"sqlite+aiosqlite:///{workdir / 'servehall.db'}"
-        config.write_text(f'[database]\nurl = "{url}"\n')
+        text = f'[database]\nurl = "{url}"\n'
+        if opts.embed_path is not None:
+            text += embed_model_toml(opts.embed_model or EMBED_MODEL, opts.embed_path)
+        config.write_text(text)
     port = free_port()
     args = [*servehall_cmd(), "serve", "--config", str(config), "--bind", f"127.0.0.1:{port}"]
     if opts.demo:
