@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,3 +43,30 @@ def vllm_python() -> Path:
     if in_ci():
         pytest.fail(msg)
     pytest.skip(msg)
+
+
+def run_in_vllm_env(script: str, *args: str, timeout: float = 300.0) -> Any:
+    """Run ``python -c script args…`` under :func:`vllm_python` with this checkout's
+    ``servehall`` first on ``PYTHONPATH``, and return the JSON value the script printed
+    on its last stdout line (tests of code that imports vLLM, which this environment
+    lacks). Skips like :func:`vllm_python` when the environment is missing.
+
+    Raises:
+        AssertionError: the script exited non-zero (its stderr's tail is the message).
+    """
+    import json
+    import subprocess
+
+    import servehall
+
+    src = str(Path(servehall.__file__).parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run(
+        [str(vllm_python()), "-c", script, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])

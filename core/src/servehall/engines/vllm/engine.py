@@ -8,28 +8,10 @@ detokenizes. vLLM loads the model's tokenizer only to compile structured-output 
 ``RequestOutput`` becomes one :class:`~servehall.TokenDelta`. ``abort`` is vLLM's own
 ``AsyncLLM.abort``, which frees the request's KV blocks in the engine core's next step.
 ``health()`` is ``AsyncLLM.check_health()``; ``stats()`` comes from vLLM's scheduler
-statistics (a stat logger of ours: running, waiting, KV-cache usage, prefix-cache
-queries and hits, summed since start), recorded once per engine step, plus the device
-memory of each CUDA/ROCm device the model runs on (``torch.cuda.mem_get_info`` in this
-process, at most once a second: device-wide figures, so they include vLLM's engine-core
-process; the first read creates a CUDA context in this process). On the CPU build no
-device memory is reported: vLLM's KV cache there is a fixed ``kv_cache_space_gib``
-of host RAM, shown by the KV-cache usage.
+statistics and the device memory (:mod:`servehall.engines.vllm.stats`).
 
-Structured output (:class:`~servehall.StructuredConstraint`) maps one to one onto vLLM's
-``StructuredOutputsParams`` (``json``, ``regex``, ``choice``, ``grammar``,
-``structural_tag``), compiled by vLLM's xgrammar backend. Length-bounded strings of a
-schema are first rewritten into JSON-safe patterns
-(:func:`servehall.structured.json_text.json_safe_lengths`) and its "any JSON" values
-(``json_object``'s) get the numbers bounds of a schema node
-(:func:`servehall.structured.json_text.bounded_any_values`). The whitespace bound is
-engine-level: vLLM 0.32's grammar backends read ``disable_any_whitespace`` only from
-the engine's ``structured_outputs_config`` (the per-request field of
-``StructuredOutputsParams`` is never read), so the engine starts with
-:func:`structured_outputs_config` (backend ``xgrammar``, which that setting requires,
-and ``disable_any_whitespace=True``: compact JSON, no whitespace between tokens) and a
-request cannot lift it (``structured_outputs.disable_any_whitespace: false`` still gets
-compact JSON on vLLM).
+Structured output and sampling parameters map onto vLLM's in
+:mod:`servehall.engines.vllm.params` (the whitespace bound is engine-level there).
 
 Embeddings (``[[models]] task = "embed"``): vLLM runs the model as a pooling model
 (``runner="pooling"``) with a ``PoolerConfig`` built from the model directory's
@@ -46,12 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from servehall.config.models import ModelConfig
@@ -61,7 +41,6 @@ from servehall.engines.contract import (
     ModelInfo,
     SamplingParams,
     SpecDecodeStats,
-    StructuredConstraint,
     TokenDelta,
 )
 from servehall.engines.embedbatch import refuse_generation
@@ -69,17 +48,19 @@ from servehall.engines.kit import DeltaStream, HfModelFacts
 from servehall.engines.pooling import PoolingConfig, read_pooling
 from servehall.engines.torch.engine import SUPPORTED_PARAMS as TORCH_SUPPORTED_PARAMS
 from servehall.engines.vllm.options import VllmOptions, parse_vllm_options
+from servehall.engines.vllm.params import structured_outputs_config, vllm_sampling_params
 from servehall.engines.vllm.probe import vllm_build
+from servehall.engines.vllm.stats import (
+    DeviceMemory,
+    VllmStats,
+    engine_stats,
+    stats_logger_factory,
+)
 from servehall.errors import (
     ConfigError,
     EngineError,
     EngineUnavailableError,
     InvalidRequestError,
-)
-from servehall.structured.json_text import (
-    bounded_any_values,
-    json_safe_lengths,
-    json_safe_structural_tag,
 )
 
 log = logging.getLogger("servehall.engines.vllm")
@@ -97,230 +78,6 @@ VLLM_POOLING_TYPES = {"mean": "MEAN", "cls": "CLS", "lasttoken": "LAST"}
 
 FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort"}
 """vLLM's finish reasons → ours (anything else ends the stream as ``error``)."""
-
-
-def vllm_sampling_params(params: SamplingParams, eos_token_ids: Sequence[int]) -> Any:
-    """Our :class:`~servehall.SamplingParams` as vLLM's (delta outputs, no detokenization).
-
-    Every field maps: ``temperature`` (0 = greedy), ``top_p``, ``top_k`` (0 = off: vLLM's
-    -1/0), ``min_p``, ``seed``, ``presence_penalty``, ``frequency_penalty``,
-    ``repetition_penalty``, ``max_tokens``, ``ignore_eos``, ``stop_token_ids`` (plus the
-    model's EOS ids, since vLLM cannot read them without its tokenizer) and
-    ``structured`` (:func:`structured_outputs`). ``n`` is always 1: the host expands it.
-
-    Raises:
-        ValueError: vLLM refused a value (its own validation).
-    """
-    from vllm import SamplingParams as VSamplingParams
-    from vllm.sampling_params import RequestOutputKind
-
-    stops = list(params.stop_token_ids)
-    if not params.ignore_eos:
-        stops += [t for t in eos_token_ids if t not in stops]
-    return VSamplingParams(
-        n=1,
-        temperature=params.temperature,
-        top_p=params.top_p,
-        top_k=params.top_k if params.top_k > 0 else 0,
-        min_p=params.min_p,
-        seed=params.seed,
-        presence_penalty=params.presence_penalty,
-        frequency_penalty=params.frequency_penalty,
-        repetition_penalty=params.repetition_penalty,
-        max_tokens=params.max_tokens,
-        ignore_eos=params.ignore_eos,
-        stop_token_ids=stops,
-        structured_outputs=structured_outputs(params.structured),
-        output_kind=RequestOutputKind.DELTA,
-        detokenize=False,
-        skip_special_tokens=False,
-    )
-
-
-def structured_outputs(constraint: StructuredConstraint | None) -> Any:
-    """``constraint`` as vLLM's ``StructuredOutputsParams`` (None for free text):
-    ``json_schema`` → ``json`` (the schema's JSON text; length-bounded strings as
-    JSON-safe patterns, "any JSON" values with bounded numbers:
-    :mod:`servehall.structured.json_text`), ``regex``, ``choice`` (a list), ``grammar``,
-    ``structural_tag`` (its tags' schemas likewise). ``disable_any_whitespace`` is set
-    too, for a vLLM that reads it per request; 0.32 reads only
-    :func:`structured_outputs_config`'s."""
-    if constraint is None:
-        return None
-    from vllm.sampling_params import StructuredOutputsParams
-
-    return StructuredOutputsParams(
-        json=(
-            json.dumps(bounded_any_values(json_safe_lengths(json.loads(constraint.json_schema))))
-            if constraint.json_schema is not None
-            else None
-        ),
-        regex=constraint.regex,
-        choice=list(constraint.choice) if constraint.choice is not None else None,
-        grammar=constraint.grammar,
-        structural_tag=(
-            json_safe_structural_tag(constraint.structural_tag)
-            if constraint.structural_tag is not None
-            else None
-        ),
-        disable_any_whitespace=not constraint.any_whitespace,
-    )
-
-
-def structured_outputs_config() -> Any:
-    """vLLM's engine-level ``StructuredOutputsConfig``: backend ``xgrammar`` (our schema
-    checks follow xgrammar's limits; ``disable_any_whitespace`` is refused with
-    ``auto``) and ``disable_any_whitespace=True``, the whitespace bound of every
-    constrained request (see the module docstring)."""
-    from vllm.config import StructuredOutputsConfig
-
-    return StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True)
-
-
-class _Stats:
-    """vLLM's scheduler statistics as last recorded (written by :class:`_StatsLogger`)."""
-
-    def __init__(self) -> None:
-        self.running = 0
-        self.waiting = 0
-        self.kv_usage = 0.0
-        self.kv_blocks_total = 1
-        self.prefix_queries = 0
-        self.prefix_hits = 0
-        self.prefix_seen = False  # vLLM reported prefix-cache stats (prefix caching is on)
-        self.spec: SpecDecodeStats | None = None  # totals since start, once vLLM reported any
-
-
-def record_scheduler_stats(stats: _Stats, scheduler_stats: Any) -> None:
-    """Copy one step's vLLM ``SchedulerStats`` into ``stats``: running and waiting
-    requests and KV-cache usage as they are; the step's prefix-cache ``queries`` and
-    ``hits`` (tokens; vLLM reports them per step, None when prefix caching is off) added
-    to the totals since start; the step's speculative-decoding counts
-    (``SpecDecodingStats``: drafts, draft tokens, accepted tokens and accepted tokens per
-    draft position; None without a ``speculative_config``) added to theirs."""
-    stats.running = scheduler_stats.num_running_reqs
-    stats.waiting = scheduler_stats.num_waiting_reqs
-    stats.kv_usage = float(scheduler_stats.kv_cache_usage)
-    pc = getattr(scheduler_stats, "prefix_cache_stats", None)
-    if pc is not None:
-        stats.prefix_seen = True
-        stats.prefix_queries += int(pc.queries)
-        stats.prefix_hits += int(pc.hits)
-    sd = getattr(scheduler_stats, "spec_decoding_stats", None)
-    if sd is not None:
-        stats.spec = add_spec_decoding(stats.spec, sd)
-
-
-def add_spec_decoding(total: SpecDecodeStats | None, step: Any) -> SpecDecodeStats:
-    """``total`` (None: nothing yet) plus one step's vLLM ``SpecDecodingStats``
-    (``num_drafts``, ``num_draft_tokens``, ``num_accepted_tokens``,
-    ``num_accepted_tokens_per_pos``; the per-position lists are added position by
-    position, the longer one's length kept)."""
-    base = total or SpecDecodeStats()
-    per_pos = [int(n) for n in step.num_accepted_tokens_per_pos or ()]
-    old = list(base.accepted_per_position)
-    if len(old) < len(per_pos):
-        old += [0] * (len(per_pos) - len(old))
-    for i, n in enumerate(per_pos):
-        old[i] += n
-    return SpecDecodeStats(
-        drafts=base.drafts + int(step.num_drafts),
-        draft_tokens=(base.draft_tokens or 0) + int(step.num_draft_tokens),
-        accepted_tokens=base.accepted_tokens + int(step.num_accepted_tokens),
-        accepted_per_position=tuple(old),
-    )
-
-
-def engine_stats(stats: _Stats, devices: tuple[tuple[str, int, int], ...] = ()) -> EngineStats:
-    """``EngineStats`` from the recorded vLLM stats: KV blocks used (usage × total) and
-    total, prefix-cache totals (None until vLLM reported any: prefix caching off), and
-    ``devices`` as given (:func:`cuda_devices`)."""
-    total = max(stats.kv_blocks_total, 1)
-    used = min(total, round(stats.kv_usage * total))
-    return EngineStats(
-        running=stats.running,
-        waiting=stats.waiting,
-        kv_cache_blocks_used=used,
-        kv_cache_blocks_total=total,
-        prefix_cache_queries=stats.prefix_queries if stats.prefix_seen else None,
-        prefix_cache_hits=stats.prefix_hits if stats.prefix_seen else None,
-        devices=devices,
-        spec_decode=stats.spec,
-    )
-
-
-def cuda_devices(count: int) -> tuple[tuple[str, int, int], ...]:
-    """``(device, used bytes, total bytes)`` of the first ``count`` visible CUDA (or ROCm)
-    devices, from ``torch.cuda.mem_get_info`` (device-wide: every process on it); ()
-    when torch or a device is missing or the driver call fails."""
-    try:
-        import torch
-
-        n = min(count, torch.cuda.device_count())
-        rows = []
-        for i in range(n):
-            free, total = torch.cuda.mem_get_info(i)
-            rows.append((f"cuda:{i}", int(total - free), int(total)))
-        return tuple(rows)
-    except Exception:
-        return ()
-
-
-class _DeviceMemory:
-    """The device rows of :func:`cuda_devices`, read at most every ``every_s`` seconds
-    (``stats()`` runs with each heartbeat); always () on a CPU backend."""
-
-    def __init__(
-        self,
-        backend: str,
-        count: int,
-        every_s: float = 1.0,
-        read: Callable[[int], tuple[tuple[str, int, int], ...]] = cuda_devices,
-    ) -> None:
-        self.on_gpu = backend in ("cuda", "rocm")
-        self.count = count
-        self.every_s = every_s
-        self.read = read
-        self.rows: tuple[tuple[str, int, int], ...] = ()
-        self.at = -float("inf")
-
-    def get(self) -> tuple[tuple[str, int, int], ...]:
-        if not self.on_gpu:
-            return ()
-        now = time.monotonic()
-        if now - self.at >= self.every_s:
-            self.rows, self.at = self.read(self.count), now
-        return self.rows
-
-
-def _stats_logger_factory(stats: _Stats) -> Any:
-    """A vLLM ``StatLoggerFactory`` whose loggers copy each step's scheduler stats into
-    ``stats`` (vLLM calls ``record`` on the event loop after every engine-core output)."""
-    from vllm.v1.metrics.loggers import StatLoggerBase
-
-    class StatsLogger(StatLoggerBase):
-        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
-            self.vllm_config = vllm_config
-
-        def record(
-            self,
-            scheduler_stats: Any,
-            iteration_stats: Any,
-            *args: Any,
-            **kwargs: Any,
-        ) -> None:
-            if scheduler_stats is not None:
-                record_scheduler_stats(stats, scheduler_stats)
-
-        def log_engine_initialized(self) -> None:
-            blocks = self.vllm_config.cache_config.num_gpu_blocks
-            if blocks:
-                stats.kv_blocks_total = int(blocks)
-
-        def log(self) -> None:
-            pass
-
-    return StatsLogger
 
 
 class VllmEngine:
@@ -389,10 +146,10 @@ class VllmEngine:
         if self._dtype == "auto" and default_dtype is not None:
             self._dtype = default_dtype  # type: ignore[assignment]
         self._llm: Any = None
-        self._stats = _Stats()
+        self._stats = VllmStats()
         if self.options.speculative_config:  # zero series from start for a model with a draft
             self._stats.spec = SpecDecodeStats()
-        self._devices = _DeviceMemory(
+        self._devices = DeviceMemory(
             self.backend, self.options.tensor_parallel_size * self.options.pipeline_parallel_size
         )
         self._streams: dict[str, DeltaStream] = {}
@@ -482,7 +239,7 @@ class VllmEngine:
 
         try:
             self._llm = AsyncLLM.from_engine_args(
-                args, stat_loggers=[_stats_logger_factory(self._stats)]
+                args, stat_loggers=[stats_logger_factory(self._stats)]
             )
         except (ValueError, TypeError) as exc:
             key = f"models.{self.name}.options"
