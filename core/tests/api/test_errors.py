@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 import httpx
 import pytest
@@ -111,3 +112,31 @@ async def test_anything_else_is_a_500_without_the_trace(
     assert "secret internals" not in r.text
     assert r.json()["error"]["message"] == "The server had an error processing the request."
     assert "unhandled error on GET /boom" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        # a list was sent: the list branch says what is wrong, not "a valid string"
+        ({"stop": [""]}, "Invalid request: stop[0]: String should have at least 1 character"),
+        (
+            {"messages": [{"role": "user", "content": []}]},
+            "Invalid request: messages[0].user.content: List should have at least 1 item",
+        ),
+        # no branch fits the type: the first branch's type error stays
+        ({"stop": 5}, "Invalid request: stop: Input should be a valid string"),
+    ],
+)
+def test_union_errors_name_the_branch_the_input_is_for(body: dict[str, Any], message: str) -> None:
+    from pydantic import ValidationError
+
+    from servehall.api.errors import from_validation_error
+    from servehall.api.wire import ChatCompletionRequest
+
+    full = {"model": "m", "messages": [{"role": "user", "content": "x"}]} | body
+    with pytest.raises(ValidationError) as err:
+        ChatCompletionRequest.model_validate(full)
+    got = from_validation_error(err.value)
+    assert got.message.startswith(message), got.message
+    assert got.param == next(iter(body))
+    assert "valid string" not in got.message or body == {"stop": 5}

@@ -43,15 +43,41 @@ def error_response(exc: ServehallError, *, close: bool = False) -> JSONResponse:
     return JSONResponse(body, status_code=exc.status, headers=headers)
 
 
+def _is_tag(part: int | str) -> bool:
+    """A union-branch tag of pydantic's (``str``, ``list[str]``…), not a field name."""
+    return isinstance(part, str) and (part in _UNION_TAGS or "[" in part)
+
+
 def _loc(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in _UNION_TAGS or "[" in part:
+        elif _is_tag(part):
             continue  # union-branch tags from pydantic, not field names
         else:
             out += f".{part}" if out else part
+    return out
+
+
+def _wrong_branches(errors: list[dict[str, Any]]) -> set[int]:
+    """Indexes of the union branches the input was not meant for: a ``*_type`` error at
+    a branch's root (``stop`` as a ``str`` when a list was sent) where another branch
+    at the same place got further (``stop[0]: String should have at least 1
+    character``). Pydantic reports every branch of a failed union; only the one whose
+    type the input has says what is wrong with it."""
+    roots = {
+        i
+        for i, e in enumerate(errors)
+        if str(e.get("type", "")).endswith("_type") and e["loc"] and _is_tag(e["loc"][-1])
+    }
+    out = set()
+    for i in roots:
+        where = _loc(tuple(errors[i]["loc"]))
+        if any(
+            j not in roots and _loc(tuple(e["loc"])).startswith(where) for j, e in enumerate(errors)
+        ):
+            out.add(i)
     return out
 
 
@@ -64,9 +90,16 @@ def _message(e: Any) -> str:
 
 def from_validation_error(exc: ValidationError) -> InvalidRequestError:
     """A 400 naming the first offending top-level field; the message lists the first
-    :data:`MAX_LISTED_ERRORS` problems (deduplicated by location) and counts the rest."""
+    :data:`MAX_LISTED_ERRORS` problems (deduplicated by location, without the union
+    branches the input's type rules out: :func:`_wrong_branches`) and counts the rest."""
     seen: dict[str, str] = {}
-    for e in exc.errors(include_input=False, include_url=False):
+    errors: list[dict[str, Any]] = [
+        dict(e) for e in exc.errors(include_input=False, include_url=False)
+    ]
+    wrong = _wrong_branches(errors)
+    for i, e in enumerate(errors):
+        if i in wrong:
+            continue
         where = _loc(tuple(e["loc"])) or "body"
         seen.setdefault(where, _message(e))
     items = list(seen.items())
