@@ -6,7 +6,8 @@ modules (``Transformer``, ``Pooling``, optionally ``Normalize``), the pooling mo
 (``pooling_mode_mean_tokens``, ``pooling_mode_cls_token``, ...), and
 ``sentence_bert_config.json`` the longest input the model was trained for
 (``max_seq_length``, tokens). :func:`read_pooling` reads them; :func:`pool` applies
-them to a padded batch (torch tensors). Matryoshka support is what ``config.json``
+them to a padded batch (torch tensors), :func:`embedding_facts` is what an engine
+reports of them. Matryoshka support is what ``config.json``
 declares, as vLLM reads it: ``matryoshka_dimensions`` (the dimensions it was trained
 for) or ``is_matryoshka: true`` (any dimension).
 
@@ -107,6 +108,20 @@ def _read_modules(path: Path) -> list[dict[str, Any]] | None:
     if not isinstance(data, list):
         raise ConfigError(f"{path} is not a list of modules")
     return [m for m in data if isinstance(m, dict)]
+
+
+def embedding_facts(config: PoolingConfig, dim: int) -> dict[str, Any]:
+    """What an embedding engine reports of its model in ``ModelInfo.extra``: ``task``
+    (``"embed"``), ``embedding_dim`` (``dim``, floats per vector), ``pooling``,
+    ``normalize``, ``matryoshka`` and ``matryoshka_dimensions`` (a list)."""
+    return {
+        "task": "embed",
+        "embedding_dim": dim,
+        "pooling": config.mode,
+        "normalize": config.normalize,
+        "matryoshka": config.matryoshka,
+        "matryoshka_dimensions": list(config.matryoshka_dimensions),
+    }
 
 
 def pool(hidden: Any, mask: Any, config: PoolingConfig) -> Any:
