@@ -191,3 +191,34 @@ async def test_an_ir_directory_is_served_as_it_is(
         TEXTS, vectors, mean_pooled_reference(servehall_minilm, TEXTS), strict=True
     ):
         assert cosine(v, r) >= 1 - 1e-4, text
+
+
+async def test_a_dense_projected_model_is_refused_a_plain_one_served(tmp_path: Path) -> None:
+    """The IR is the encoder alone (``last_hidden_state``): a sentence-transformers model
+    with a ``Dense`` projection (24-float embeddings over 32 hidden) is a config error
+    naming ``models.<name>.path``; the same tiny encoder without it (its pooling config as
+    sentence-transformers 6 saves it) is converted, served and matches
+    sentence-transformers' own vector."""
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import SentenceTransformer
+
+    from servehall.testing.models import build_tiny_sentence_encoder
+    from servehall.text.tokenizer import load_tokenizer
+
+    dense = build_tiny_sentence_encoder(tmp_path / "dense", dense_out_features=24)
+    with pytest.raises(
+        ConfigError, match=r"models\.mini\.path: .*Dense.*openvino_cpu embedding engine"
+    ):
+        plugin.factory(_config(dense))
+
+    plain = build_tiny_sentence_encoder(tmp_path / "plain")
+    engine: Any = plugin.factory(_config(plain, cache_dir=str(tmp_path / "ir")))
+    ids = load_tokenizer(plain).encode_plain("hello world", add_special_tokens=True)
+    await engine.start()
+    try:
+        assert engine.model_info.extra["embedding_dim"] == 32
+        [v] = await engine.embed([ids])
+    finally:
+        await engine.shutdown()
+    [ref] = SentenceTransformer(str(plain), device="cpu").encode(["hello world"])
+    assert len(v) == 32 and cosine(v, ref) >= 1 - 1e-5

@@ -25,7 +25,7 @@ from servehall.config.models import ModelConfig
 from servehall.engines.contract import EngineHealth, EngineStats, SamplingParams, TokenDelta
 from servehall.engines.kit import DeltaStream, HfModelFacts, load_errors
 from servehall.engines.pooling import PoolingConfig, read_pooling
-from servehall.errors import EngineError, EngineUnavailableError
+from servehall.errors import ConfigError, EngineError, EngineUnavailableError
 
 Forward = Callable[[list[list[int]]], list[list[float]]]
 """*Executor thread.* Every input's vector, in input order."""
@@ -169,7 +169,10 @@ class EmbeddingEngineBase:
         load_failure: what a failed load's ``EngineError`` starts with.
 
     Raises:
-        ConfigError: an unreadable or unsupported pooling (:func:`read_pooling`).
+        ConfigError: an unreadable or unsupported pooling (:func:`read_pooling`), or a
+            model with sentence-transformers ``Dense`` modules (these engines pool the
+            transformer's hidden states and do not apply them: its vectors would be
+            neither the model's values nor its size), naming ``models.<name>.path``.
     """
 
     backend: str
@@ -188,6 +191,16 @@ class EmbeddingEngineBase:
         self.name = model.name
         self.path = path
         self.pooling: PoolingConfig = read_pooling(path)
+        if self.pooling.dense_out_features:
+            key = f"models.{model.name}.path"
+            msg = (
+                f"{path} is a sentence-transformers model with Dense projection modules "
+                f"(modules.json; {self.pooling.dense_out_features[-1]}-dimensional "
+                f"embeddings); the {self.backend} embedding engine pools the transformer's "
+                "hidden states and does not apply Dense modules, so it cannot serve this "
+                "model's embeddings"
+            )
+            raise ConfigError(f"{key}: {msg}", [(key, msg)])
         native = min(facts.max_position_embeddings, self.pooling.max_seq_length or 1 << 30)
         self._max_model_len = min(model.max_model_len or native, native)
         self._vocab_size = facts.vocab_size

@@ -105,3 +105,40 @@ async def test_worker_process_embeds_and_comes_back(servehall_minilm: Path) -> N
         assert np.allclose(again, v, atol=1e-6)
     finally:
         await engine.shutdown()
+
+
+# --- a sentence-transformers model with a Dense projection (tiny, built here) -----------
+
+
+async def test_a_dense_projected_model_is_refused_a_plain_one_served(tmp_path: Path) -> None:
+    """The engine pools the transformer's hidden states and applies no ``Dense`` module:
+    a model whose ``modules.json`` has one (its embeddings: 24 floats, the encoder's
+    hidden states: 32) is a config error naming ``models.<name>.path``, not a model served
+    with wrong vectors of the wrong size. The same encoder without the projection is
+    served (sentence-transformers 6's ``pooling_mode`` config) and matches
+    sentence-transformers' own vector."""
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import SentenceTransformer
+
+    from servehall.engines.torch import CpuDevice, torch_engine_factory
+    from servehall.errors import ConfigError
+    from servehall.testing.models import build_tiny_sentence_encoder
+    from servehall.text.tokenizer import load_tokenizer
+
+    factory = torch_engine_factory(CpuDevice, "cpu")
+    dense = build_tiny_sentence_encoder(tmp_path / "dense", dense_out_features=24)
+    assert SentenceTransformer(str(dense), device="cpu").encode(["hello world"]).shape == (1, 24)
+    with pytest.raises(ConfigError, match=r"models\.mini\.path: .*Dense.*24-dimensional"):
+        factory(ModelConfig(name="mini", path=dense, backend="cpu", task="embed"))
+
+    plain = build_tiny_sentence_encoder(tmp_path / "plain")
+    engine: Any = factory(ModelConfig(name="mini", path=plain, backend="cpu", task="embed"))
+    assert engine.model_info.extra["embedding_dim"] == 32
+    ids = load_tokenizer(plain).encode_plain("hello world", add_special_tokens=True)
+    await engine.start()
+    try:
+        [v] = await engine.embed([ids])
+    finally:
+        await engine.shutdown()
+    [ref] = SentenceTransformer(str(plain), device="cpu").encode(["hello world"])
+    assert len(v) == 32 and cosine(v, ref) >= 1 - 1e-5
