@@ -6,7 +6,6 @@ on the same IR."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import numpy as np
 import pytest
 
 from servehall import ConfigError, EmbeddingEngine, EngineUnavailableError, ModelConfig
-from servehall.testing.embeddings import cosine, mean_pooled_reference
+from servehall.testing.embeddings import cosine, embed_while_busy, mean_pooled_reference
 from servehall_openvino_cpu import plugin
 from servehall_openvino_cpu.convert import EMBED_TASK, MARKER, resolve_ir_dir, source_key
 from servehall_openvino_cpu.embedding import OpenVINOEmbeddingEngine
@@ -67,22 +66,8 @@ async def test_engine_batches_and_matches_transformers(
     await engine.start()
     try:
         assert engine.model_info.extra["ir_dir"] == str(minilm_ir)
-        passes = 0
-        forward = engine._forward
-
-        def counting(*a: Any) -> Any:
-            nonlocal passes
-            passes += 1
-            return forward(*a)
-
-        engine._forward = counting
-        first = asyncio.ensure_future(engine.embed(token_ids[:1]))
-        await asyncio.sleep(0)  # the first inference starts with this call alone
-        rest = [asyncio.ensure_future(engine.embed([x])) for x in token_ids[1:]]
-        await asyncio.sleep(0)  # they queue while the first inference runs
-        stats = engine.stats()
+        vectors, passes, stats = await embed_while_busy(engine, token_ids)
         assert (stats.running, stats.waiting) == (1, 3)
-        vectors = [*(await first), *[v for r in rest for v in await r]]
         assert passes == 2  # the three calls that waited went through one inference
         ref = mean_pooled_reference(servehall_minilm, TEXTS)
         for text, v, r in zip(TEXTS, vectors, ref, strict=True):

@@ -14,7 +14,7 @@ import pytest
 from servehall.config.models import ModelConfig
 from servehall.engines.contract import EmbeddingEngine
 from servehall.errors import InvalidRequestError
-from servehall.testing.embeddings import cosine, mean_pooled_reference
+from servehall.testing.embeddings import cosine, embed_while_busy, mean_pooled_reference
 
 pytest.importorskip("torch")
 
@@ -38,19 +38,8 @@ async def test_torch_engine_batches_and_matches(servehall_minilm: Path) -> None:
     assert ids[0] == [101, 7592, 2088, 102]  # no padding to 128 from tokenizer.json
     await engine.start()
     try:
-        passes = 0
-        forward = engine._forward
-
-        def counting(*a: Any) -> Any:
-            nonlocal passes
-            passes += 1
-            return forward(*a)
-
-        engine._forward = counting
-        first = asyncio.ensure_future(engine.embed(ids[:1]))
-        await asyncio.sleep(0)  # the first pass starts with this call alone
-        rest = [asyncio.ensure_future(engine.embed([x])) for x in ids[1:]]
-        vectors = [*(await first), *[v for r in rest for v in await r]]
+        vectors, passes, stats = await embed_while_busy(engine, ids)
+        assert (stats.running, stats.waiting) == (1, 3)
         assert passes == 2  # the three calls that waited went through one pass
         ref = mean_pooled_reference(servehall_minilm, texts)
         for v, r in zip(vectors, ref, strict=True):
