@@ -247,8 +247,13 @@ class EmbeddingEngineBase:
         if self._started:
             return
         self._executor = self._new_executor()
-        with load_errors(self._load_failure, self._log):
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
+        try:
+            with load_errors(self._load_failure, self._log):
+                await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
+        except BaseException:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+            raise
         self._batcher = EmbedBatcher(self.name, self._executor, self._forward_all, self._log)
         self._started = True
 

@@ -44,19 +44,10 @@ async def test_torch_engine_batches_and_matches(servehall_minilm: Path) -> None:
         ref = mean_pooled_reference(servehall_minilm, texts)
         for v, r in zip(vectors, ref, strict=True):
             assert cosine(v, r) >= 1 - 1e-4
-        stream = engine.add_request("g", ids[0], _params())
-        delta = await anext(aiter(stream))
-        assert delta.finish_reason == "error" and delta.code == "invalid_request"
         assert (await engine.health()).ok
     finally:
         await engine.shutdown()
     assert not (await engine.health()).ok
-
-
-def _params() -> Any:
-    from servehall.engines.contract import SamplingParams
-
-    return SamplingParams(max_tokens=1)
 
 
 async def test_worker_process_embeds_and_comes_back(servehall_minilm: Path) -> None:
