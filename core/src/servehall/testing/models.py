@@ -82,27 +82,30 @@ def build_tiny_sentence_encoder(
     if (out / "modules.json").is_file():
         return out
     import torch
-    from sentence_transformers import SentenceTransformer, models
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.models import Dense, Normalize, Pooling, Transformer
+    from transformers import BertConfig, BertModel, BertTokenizer
 
     out.mkdir(parents=True, exist_ok=True)
     vocab = out / "vocab.txt"
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *TINY_WORDS]) + "\n")
-    BertTokenizerFast(vocab_file=str(vocab)).save_pretrained(str(out))
-    config = BertConfig(
-        vocab_size=5 + len(TINY_WORDS),
-        hidden_size=hidden_size,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=hidden_size * 2,
-        max_position_embeddings=64,
-    )
+    BertTokenizer(vocab_file=str(vocab)).save_pretrained(str(out))
+    fields: dict[str, Any] = {
+        "vocab_size": 5 + len(TINY_WORDS),
+        "hidden_size": hidden_size,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": hidden_size * 2,
+        "max_position_embeddings": 64,
+    }
     torch.manual_seed(seed)
-    BertModel(config).eval().save_pretrained(str(out))
-    transformer = models.Transformer(str(out), max_seq_length=64)
-    modules: list[Any] = [transformer, models.Pooling(hidden_size, pooling_mode="mean")]
+    BertModel(BertConfig(**fields)).eval().save_pretrained(str(out))
+    modules: list[Any] = [
+        Transformer(str(out), max_seq_length=64),
+        Pooling(hidden_size, pooling_mode="mean"),
+    ]
     if dense_out_features is not None:
-        modules.append(models.Dense(hidden_size, dense_out_features))
-    modules.append(models.Normalize())
+        modules.append(Dense(hidden_size, dense_out_features))
+    modules.append(Normalize())
     SentenceTransformer(modules=modules, device="cpu").save(str(out))
     return out
