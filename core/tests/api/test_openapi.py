@@ -140,7 +140,7 @@ def test_files_batches_and_admin_paths_are_listed_with_their_methods() -> None:
         ("/v1/batches/{batch_id}", "get"): {"403", "404", "503"},
         ("/v1/batches/{batch_id}/cancel", "post"): {"403", "404", "409", "503"},
         ("/admin/config", "get"): {"401", "403", "409"},
-        ("/admin/config", "post"): {"400", "401", "403", "409"},
+        ("/admin/config", "post"): {"400", "401", "403", "409", "413"},
     }
     for (path, method), codes in errors.items():
         responses = doc["paths"][path][method]["responses"]

@@ -8,9 +8,7 @@ servers are in tests/test_bench_e2e.py."""
 from __future__ import annotations
 
 import json
-import logging
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +21,7 @@ from text_fixtures import build_tokenizer
 from servehall.bench.cli import bench_app
 from servehall.testing.sockets import free_port
 
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    """The commands set the process's logging (bench_logging): put it back."""
-    root, own = logging.getLogger(), logging.getLogger("servehall")
-    levels = (root.level, own.level)
-    yield
-    root.setLevel(levels[0])
-    own.setLevel(levels[1])
-    logging.captureWarnings(False)
+pytestmark = pytest.mark.usefixtures("restore_logging")  # conftest.py: bench_logging
 
 
 @pytest.fixture(scope="module")

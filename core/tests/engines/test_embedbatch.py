@@ -1,17 +1,28 @@
 """``servehall.engines.embedbatch``: the embedding engines' shared queue (calls that
-arrive during a pass share the next), pass splitting and the refusal stream."""
+arrive during a pass share the next), pass splitting, the refusal stream, and the
+engines' shared base (through a real subclass whose "model" sums its inputs)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
-from servehall.engines.embedbatch import EmbedBatcher, padded_passes, refuse_generation
-from servehall.errors import EngineError, EngineUnavailableError
+from servehall.config.models import ModelConfig
+from servehall.engines.contract import SamplingParams
+from servehall.engines.embedbatch import (
+    EmbedBatcher,
+    EmbeddingEngineBase,
+    padded_passes,
+    refuse_generation,
+)
+from servehall.engines.kit import HfModelFacts
+from servehall.errors import ConfigError, EngineError, EngineUnavailableError
 
 log = logging.getLogger("test.embedbatch")
 
@@ -97,3 +108,101 @@ async def test_refuse_generation() -> None:
     deltas = [d async for d in stream]
     assert len(deltas) == 1 and deltas[0].finish_reason == "error"
     assert deltas[0].code == "invalid_request" and "'mini'" in (deltas[0].error or "")
+
+
+# --- EmbeddingEngineBase ----------------------------------------------------------------
+
+
+class SumEngine(EmbeddingEngineBase):
+    """A real subclass of the base: its "model" is a vector of (sum, length) per input,
+    split into passes of ``batch_tokens`` padded tokens; ``load_error`` makes the load
+    raise it."""
+
+    backend = "sum"
+    batch_tokens = 8
+
+    def __init__(self, path: Path, load_error: Exception | None = None) -> None:
+        facts = HfModelFacts.read(path)
+        super().__init__(ModelConfig(name="m", path=path), path, facts, log, "sum: load failed")
+        self.load_error = load_error
+        self.passes: list[tuple[int, int]] = []
+        self.unloaded = False
+
+    def _new_executor(self) -> ThreadPoolExecutor:
+        return ThreadPoolExecutor(1, thread_name_prefix="sum-engine")
+
+    def _load(self) -> None:
+        if self.load_error is not None:
+            raise self.load_error
+
+    def _forward(self, inputs: list[list[int]], longest: int) -> list[list[float]]:
+        self.passes.append((len(inputs), longest))
+        return [[float(sum(x)), float(len(x))] for x in inputs]
+
+    def _unload(self) -> None:
+        self.unloaded = True
+
+
+def _model_dir(tmp_path: Path, **config: object) -> Path:
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return tmp_path
+
+
+async def test_engine_base_lifecycle_passes_and_refusals(tmp_path: Path) -> None:
+    """Facts from config.json (dim = hidden_size, the input limit capped by
+    max_seq_length), not running before start / after shutdown, passes within
+    ``batch_tokens``, the generation refusal, and an idempotent shutdown that unloads."""
+    d = _model_dir(tmp_path, hidden_size=2, max_position_embeddings=512, vocab_size=9)
+    (d / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 16}))
+    engine = SumEngine(d)
+    assert (engine._dim, engine._max_model_len, engine._vocab_size) == (2, 16, 9)
+    assert (await engine.health()).reason == "engine is not started"
+    with pytest.raises(EngineUnavailableError):
+        await engine.embed([[1]])
+    await engine.start()
+    await engine.start()  # idempotent
+    assert (await engine.health()).ok
+    # 2 inputs x 3 tokens fit 8 padded tokens; the third input starts a second pass
+    assert await engine.embed([[1, 2, 3], [4], [5, 6]]) == [[6.0, 3.0], [4.0, 1.0], [11.0, 2.0]]
+    assert engine.passes == [(2, 3), (1, 2)]
+    assert await engine.embed([]) == []
+    stats = engine.stats()
+    assert (stats.running, stats.waiting, stats.kv_cache_blocks_total) == (0, 0, 1)
+    deltas = [d async for d in engine.add_request("g", [1], SamplingParams(max_tokens=1))]
+    assert deltas[0].finish_reason == "error" and deltas[0].code == "invalid_request"
+    await engine.abort("g")
+    await engine.shutdown()
+    await engine.shutdown()
+    assert engine.unloaded and (await engine.health()).reason == "engine is shut down"
+    with pytest.raises(EngineUnavailableError):
+        await engine.embed([[1]])
+
+
+async def test_engine_base_load_failures(tmp_path: Path) -> None:
+    """A ConfigError from the load passes as it is; any other exception is an EngineError
+    with the engine's ``load_failure`` prefix, its type and message; the executor is shut
+    down."""
+    d = _model_dir(tmp_path, hidden_size=2)
+    with pytest.raises(ConfigError, match="bad option"):
+        await SumEngine(d, ConfigError("bad option")).start()
+    engine = SumEngine(d, OSError("no weights"))
+    with pytest.raises(EngineError, match=r"^sum: load failed: OSError: no weights$"):
+        await engine.start()
+    assert engine._executor is None  # its thread is let go
+    assert not (await engine.health()).ok
+
+
+def test_engine_base_refuses_a_dense_projection(tmp_path: Path) -> None:
+    """A sentence-transformers ``Dense`` module is a config error naming the path."""
+    d = _model_dir(tmp_path, hidden_size=2)
+    modules = [
+        {"path": "", "type": "sentence_transformers.models.Transformer"},
+        {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"path": "2_Dense", "type": "sentence_transformers.models.Dense"},
+    ]
+    (d / "modules.json").write_text(json.dumps(modules))
+    for sub, cfg in (("1_Pooling", {"pooling_mode": "cls"}), ("2_Dense", {"out_features": 5})):
+        (d / sub).mkdir()
+        (d / sub / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match=r"models\.m\.path: .*5-dimensional.*sum embedding"):
+        SumEngine(d)

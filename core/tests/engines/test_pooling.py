@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,7 +23,7 @@ def test_truncate_renormalises() -> None:
 # --- pooling ---------------------------------------------------------------------------
 
 
-def _st_dir(tmp_path: Path, pooling: dict[str, bool], normalize: bool) -> Path:
+def _st_dir(tmp_path: Path, pooling: dict[str, Any], normalize: bool) -> Path:
     tmp_path.mkdir()
     modules = [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
@@ -72,6 +73,46 @@ def test_read_pooling(tmp_path: Path) -> None:
     d = _st_dir(tmp_path / "wkpooling", {"pooling_mode_weightedmean_tokens": True}, True)
     with pytest.raises(ConfigError, match="weightedmean"):
         read_pooling(d)
+
+
+def test_read_pooling_of_sentence_transformers_6(tmp_path: Path) -> None:
+    """sentence-transformers 6 saves one ``pooling_mode`` name (and reads it before any
+    legacy boolean); a list of one name is that name."""
+    for name, mode in [("mean", "mean"), ("cls", "cls"), ("mean_sqrt_len_tokens", "mean_sqrt_len")]:
+        d = _st_dir(tmp_path / name, {"pooling_mode": name}, normalize=True)
+        assert read_pooling(d) == PoolingConfig(mode, True, 128)
+    d = _st_dir(tmp_path / "list", {"pooling_mode": ["max"], "pooling_mode_cls_token": True}, False)
+    assert read_pooling(d) == PoolingConfig("max", False, 128)
+    for i, bad in enumerate(["weightedmean", ["mean", "max"], 3]):
+        d = _st_dir(tmp_path / f"bad{i}", {"pooling_mode": bad}, normalize=True)
+        with pytest.raises(ConfigError, match=r"pooling_mode .* is not supported"):
+            read_pooling(d)
+
+
+def _add_dense(d: Path, idx: int, config: dict[str, Any]) -> None:
+    modules = json.loads((d / "modules.json").read_text())
+    path = f"{idx}_Dense"
+    modules.insert(idx, {"idx": idx, "name": str(idx), "path": path, "type": "x.Dense"})
+    (d / "modules.json").write_text(json.dumps(modules))
+    (d / path).mkdir()
+    (d / path / "config.json").write_text(json.dumps(config))
+
+
+def test_read_pooling_reads_dense_projections(tmp_path: Path) -> None:
+    """Each ``Dense`` module's ``out_features``, in order (the model's vectors are the
+    last one's size); a Dense module without a positive integer ``out_features`` is a
+    config error."""
+    d = _st_dir(tmp_path / "none", {"pooling_mode": "mean"}, normalize=True)
+    assert read_pooling(d).dense_out_features == ()
+    d = _st_dir(tmp_path / "two", {"pooling_mode": "mean"}, normalize=True)
+    _add_dense(d, 2, {"in_features": 4, "out_features": 16})
+    _add_dense(d, 3, {"in_features": 16, "out_features": 8})
+    assert read_pooling(d) == PoolingConfig("mean", True, 128, dense_out_features=(16, 8))
+    for i, bad in enumerate([{}, {"out_features": 0}, {"out_features": "8"}]):
+        d = _st_dir(tmp_path / f"bad{i}", {"pooling_mode": "mean"}, normalize=True)
+        _add_dense(d, 2, bad)
+        with pytest.raises(ConfigError, match="out_features"):
+            read_pooling(d)
 
 
 def test_pool_masks_padding() -> None:

@@ -139,9 +139,7 @@ def test_factory_rejects_bad_options_and_paths(
                 name="x", path=tmp_path, backend="openvino_cpu", options={"max_num_seqs": 0}
             )
         )
-    from servehall_openvino_cpu import engine
-
-    monkeypatch.setattr(engine, "bf16_native", lambda: False)
+    monkeypatch.setattr(probe_mod, "bf16_native", lambda: False)
     with pytest.raises(ConfigError, match="bf16"):
         plugin.factory(
             ModelConfig(

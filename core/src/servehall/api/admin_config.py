@@ -6,8 +6,11 @@ applied, in its stored form: references stay references, literal secrets are
 ``POST /admin/config`` with ``{"text": "...", "format": "toml" | "yaml"}``
 validates and applies it live
 (:mod:`servehall.rollout.live`): 200 with what changed, or 400 ``config_invalid`` whose
-message lists every error (nothing changed). 409 ``config_live_off`` when the server
-runs without live config (tests building an app without it).
+message lists every error (nothing changed). A body over :data:`MAX_CONFIG_BYTES` is a
+413 ``payload_too_large`` (:func:`servehall.api.body.read_body`: from a declared
+``Content-Length`` before reading, else as soon as the bytes read pass the limit; the
+rest is not read). 409 ``config_live_off`` when the server runs without live config
+(tests building an app without it).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from servehall.admission.principal import SCOPE_ADMIN, Principal
+from servehall.api.body import read_body
 from servehall.errors import (
     AuthenticationError,
     ConfigError,
@@ -29,8 +33,8 @@ from servehall.errors import (
 )
 
 MAX_CONFIG_BYTES = 1024 * 1024
-"""Largest ``POST /admin/config`` body, in bytes (a larger one is a 400
-``config_invalid``)."""
+"""Largest ``POST /admin/config`` body, in bytes (a larger one is a 413
+``payload_too_large``, refused while reading)."""
 FORMATS = ("toml", "yaml")
 """The config formats ``POST /admin/config`` takes (default ``toml``)."""
 
@@ -102,12 +106,15 @@ async def get_config(request: Request) -> Response:
 
 
 async def post_config(request: Request) -> Response:
-    """``POST /admin/config`` (see the module docstring)."""
+    """``POST /admin/config`` (see the module docstring).
+
+    Raises:
+        PayloadTooLargeError: 413, the body is over :data:`MAX_CONFIG_BYTES`.
+        InvalidRequestError: 400, a bad body or an invalid config (nothing changed).
+    """
     principal = _admin(request)
     live = _live(request)
-    raw = await request.body()
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise InvalidRequestError("The config is larger than 1 MiB.", code="config_invalid")
+    raw = await read_body(request, MAX_CONFIG_BYTES)
     try:
         body = json.loads(raw)
     except ValueError:

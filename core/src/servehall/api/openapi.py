@@ -434,10 +434,12 @@ def _admin_paths() -> dict[str, Any]:
                 "responses": {
                     "200": {"description": "What changed", "content": _json(admin.ConfigApplied)},
                     "400": _error(
-                        "Not JSON, no 'text', a bad 'format', a body over "
-                        f"{admin.MAX_CONFIG_BYTES} bytes, or a config that is invalid or "
+                        "Not JSON, no 'text', a bad 'format', or a config that is invalid or "
                         "changes more than [[models]] (config_invalid: every error listed; "
                         "nothing changed)"
+                    ),
+                    "413": _error(
+                        f"A body over {admin.MAX_CONFIG_BYTES} bytes (payload_too_large)"
                     ),
                     **common,
                 },

@@ -9,6 +9,7 @@
 * :func:`stop_token_set` — the token ids that end a request with ``finish_reason="stop"``.
 * :class:`LiveStreams` — an engine's live streams, fed one batch per step by a step thread;
   :class:`StepSinkEngine` — an engine that can hand a step's output over on that thread.
+* :func:`load_errors` — how an engine's ``start()`` reports a load that failed.
 
 Import-light (no torch, no OpenVINO).
 """
@@ -20,13 +21,14 @@ import collections
 import contextlib
 import itertools
 import json
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Self, runtime_checkable
 
 from servehall.engines.contract import SamplingParams, TokenDelta
-from servehall.errors import ConfigError
+from servehall.errors import ConfigError, EngineError
 
 
 class DeltaStream:
@@ -228,6 +230,21 @@ class StepSinkEngine(Protocol):
         """From now on, call ``sink`` on the step thread with each step's
         ``(request_id, delta)`` pairs instead of pushing them on the loop. Call before
         the first ``add_request``."""
+
+
+@contextlib.contextmanager
+def load_errors(message: str, log: logging.Logger | None = None) -> Iterator[None]:
+    """Around an engine's load: a ``ConfigError`` or ``EngineError`` passes as it is; any
+    other exception becomes ``EngineError(f"{message}: {type}: {exc}")`` (chained), logged
+    with its traceback on ``log`` first when one is given."""
+    try:
+        yield
+    except (ConfigError, EngineError):
+        raise
+    except Exception as exc:
+        if log is not None:
+            log.exception("%s", message)
+        raise EngineError(f"{message}: {type(exc).__name__}: {exc}") from exc
 
 
 def read_json_object(path: Path) -> dict[str, Any]:

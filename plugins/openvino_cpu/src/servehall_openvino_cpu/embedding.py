@@ -21,50 +21,37 @@ vectors equal the pipeline's for text both tokenize alike (``tests/test_ov_embed
 checks it), and the pipeline's pooling choices (``CLS`` / ``MEAN`` / ``LAST_TOKEN``,
 ``normalize``) are a subset of the shared pooling's.
 
-Batching: every :meth:`OpenVINOEmbeddingEngine.embed` call that arrives while an
-inference runs waits for the next one, which takes them all (:class:`servehall.EmbedBatcher`),
-padded to the longest input and split into inferences of at most :data:`BATCH_TOKENS`
-padded tokens, on one inference thread. No KV cache: ``stats()`` reports the calls in the
-inference as running, the queued ones as waiting, 0 of 1 KV blocks.
+Batching: every ``embed`` call that arrives while an inference runs waits for the next
+one, which takes them all (:class:`servehall.EmbeddingEngineBase`, shared with the torch
+embedding engine), padded to the longest input and split into inferences of at most
+``batch_tokens`` padded tokens, on one inference thread. No KV cache: ``stats()`` reports
+the calls in the inference as running, the queued ones as waiting, 0 of 1 KV blocks.
 """
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from servehall import (
     ConfigError,
-    DeltaStream,
-    EmbedBatcher,
+    EmbeddingEngineBase,
     EngineError,
-    EngineHealth,
-    EngineStats,
-    EngineUnavailableError,
-    HfModelFacts,
     ModelConfig,
     ModelInfo,
-    PoolingConfig,
-    SamplingParams,
-    padded_passes,
+    embedding_facts,
     pool_numpy,
-    read_pooling,
-    refuse_generation,
 )
 from servehall_openvino_cpu.convert import EMBED_TASK, resolve_ir_dir
-from servehall_openvino_cpu.options import OpenVINOOptions, parse_options
-from servehall_openvino_cpu.probe import bf16_native
+from servehall_openvino_cpu.options import OpenVINOOptions
+from servehall_openvino_cpu.probe import open_model
 
 log = logging.getLogger("servehall.openvino_cpu")
 
 BACKEND = "openvino_cpu"
-BATCH_TOKENS = 16_384
-"""Most padded tokens (inputs × longest input) in one inference."""
 INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids")
 """The IR inputs this engine fills (``token_type_ids`` zeros, ``position_ids`` 0..n-1)."""
 
@@ -81,7 +68,7 @@ def check_embed_options(opts: OpenVINOOptions, model: str) -> None:
         raise ConfigError(f"{key}: {msg}", [(key, msg)])
 
 
-class OpenVINOEmbeddingEngine:
+class OpenVINOEmbeddingEngine(EmbeddingEngineBase):
     """An embedding model on the CPU through OpenVINO.
 
     Args:
@@ -98,52 +85,26 @@ class OpenVINOEmbeddingEngine:
     """
 
     backend: str = BACKEND
-    supported_params: frozenset[str] = frozenset()
 
     def __init__(self, model: ModelConfig) -> None:
-        self.name = model.name
-        self.path = Path(model.path).expanduser()
-        self.options = parse_options(model.options, model=model.name)
+        path, self.options, facts = open_model(model)
         check_embed_options(self.options, model.name)
-        if self.options.inference_precision == "bf16" and not bf16_native():
-            raise ConfigError(
-                f"model {model.name!r}: inference_precision 'bf16' needs a CPU with "
-                "AVX-512 BF16 or AMX (not found in /proc/cpuinfo); use 'f32'"
-            )
-        if not self.path.is_dir():
-            raise ConfigError(f"model {model.name!r}: {self.path} is not a directory")
-        facts = HfModelFacts.read(self.path)
-        self.pooling: PoolingConfig = read_pooling(self.path)
-        native = min(facts.max_position_embeddings, self.pooling.max_seq_length or 1 << 30)
-        self._max_model_len = min(model.max_model_len or native, native)
-        self._vocab_size = facts.vocab_size
-        hidden = facts.config.get("hidden_size")
-        self._dim = int(hidden) if isinstance(hidden, int) else 0
-        pad = facts.config.get("pad_token_id")
-        self._pad_id = int(pad) if isinstance(pad, int) else 0
+        super().__init__(model, path, facts, log, f"openvino_cpu: loading {path} failed")
         self._ir_dir: Path | None = None
         self._request: Any = None  # openvino.InferRequest (inference thread only)
         self._inputs: tuple[str, ...] = ()
-        self._executor: ThreadPoolExecutor | None = None
-        self._batcher: EmbedBatcher | None = None
-        self._started = False
-        self._stopped = False
 
     @property
     def model_info(self) -> ModelInfo:
         """Input length limit, vocabulary, and in ``extra``: ``task``, ``embedding_dim``,
-        ``pooling``, ``normalize``, ``matryoshka``, ``matryoshka_dimensions``,
-        ``inference_precision``, ``weight_format``, ``ir_dir``."""
+        ``pooling``, ``normalize``, ``matryoshka``, ``matryoshka_dimensions``
+        (:func:`servehall.embedding_facts`), ``inference_precision``, ``weight_format``,
+        ``ir_dir``."""
         return ModelInfo(
             max_model_len=self._max_model_len,
             vocab_size=self._vocab_size,
             extra={
-                "task": "embed",
-                "embedding_dim": self._dim,
-                "pooling": self.pooling.mode,
-                "normalize": self.pooling.normalize,
-                "matryoshka": self.pooling.matryoshka,
-                "matryoshka_dimensions": list(self.pooling.matryoshka_dimensions),
+                **embedding_facts(self.pooling, self._dim),
                 "inference_precision": self.options.inference_precision,
                 "weight_format": self.options.weight_format,
                 "ir_dir": str(self._ir_dir) if self._ir_dir else None,
@@ -165,29 +126,16 @@ class OpenVINOEmbeddingEngine:
             task=EMBED_TASK,
         )
 
-    async def start(self) -> None:
-        """Convert if needed and compile the IR for the CPU, on the inference thread.
+    def _new_executor(self) -> ThreadPoolExecutor:
+        return ThreadPoolExecutor(1, thread_name_prefix=f"ov-embed-{self.name}")
+
+    def _load(self) -> None:
+        """*Inference thread.* Convert if needed and compile the IR for the CPU.
 
         Raises:
             ConfigError: not a model directory; EngineError: conversion or compilation
             failed, or the IR is not an encoder this engine can feed.
         """
-        if self._started:
-            return
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"ov-embed-{self.name}")
-        try:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
-        except (ConfigError, EngineError):
-            raise
-        except Exception as exc:
-            log.exception("openvino_cpu embedding engine for %s failed to start", self.name)
-            raise EngineError(
-                f"openvino_cpu: loading {self.path} failed: {type(exc).__name__}: {exc}"
-            ) from exc
-        self._batcher = EmbedBatcher(self.name, self._executor, self._forward_all, log)
-        self._started = True
-
-    def _load(self) -> None:
         import openvino as ov
 
         self._ir_dir = self.resolve()
@@ -220,26 +168,6 @@ class OpenVINOEmbeddingEngine:
             self._ir_dir,
         )
 
-    async def embed(self, inputs: Sequence[Sequence[int]]) -> list[list[float]]:
-        """One vector per input (see :meth:`servehall.EmbeddingEngine.embed`), batched
-        with the other calls waiting for the next inference.
-
-        Raises:
-            EngineUnavailableError: not started or shut down.
-            EngineError: the inference failed.
-        """
-        if not self._started or self._stopped or self._batcher is None:
-            raise EngineUnavailableError(f"the engine of model {self.name!r} is not running")
-        return await self._batcher.embed(inputs)
-
-    def _forward_all(self, inputs: list[list[int]]) -> list[list[float]]:
-        """*Inference thread.* Every input's vector, in inferences of at most
-        :data:`BATCH_TOKENS` padded tokens."""
-        out: list[list[float]] = []
-        for start, end, longest in padded_passes(inputs, BATCH_TOKENS):
-            out.extend(self._forward(inputs[start:end], longest))
-        return out
-
     def _forward(self, inputs: list[list[int]], longest: int) -> list[list[float]]:
         """*Inference thread.* One inference over ``inputs`` right-padded to ``longest``."""
         import numpy as np
@@ -260,38 +188,6 @@ class OpenVINOEmbeddingEngine:
         vectors: list[list[float]] = pool_numpy(hidden, mask, self.pooling).tolist()
         return vectors
 
-    def add_request(
-        self, request_id: str, prompt_token_ids: Sequence[int], params: SamplingParams
-    ) -> DeltaStream:
-        """Refused: an embedding model does not generate (one ``finish_reason="error"``
-        delta, ``code="invalid_request"``)."""
-        return refuse_generation(self.name, request_id)
-
-    async def abort(self, request_id: str) -> None:
-        """Nothing to abort: :meth:`add_request` never starts a request."""
-
-    async def health(self) -> EngineHealth:
-        """``ok`` once compiled, until shutdown."""
-        if self._stopped:
-            return EngineHealth(False, "engine is shut down")
-        if not self._started:
-            return EngineHealth(False, "engine is not started")
-        return EngineHealth(True)
-
-    def stats(self) -> EngineStats:
-        """Embedding calls in the inference (running) and queued (waiting); no KV cache
-        (0 of 1 blocks)."""
-        b = self._batcher
-        return EngineStats(b.running if b else 0, b.waiting if b else 0, 0, 1)
-
-    async def shutdown(self) -> None:
-        """Fail queued calls, release the compiled model. Idempotent."""
-        if self._stopped:
-            return
-        self._stopped = True
-        if self._batcher is not None:
-            await self._batcher.close()
+    def _unload(self) -> None:
         self._request = None
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
         gc.collect()

@@ -48,7 +48,6 @@ from typing import Any
 from servehall import (
     ConfigError,
     DeltaStream,
-    EngineError,
     EngineStats,
     GrammarCache,
     HfModelFacts,
@@ -61,11 +60,12 @@ from servehall import (
     TokenDelta,
     compile_then,
     constraint_ebnf,
+    load_errors,
     stop_token_set,
 )
 from servehall_openvino_cpu.convert import resolve_ir_dir
-from servehall_openvino_cpu.options import KV_BLOCK_SIZE, parse_options, plan_num_kv_blocks
-from servehall_openvino_cpu.probe import bf16_native
+from servehall_openvino_cpu.options import KV_BLOCK_SIZE, plan_num_kv_blocks
+from servehall_openvino_cpu.probe import open_model
 
 log = logging.getLogger("servehall.openvino_cpu")
 
@@ -128,16 +128,7 @@ class OpenVINOEngine(StepThreadEngine):
 
     def __init__(self, model: ModelConfig) -> None:
         super().__init__(model.name, label="openvino_cpu", library="OpenVINO", log=log)
-        self.path = Path(model.path).expanduser()
-        self.options = parse_options(model.options, model=model.name)
-        if self.options.inference_precision == "bf16" and not bf16_native():
-            raise ConfigError(
-                f"model {model.name!r}: inference_precision 'bf16' needs a CPU with "
-                "AVX-512 BF16 or AMX (not found in /proc/cpuinfo); use 'f32'"
-            )
-        if not self.path.is_dir():
-            raise ConfigError(f"model {model.name!r}: {self.path} is not a directory")
-        facts = HfModelFacts.read(self.path)
+        self.path, self.options, facts = open_model(model)
         if self.options.draft_model is not None:
             _check_draft_vocab(model.name, facts.vocab_size, self.options.draft_model)
         self._hf_config = facts.config
@@ -208,14 +199,8 @@ class OpenVINOEngine(StepThreadEngine):
         if self._started:
             return
         self._loop = self._streams.loop = asyncio.get_running_loop()
-        try:
+        with load_errors(f"openvino_cpu: loading {self.path} failed"):
             await asyncio.to_thread(self._load)
-        except (ConfigError, EngineError):
-            raise
-        except Exception as exc:
-            raise EngineError(
-                f"openvino_cpu: loading {self.path} failed: {type(exc).__name__}: {exc}"
-            ) from exc
         self._thread = threading.Thread(
             target=self.step_loop, name=f"servehall-ov-{self.name}", daemon=True
         )

@@ -5,7 +5,7 @@ it never imports OpenVINO (a second or more): it looks the packages up with
 ``importlib.util.find_spec``, reads their versions from distribution metadata, and checks
 the CPU: an x86-64 machine with at least SSE4.2 (OpenVINO's CPU plugin minimum; AVX2 or
 AVX-512 for useful speed). ``avx512_bf16``/``amx_bf16`` mean ``inference_precision =
-"bf16"`` runs natively.
+"bf16"`` runs natively. :func:`open_model` checks a ``[[models]]`` entry against it.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import platform
 from importlib import metadata
 from pathlib import Path
 
-from servehall import ProbeResult
+from servehall import ConfigError, HfModelFacts, ModelConfig, ProbeResult
 from servehall_openvino_cpu.convert import EXPORTER_INSTALL, exporter_installed
+from servehall_openvino_cpu.options import OpenVINOOptions, parse_options
 
 REQUIRED = ("openvino", "openvino_genai")
 """Modules the engine needs at run time (``openvino_tokenizers`` only for conversion)."""
@@ -40,6 +41,30 @@ def bf16_native(flags: frozenset[str] | None = None) -> bool:
     """True when the CPU computes bf16 natively (AVX-512 BF16 or AMX-BF16)."""
     flags = cpu_flags() if flags is None else flags
     return bool({"avx512_bf16", "amx_bf16"} & flags)
+
+
+def open_model(model: ModelConfig) -> tuple[Path, OpenVINOOptions, HfModelFacts]:
+    """What both ``openvino_cpu`` engines check of a ``[[models]]`` entry before OpenVINO
+    is imported: its options, bf16 against this CPU, its directory and
+    ``config.json`` facts.
+
+    Returns:
+        the model directory (``~`` expanded), the validated options, the directory's facts.
+
+    Raises:
+        ConfigError: invalid options, ``inference_precision = "bf16"`` on a CPU without
+            native bf16, ``path`` not a directory, an unreadable ``config.json``.
+    """
+    path = Path(model.path).expanduser()
+    options = parse_options(model.options, model=model.name)
+    if options.inference_precision == "bf16" and not bf16_native():
+        raise ConfigError(
+            f"model {model.name!r}: inference_precision 'bf16' needs a CPU with "
+            "AVX-512 BF16 or AMX (not found in /proc/cpuinfo); use 'f32'"
+        )
+    if not path.is_dir():
+        raise ConfigError(f"model {model.name!r}: {path} is not a directory")
+    return path, options, HfModelFacts.read(path)
 
 
 def _version(dist: str) -> str:

@@ -51,7 +51,13 @@ from typing import Any
 
 from servehall.config.models import ModelConfig
 from servehall.engines.contract import EngineStats, ModelInfo, SamplingParams, TokenDelta
-from servehall.engines.kit import DeltaStream, HfModelFacts, read_json_object, token_id_tuple
+from servehall.engines.kit import (
+    DeltaStream,
+    HfModelFacts,
+    load_errors,
+    read_json_object,
+    token_id_tuple,
+)
 from servehall.engines.onnxruntime.build import GENAI_CONFIG, resolve_onnx_dir
 from servehall.engines.onnxruntime.guidance import (
     GuidanceUnsupported,
@@ -61,7 +67,7 @@ from servehall.engines.onnxruntime.guidance import (
 from servehall.engines.onnxruntime.options import OrtOptions, OrtProvider, parse_ort_options
 from servehall.engines.onnxruntime.probe import cuda_provider_status
 from servehall.engines.step_thread import StepThreadEngine
-from servehall.errors import ConfigError, EngineError
+from servehall.errors import ConfigError
 
 log = logging.getLogger("servehall.engines.onnxruntime")
 
@@ -210,7 +216,7 @@ class OnnxRuntimeEngine(StepThreadEngine):
                     f"run here: {status.reason}"
                 )
         ready: concurrent.futures.Future[None] = concurrent.futures.Future()
-        try:
+        with load_errors(f"onnxruntime: loading model {self.name!r} from {self.path} failed"):
             self._model_dir = await asyncio.to_thread(resolve_onnx_dir, self.path, self.options)
             self._info = self._read_info(self._model_dir)
             # ONNX Runtime GenAI binds an Engine to the thread that creates it: the step
@@ -220,13 +226,6 @@ class OnnxRuntimeEngine(StepThreadEngine):
             )
             self._thread.start()
             await asyncio.wrap_future(ready)
-        except (ConfigError, EngineError):
-            raise
-        except Exception as exc:
-            raise EngineError(
-                f"onnxruntime: loading model {self.name!r} from {self.path} failed: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
         self._started = True
 
     def _load(self) -> None:

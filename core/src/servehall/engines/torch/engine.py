@@ -56,7 +56,7 @@ from servehall.engines.contract import (
     StructuredConstraint,
     TokenDelta,
 )
-from servehall.engines.kit import DeltaStream, stop_token_set
+from servehall.engines.kit import DeltaStream, load_errors, stop_token_set
 from servehall.engines.torch.device import TorchDevice, open_model
 from servehall.engines.torch.kvcache import KvGeometry, plan_kv_blocks
 from servehall.engines.torch.options import DTYPE_BYTES, TorchOptions
@@ -186,15 +186,8 @@ class TorchEngine:
         if self._started:
             return
         self._loop = asyncio.get_running_loop()
-        try:
+        with load_errors(f"model {self.name!r} failed to load on {self.backend}", log):
             await asyncio.to_thread(self._load)
-        except (ConfigError, EngineError):
-            raise
-        except Exception as exc:
-            log.exception("torch engine for %s failed to start", self.name)
-            raise EngineError(
-                f"model {self.name!r} failed to load on {self.backend}: {type(exc).__name__}: {exc}"
-            ) from exc
         self._started = True
         self._monitor = asyncio.create_task(self._watch(), name=f"torch-engine-{self.name}")
 

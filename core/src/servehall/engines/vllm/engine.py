@@ -45,7 +45,7 @@ from servehall.engines.contract import (
 )
 from servehall.engines.embedbatch import refuse_generation
 from servehall.engines.kit import DeltaStream, HfModelFacts
-from servehall.engines.pooling import PoolingConfig, read_pooling
+from servehall.engines.pooling import PoolingConfig, embedding_facts, read_pooling
 from servehall.engines.torch.engine import SUPPORTED_PARAMS as TORCH_SUPPORTED_PARAMS
 from servehall.engines.vllm.options import VllmOptions, parse_vllm_options
 from servehall.engines.vllm.params import structured_outputs_config, vllm_sampling_params
@@ -172,14 +172,7 @@ class VllmEngine:
             **({"kv_block_size": self.options.block_size} if self.options.block_size else {}),
         }
         if self.pooling is not None:
-            extra |= {
-                "task": "embed",
-                "embedding_dim": self._dim,
-                "pooling": self.pooling.mode,
-                "normalize": self.pooling.normalize,
-                "matryoshka": self.pooling.matryoshka,
-                "matryoshka_dimensions": list(self.pooling.matryoshka_dimensions),
-            }
+            extra |= embedding_facts(self.pooling, self._dim)
         return ModelInfo(
             max_model_len=self._max_len,
             eos_token_ids=self._eos,
