@@ -24,8 +24,8 @@ from pathlib import Path
 from servehall.config.models import ModelConfig
 from servehall.engines.contract import EngineHealth, EngineStats, SamplingParams, TokenDelta
 from servehall.engines.kit import DeltaStream, HfModelFacts, load_errors
-from servehall.engines.pooling import PoolingConfig, read_pooling
-from servehall.errors import ConfigError, EngineError, EngineUnavailableError
+from servehall.engines.pooling import PoolingConfig, read_pooling, refuse_dense
+from servehall.errors import EngineError, EngineUnavailableError
 
 Forward = Callable[[list[list[int]]], list[list[float]]]
 """*Executor thread.* Every input's vector, in input order."""
@@ -191,16 +191,7 @@ class EmbeddingEngineBase:
         self.name = model.name
         self.path = path
         self.pooling: PoolingConfig = read_pooling(path)
-        if self.pooling.dense_out_features:
-            key = f"models.{model.name}.path"
-            msg = (
-                f"{path} is a sentence-transformers model with Dense projection modules "
-                f"(modules.json; {self.pooling.dense_out_features[-1]}-dimensional "
-                f"embeddings); the {self.backend} embedding engine pools the transformer's "
-                "hidden states and does not apply Dense modules, so it cannot serve this "
-                "model's embeddings"
-            )
-            raise ConfigError(f"{key}: {msg}", [(key, msg)])
+        refuse_dense(self.pooling, model.name, path, f"the {self.backend} embedding engine")
         native = min(facts.max_position_embeddings, self.pooling.max_seq_length or 1 << 30)
         self._max_model_len = min(model.max_model_len or native, native)
         self._vocab_size = facts.vocab_size

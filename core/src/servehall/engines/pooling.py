@@ -158,6 +158,27 @@ def _read_modules(path: Path) -> list[dict[str, Any]] | None:
     return [m for m in data if isinstance(m, dict)]
 
 
+def refuse_dense(config: PoolingConfig, model: str, path: Path, engine: str) -> None:
+    """Refuse a model whose sentence-transformers modules include ``Dense`` projections
+    when ``engine`` (``"the torch embedding engine"``…) pools the transformer's hidden
+    states without applying them: its vectors would be neither the model's values nor
+    its size.
+
+    Raises:
+        ConfigError: naming ``models.<model>.path``.
+    """
+    if not config.dense_out_features:
+        return
+    key = f"models.{model}.path"
+    msg = (
+        f"{path} is a sentence-transformers model with Dense projection modules "
+        f"(modules.json; {config.dense_out_features[-1]}-dimensional embeddings); "
+        f"{engine} pools the transformer's hidden states and does not apply Dense "
+        "modules, so it cannot serve this model's embeddings"
+    )
+    raise ConfigError(f"{key}: {msg}", [(key, msg)])
+
+
 def embedding_facts(config: PoolingConfig, dim: int) -> dict[str, Any]:
     """What an embedding engine reports of its model in ``ModelInfo.extra``: ``task``
     (``"embed"``), ``embedding_dim`` (``dim``, floats per vector), ``pooling``,

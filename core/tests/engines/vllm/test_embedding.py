@@ -3,7 +3,8 @@
 skipped without it) — its ``model_info`` (the torch embedding engine's fields, the
 256-token ``max_seq_length``), the ``AsyncEngineArgs`` (vLLM's pooling runner and a
 ``PoolerConfig`` from the sentence-transformers files), ``add_request`` refused, and a
-``max``-pooled copy of the model refused with a config error. Serving is checked end to
+``max``-pooled copy of the model and a model with a sentence-transformers ``Dense``
+projection refused with config errors. Serving is checked end to
 end in ``tests/test_vllm_embeddings_e2e.py``."""
 
 from __future__ import annotations
@@ -34,11 +35,14 @@ async def refused():
     stream = e.add_request("g", [101, 102], SamplingParams(max_tokens=2))
     d = await anext(aiter(stream))
     return [d.finish_reason, d.code]
-try:
-    engine(sys.argv[2])
-    bad = None
-except ConfigError as exc:
-    bad = str(exc)
+def refusal(path):
+    try:
+        engine(path)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+bad = refusal(sys.argv[2])
+dense = refusal(sys.argv[3])
 info = e.model_info
 json.dump({
     "max_model_len": info.max_model_len,
@@ -50,6 +54,7 @@ json.dump({
     "args_max_model_len": args.max_model_len,
     "refused": asyncio.run(refused()),
     "bad": bad,
+    "dense": dense,
 }, sys.stdout)
 """
 
@@ -67,7 +72,10 @@ def test_embed_engine_as_built_under_vllm(tmp_path: Path) -> None:
     pooling |= {"pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": True}
     (maxed / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
 
-    got = run_in_vllm_env(_SCRIPT, str(minilm), str(maxed))
+    from servehall.testing.models import build_tiny_sentence_encoder
+
+    dense = build_tiny_sentence_encoder(tmp_path / "dense", dense_out_features=24)
+    got = run_in_vllm_env(_SCRIPT, str(minilm), str(maxed), str(dense))
     assert got["max_model_len"] == 256 == got["args_max_model_len"]  # not the 512 positions
     assert got["extra"] == {
         "task": "embed",
@@ -85,3 +93,5 @@ def test_embed_engine_as_built_under_vllm(tmp_path: Path) -> None:
     )
     assert got["refused"] == ["error", "invalid_request"]
     assert got["bad"] is not None and "models.mini.task" in got["bad"] and "'max'" in got["bad"]
+    assert got["dense"] is not None and "models.mini.path" in got["dense"]
+    assert "Dense projection" in got["dense"] and "24-dimensional" in got["dense"]

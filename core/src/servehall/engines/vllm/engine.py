@@ -45,7 +45,12 @@ from servehall.engines.contract import (
 )
 from servehall.engines.embedbatch import refuse_generation
 from servehall.engines.kit import DeltaStream, HfModelFacts
-from servehall.engines.pooling import PoolingConfig, embedding_facts, read_pooling
+from servehall.engines.pooling import (
+    PoolingConfig,
+    embedding_facts,
+    read_pooling,
+    refuse_dense,
+)
 from servehall.engines.torch.engine import SUPPORTED_PARAMS as TORCH_SUPPORTED_PARAMS
 from servehall.engines.vllm.options import VllmOptions, parse_vllm_options
 from servehall.engines.vllm.params import structured_outputs_config, vllm_sampling_params
@@ -129,6 +134,9 @@ class VllmEngine:
         self._dim = 0
         if model.task == "embed":
             self.pooling = read_pooling(self.path)
+            # vLLM applies sentence-transformers Dense modules for some architectures
+            # only (not verified for BERT-type encoders): refused, as on torch/OpenVINO
+            refuse_dense(self.pooling, model.name, self.path, "the vLLM engine here")
             if self.pooling.mode not in VLLM_POOLING_TYPES:
                 key = f"models.{model.name}.task"
                 msg = (
