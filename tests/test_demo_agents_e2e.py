@@ -105,7 +105,8 @@ def test_two_field_schema_with_unbounded_string(client: Any) -> None:
 
 
 def _calls(client: Any, tool_choice: str) -> tuple[int, list[Any]]:
-    """(calls to get_weather with valid arguments, what each seed returned)."""
+    """(calls to get_weather with valid arguments, what each seed returned, with its
+    finish reason)."""
     valid, seen = 0, []
     for seed in SEEDS:
         r = client.chat.completions.create(
@@ -119,21 +120,27 @@ def _calls(client: Any, tool_choice: str) -> tuple[int, list[Any]]:
         )
         msg = r.choices[0].message
         calls = msg.tool_calls or []
-        seen.append([(c.function.name, c.function.arguments) for c in calls] or msg.content)
-        valid += bool(calls) and all(
+        ok = bool(calls) and all(
             c.function.name == "get_weather" and _valid(c.function.arguments, CITY_ARGS)
             for c in calls
         )
+        valid += ok
+        got = [(c.function.name, c.function.arguments) for c in calls] or msg.content
+        seen.append((ok, r.choices[0].finish_reason, got))
     return valid, seen
+
+
+def _misses(seen: list[Any]) -> list[Any]:
+    return [(finish, got) for ok, finish, got in seen if not ok]
 
 
 def test_required_tool_calls_have_valid_arguments(client: Any) -> None:
     valid, seen = _calls(client, "required")
-    print(f"\nrequired tool calls: {valid}/20 valid; samples {seen[:4]!r}")
+    print(f"\nrequired tool calls: {valid}/20 valid; misses {_misses(seen)!r}")
     assert valid >= FLOORS["required"], seen
 
 
 def test_auto_calls_the_tool_when_asked(client: Any) -> None:
     valid, seen = _calls(client, "auto")
-    print(f"\nauto tool calls: {valid}/20 valid calls; samples {seen[:4]!r}")
+    print(f"\nauto tool calls: {valid}/20 valid calls; misses {_misses(seen)!r}")
     assert valid >= FLOORS["auto"], seen
