@@ -4,7 +4,8 @@ Architecture (Touvron et al., "Llama 2", 2023): RMSNorm, rotary position embeddi
 SwiGLU MLP, grouped-query attention (4 query heads, 2 KV heads), tied input/output
 embeddings; about 1.3 M parameters (``small``: 24.6 M, see :data:`SIZES`), context
 length 2048. Weights start from a seeded
-normal initialisation and take a short AdamW run (about ten seconds on one CPU thread) over
+normal initialisation and take a short AdamW run (one CPU thread; the whole build took 26 s
+of CPU on 2026-12-06, docs/api.md#the-demo-model-and-agents) over
 the corpus so greedy decoding produces real words rather than one repeated token: 640
 steps of four 128-token windows, three of them ending just past a structured reply (a JSON
 answer, a tool call, the answer that uses a tool's result) with the loss on the reply only
