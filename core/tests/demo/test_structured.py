@@ -20,6 +20,7 @@ from servehall.demo.structured import (
     json_chat,
     json_fields,
     json_object,
+    place,
     short_string,
     small_int,
     tool_chat,
@@ -34,6 +35,14 @@ def test_short_strings_fit_their_key_and_stay_short() -> None:
         assert short_string(rng, "name") in NAMES
         assert short_string(rng, "color") in COLORS
         assert 1 <= len(short_string(rng).split()) <= 6
+
+
+def test_places_are_mostly_cities_and_always_short() -> None:
+    rng = random.Random(11)
+    places = [place(rng) for _ in range(400)]
+    assert 0.65 < sum(p in CITIES for p in places) / 400 < 0.85
+    assert any(p not in CITIES for p in places)
+    assert all(1 <= len(p.split()) <= 6 for p in places)
 
 
 def test_small_ints_are_bounded() -> None:

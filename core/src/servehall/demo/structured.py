@@ -12,7 +12,8 @@ word lists and a :class:`random.Random` (deterministic in its seed):
 * :func:`json_chat` — a user asking for JSON, answered with such an object;
 * :func:`tool_chat` — an OpenAI-shaped conversation with ``tools`` (1-3 of the eleven
   :data:`TOOLS`, in random order): the user asks for what a tool does ("What is the
-  weather in Paris?"), the assistant answers with a Hermes tool call (the demo chat
+  weather in Paris?"; one in four names another short place, :func:`place`), the
+  assistant answers with a Hermes tool call (the demo chat
   template's and the ``hermes`` parser's format), a ``tool`` message holds the result,
   and a short assistant answer uses it; one in six asks something no tool does and is
   answered in prose;
@@ -223,14 +224,21 @@ class _Tool:
     """rng -> (arguments, tool result, final answer); ``asks`` formats with the args."""
 
 
+def place(rng: random.Random) -> str:
+    """Where a user asks about: a city, one in four times another short place name
+    (``the garden of Oslo``, ``white river``), so the model learns to copy whatever the
+    user named into the argument and close the string after it."""
+    return rng.choice(CITIES) if rng.random() < 0.75 else short_string(rng)
+
+
 def _weather(rng: random.Random) -> tuple[dict[str, Any], str, str]:
-    city, sky, t = rng.choice(CITIES), rng.choice(SKIES), rng.randint(-5, 35)
+    city, sky, t = place(rng), rng.choice(SKIES), rng.randint(-5, 35)
     result = json.dumps({"city": city, "temperature": t, "sky": sky})
     return {"city": city}, result, f"It is {sky} in {city}, {t} degrees."
 
 
 def _time(rng: random.Random) -> tuple[dict[str, Any], str, str]:
-    city, hh, mm = rng.choice(CITIES), rng.randint(0, 23), rng.randint(0, 59)
+    city, hh, mm = place(rng), rng.randint(0, 23), rng.randint(0, 59)
     return {"city": city}, f"{hh:02d}:{mm:02d}", f"It is {hh:02d}:{mm:02d} in {city}."
 
 
@@ -246,7 +254,7 @@ def _search(rng: random.Random) -> tuple[dict[str, Any], str, str]:
 
 
 def _population(rng: random.Random) -> tuple[dict[str, Any], str, str]:
-    city, n = rng.choice(CITIES), rng.randint(1, 30)
+    city, n = place(rng), rng.randint(1, 30)
     return {"city": city}, json.dumps({"millions": n}), f"About {n} million people live in {city}."
 
 
