@@ -29,9 +29,9 @@ default temperature (1) the demo model's structured answers parse at least 19 ti
 20 (tests/test_demo_agents_e2e.py), and each case runs once. The frameworks' other
 defaults are kept, except where a script says why (langchain's
 ``parallel_tool_calls=False`` and ``check_embedding_ctx_length=False``). The tests check
-shapes, not sense: the demo model's agent answers in the shape of its corpus's answers,
-not with the tool's facts (``It is snowy in the tall tree.``), which is a non-empty
-final answer. Run with
+shapes, not sense: the demo model's agent answers after the tool's result with words of
+its corpus, not the tool's facts (``The news:\n<tool_response>`` on 2026-12-06), which
+is a non-empty final answer. Run with
 ``-s`` to see what each framework got (docs/agents.md).
 """
 
