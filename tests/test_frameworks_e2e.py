@@ -30,7 +30,7 @@ default temperature (1) the demo model's structured answers parse at least 19 ti
 defaults are kept, except where a script says why (langchain's
 ``parallel_tool_calls=False`` and ``check_embedding_ctx_length=False``). The tests check
 shapes, not sense: the demo model's agent answers after the tool's result with words of
-its corpus, not the tool's facts (``The news:\n<tool_response>`` on 2026-12-06), which
+its corpus, not the tool's facts (``The news:`` and ``<tool_response>`` on 2026-12-06), which
 is a non-empty final answer. Run with
 ``-s`` to see what each framework got (docs/agents.md).
 """
