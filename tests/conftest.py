@@ -96,7 +96,11 @@ def dump_toml(data: Mapping[str, Any]) -> str:
 
 
 def demo_config(model_dir: Path | str, **sections: Any) -> dict[str, Any]:
-    """A config serving ``model_dir`` as model ``demo`` on the auto-selected backend (f32)."""
+    """A config serving ``model_dir`` as model ``demo`` on the auto-selected backend (f32),
+    with the settings ``serve --demo`` gives it (:data:`servehall.demo.DEMO_MODEL_SETTINGS`:
+    a lazy tool-call grammar under ``tool_choice: "auto"``)."""
+    from servehall.demo import DEMO_MODEL_SETTINGS
+
     cfg: dict[str, Any] = {
         "models": [
             {
@@ -104,6 +108,7 @@ def demo_config(model_dir: Path | str, **sections: Any) -> dict[str, Any]:
                 "path": str(model_dir),
                 "backend": "auto",
                 "options": {"inference_precision": "f32"},
+                **DEMO_MODEL_SETTINGS,
             }
         ],
         "sinks": [],

@@ -58,7 +58,12 @@ def test_rewritten_chain_fails_signed_verification(
         audit={"signing_key": {"file": str(key)}, "checkpoint_interval_s": 0.2},
     )
     # the engine is not under test: the built-in null engine starts in no time
-    cfg["models"][0] |= {"backend": "null", "options": {}, "isolation": "thread"}
+    cfg["models"][0] |= {
+        "backend": "null",
+        "options": {},
+        "isolation": "thread",
+        "tool_call_grammar": "strict",  # the null engine compiles no grammar
+    }
     cfg["plugins"] = {"enabled": []}
     cfg_path = tmp_path / "servehall.toml"
     cfg_path.write_text(dump_toml(cfg))

@@ -25,12 +25,13 @@ case; each test below checks one case's shape:
 Structured output must parse the first time: the scripts turn the frameworks' retries off
 where they have them and record each HTTP request, and the tests assert one request.
 Every script asks for temperature 0 through the framework's own model settings: at the
-default temperature (1) the demo model's structured answers parse 19 times in 20
-(tests/test_demo_agents_e2e.py), and each case runs once. The frameworks' other defaults
-are kept, except where a script says why (langchain's ``parallel_tool_calls=False`` and
-``check_embedding_ctx_length=False``). The tests check shapes, not sense: the demo
-model's agent answers ``</tool_response>`` after the tool's result (its corpus has tool
-calls but no turn after a tool's result), which is a non-empty final answer. Run with
+default temperature (1) the demo model's structured answers parse at least 19 times in
+20 (tests/test_demo_agents_e2e.py), and each case runs once. The frameworks' other
+defaults are kept, except where a script says why (langchain's
+``parallel_tool_calls=False`` and ``check_embedding_ctx_length=False``). The tests check
+shapes, not sense: the demo model's agent answers after the tool's result with words of
+its corpus, not the tool's facts (``The news:`` and ``<tool_response>`` on 2026-12-06), which
+is a non-empty final answer. Run with
 ``-s`` to see what each framework got (docs/agents.md).
 """
 

@@ -88,6 +88,7 @@ def _deploy(
     if backend is not None:  # e.g. the null backend: a paced engine, options of its own
         cfg["models"][0]["backend"] = backend
         cfg["models"][0]["options"] = dict(options or {})
+        cfg["models"][0]["tool_call_grammar"] = "strict"  # it compiles no grammar
     else:
         cfg["models"][0]["options"].update(options or {})
     config = work / "deploy.toml"

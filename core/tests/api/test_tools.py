@@ -307,6 +307,34 @@ async def test_forced_choices_send_constraints_and_read_json(tok_dir: Path) -> N
         assert {t["end"] for t in fmt["tags"]} == {"}\n</tool_call>"}
 
 
+async def test_always_grammar_constrains_auto_unless_response_format(tok_dir: Path) -> None:
+    engine = _engine(tok_dir, OUTPUT, ("structured_output", "structural_tag"))
+    host = make_host(tok_dir, engine)
+    host.models["m"].tool_call_grammar = "always"
+    async with _client(host) as c:
+        r = await c.post("/v1/chat/completions", json=chat(tools=[WEATHER]))
+        [call] = r.json()["choices"][0]["message"]["tool_calls"]
+        assert call["function"]["name"] == "get_weather"
+        tag = json.loads(engine.params[-1].structured.structural_tag or "")  # type: ignore[union-attr]
+        fmt = tag["format"]
+        assert fmt["triggers"] == ["<tool_call>"] and fmt["stop_after_first"] is False
+        [one] = fmt["tags"]  # the offered tool only, its arguments by its schema
+        assert one["begin"] == '<tool_call>\n{"name": "get_weather", "arguments": '
+        assert one["content"]["json_schema"] == WEATHER["function"]["parameters"]
+
+        # response_format under auto shapes the output, as without the setting
+        fmt_json = {"type": "json_object"}
+        r = await c.post(
+            "/v1/chat/completions", json=chat(tools=[WEATHER], response_format=fmt_json)
+        )
+        assert r.status_code == 200
+        s = engine.params[-1].structured
+        assert s is not None and s.structural_tag is None and s.json_schema is not None
+
+        r = await c.post("/v1/chat/completions", json=chat(tools=[WEATHER], tool_choice="none"))
+        assert r.status_code == 200 and engine.params[-1].structured is None
+
+
 def test_tools_and_calls_render_through_the_chat_template(tok_dir: Path) -> None:
     tok = load_tokenizer(tok_dir)
     tok.hf.chat_template = DEMO_CHAT_TEMPLATE

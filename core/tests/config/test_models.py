@@ -156,3 +156,20 @@ def test_model_defaults() -> None:
         _model(max_model_len=8)
     with pytest.raises(ValidationError):
         _model(task="rerank")
+
+
+def test_tool_call_grammar() -> None:
+    assert _model().tool_call_grammar == "strict"
+    assert _model(tool_call_grammar="always").tool_call_grammar == "always"
+    with pytest.raises(ValidationError):
+        _model(tool_call_grammar="lazy")
+
+
+def test_a_bad_tool_call_grammar_is_a_config_error_naming_the_key() -> None:
+    from servehall.config.settings import load_settings
+    from servehall.errors import ConfigError
+
+    model = {"name": "m", "path": "/m", "tool_call_grammar": "sometimes"}
+    with pytest.raises(ConfigError) as info:
+        load_settings(data={"sinks": [], "models": [model]})
+    assert [k for k, _ in info.value.errors] == ["models[0].tool_call_grammar"]

@@ -197,13 +197,13 @@ def test_tool_chats_render_as_the_template_does(hf) -> None:  # type: ignore[no-
     or the model learns a format it is never prompted with."""
     import random
 
-    from servehall.demo.structured import tool_chat
+    from servehall.demo.structured import forced_call_chat, tool_chat
     from servehall.demo.tokenizer import render_tool_chat
 
     tok, _ = hf
     rng = random.Random(3)
-    for _ in range(30):
-        tools, messages = tool_chat(rng)
+    for i in range(30):
+        tools, messages = (tool_chat if i % 3 else forced_call_chat)(rng)
         want = tok.apply_chat_template(
             messages, tools=tools, tokenize=False, add_generation_prompt=True
         )
@@ -214,7 +214,7 @@ def test_structured_documents_are_valid_json() -> None:
     import random
 
     from servehall.demo import corpus
-    from servehall.demo.structured import json_object, tool_chat
+    from servehall.demo.structured import forced_call_chat, json_object, tool_chat
 
     rng = random.Random(0)
     for _ in range(200):
@@ -223,8 +223,9 @@ def test_structured_documents_are_valid_json() -> None:
         for m in messages:
             for call in m.get("tool_calls", []):
                 assert isinstance(json.loads(call["function"]["arguments"]), dict)
+        assert isinstance(json.loads(forced_call_chat(rng)[1][-1]["content"]), list)
     kinds = {kind for kind, _ in corpus.documents(0)}
-    assert kinds == {"text", "drill", "chat", "json", "json_chat", "tools"}
+    assert kinds == {"text", "drill", "chat", "json", "json_chat", "tools", "forced"}
 
 
 def test_tool_call_tags_are_single_plain_tokens(hf) -> None:  # type: ignore[no-untyped-def]
@@ -232,3 +233,24 @@ def test_tool_call_tags_are_single_plain_tokens(hf) -> None:  # type: ignore[no-
     for tag in ("<tool_call>", "</tool_call>"):
         ids = tok(tag, add_special_tokens=False).input_ids
         assert len(ids) == 1 and tok.decode(ids, skip_special_tokens=True) == tag
+
+
+def test_training_stream_anchors_and_unlearned_tokens(demo_dir: Path) -> None:
+    """A forced-call chat's first reply token (the ``[{"`` that ``tool_choice:
+    "required"`` forces) is never learned and its anchor is the token after it; a tool
+    chat's anchor is its reply's first token (``<tool_call>``)."""
+    from tokenizers import Tokenizer
+
+    from servehall.demo.model import training_stream
+
+    tok = Tokenizer.from_file(str(demo_dir / "tokenizer.json"))
+    stream = training_stream(tok, 0)
+    assistant = tok.token_to_id("<|assistant|>")
+    assert stream.unlearned
+    anchors = set(stream.anchors)
+    for i in stream.unlearned:
+        assert stream.ids[i - 2] == assistant  # <|assistant|> \n [{"
+        assert tok.decode([stream.ids[i]]).startswith("[")
+        assert i + 1 in anchors and i not in anchors
+    call = tok.token_to_id("<tool_call>")
+    assert any(stream.ids[a] == call and stream.ids[a - 2] == assistant for a in anchors)

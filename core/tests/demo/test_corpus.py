@@ -82,7 +82,7 @@ def test_document_payload_shapes() -> None:
         elif kind in ("chat", "json_chat"):
             assert isinstance(payload, list) and 1 <= len(payload) <= 2
             assert all(isinstance(q, str) and isinstance(a, str) for q, a in payload)
-        elif kind == "tools":
+        elif kind in ("tools", "forced"):
             tools, messages = payload  # type: ignore[misc]
             assert tools and messages[-1]["role"] == "assistant"
         else:

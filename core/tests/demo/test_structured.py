@@ -16,9 +16,11 @@ from servehall.demo.structured import (
     STRING_KEYS,
     TOOLS,
     dump,
+    forced_call_chat,
     json_chat,
     json_fields,
     json_object,
+    place,
     short_string,
     small_int,
     tool_chat,
@@ -33,6 +35,14 @@ def test_short_strings_fit_their_key_and_stay_short() -> None:
         assert short_string(rng, "name") in NAMES
         assert short_string(rng, "color") in COLORS
         assert 1 <= len(short_string(rng).split()) <= 6
+
+
+def test_places_are_mostly_cities_and_always_short() -> None:
+    rng = random.Random(11)
+    places = [place(rng) for _ in range(400)]
+    assert 0.65 < sum(p in CITIES for p in places) / 400 < 0.85
+    assert any(p not in CITIES for p in places)
+    assert all(1 <= len(p.split()) <= 6 for p in places)
 
 
 def test_small_ints_are_bounded() -> None:
@@ -118,6 +128,34 @@ def test_tool_chats_call_an_offered_tool_with_valid_arguments() -> None:
     assert 20 < prose < 80  # one in six answered in prose
 
 
+def test_eleven_tools_with_distinct_names_and_askable_arguments() -> None:
+    assert len(TOOLS) == 11 and len({t.name for t in TOOLS}) == 11
+    rng = random.Random(10)
+    for tool in TOOLS:
+        args, result, answer = tool.make(rng)
+        assert {k: type(v).__name__ for k, v in args.items()} == {
+            k: {"string": "str", "integer": "int"}[t] for k, t in tool.params.items()
+        }
+        assert result and answer
+        for ask in tool.asks:
+            assert ask.format(**args) != ask  # each ask names its arguments
+
+
+def test_forced_call_chats_answer_with_the_required_call_array() -> None:
+    rng = random.Random(8)
+    for _ in range(300):
+        tools, messages = forced_call_chat(rng)
+        offered = [t["function"]["name"] for t in tools]
+        assert 1 <= len(offered) <= 3
+        assert [m["role"] for m in messages] == ["user", "assistant"]
+        [call] = json.loads(messages[1]["content"])
+        assert set(call) == {"name", "parameters"} and call["name"] in offered
+        spec = next(t for t in TOOLS if t.name == call["name"])
+        assert set(call["parameters"]) == set(spec.params)
+        assert messages[0]["content"] in {a.format(**call["parameters"]) for a in spec.asks}
+
+
 def test_deterministic_in_the_seed() -> None:
+    assert forced_call_chat(random.Random(9)) == forced_call_chat(random.Random(9))
     assert tool_chat(random.Random(9)) == tool_chat(random.Random(9))
     assert json_object(random.Random(9)) == json_object(random.Random(9))

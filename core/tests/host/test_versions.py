@@ -1,6 +1,7 @@
 """``servehall.host.versions`` on the ``null`` backend (the demo model's files, engines on
 a thread): build a host's versions, the startup errors (no models, a key configured
-twice, not a model directory, unknown backend or tool parser), engines stopped with
+twice, not a model directory, unknown backend or tool parser, a tool-call grammar the
+engine cannot compile), engines stopped with
 their ``on_stop`` callbacks, and an unstarted worker engine for process isolation."""
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ async def test_a_key_configured_twice_stops_what_started(model_dir: Path) -> Non
     [
         ({"backend": "no_such_backend"}, "no_such_backend"),
         ({"tool_parser": "nope"}, "models.m.tool_parser"),
+        # the null engine compiles no structural tags (nor any constraint)
+        ({"tool_call_grammar": "always"}, "models.m.tool_call_grammar: 'always' needs"),
     ],
 )
 async def test_start_version_errors(model_dir: Path, model: dict[str, Any], message: str) -> None:

@@ -1,5 +1,6 @@
 """``servehall.tools.plan``: which stream reads a choice and which constraint enforces the
-tool choice (named, required, auto with strict tools or one call, none)."""
+tool choice (named, required, auto with strict tools or one call, auto under
+``tool_call_grammar = "always"``, none)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from servehall.errors import InvalidRequestError
 from servehall.structured.schema import NUMBER_BOUND
 from servehall.tools.forced import NamedCallStream
 from servehall.tools.parsers import HERMES
-from servehall.tools.plan import ANY_OBJECT, TOOLS_CODE, FunctionTool, ToolPlan
+from servehall.tools.plan import ANY_OBJECT, TOOLS_CODE, FunctionTool, ToolGrammar, ToolPlan
 from servehall.tools.scanner import JsonCallStream
 
 WEATHER = FunctionTool(
@@ -134,8 +135,8 @@ def test_checked_schema_names_the_tool() -> None:
     assert info.value.code == TOOLS_CODE
 
 
-def _tag(plan: ToolPlan) -> dict[str, Any]:
-    c = plan.constraint(HERMES)
+def _tag(plan: ToolPlan, grammar: ToolGrammar = "strict") -> dict[str, Any]:
+    c = plan.constraint(HERMES, grammar)
     assert c is not None and c.structural_tag is not None and c.json_schema is None
     tag: dict[str, Any] = json.loads(c.structural_tag)
     return tag
@@ -165,4 +166,41 @@ def test_auto_structural_tag_strict_tool_uses_its_schema() -> None:
     bad = FunctionTool("b", {"type": "object", "properties": {"x": {"not": {}}}}, strict=True)
     with pytest.raises(InvalidRequestError) as info:
         ToolPlan((CLOCK, bad)).constraint(HERMES)
+    assert info.value.param == "tools[1].function.parameters"
+
+
+def test_always_constrains_every_auto_call_by_its_schema() -> None:
+    plan = ToolPlan((WEATHER, CLOCK))
+    assert plan.constraint(HERMES) is None  # the default: plain auto is free text
+    fmt = _tag(plan, "always")["format"]
+    assert fmt["triggers"] == ["<tool_call>"] and fmt["at_least_one"] is False
+    assert fmt["stop_after_first"] is False  # parallel calls stay allowed
+    assert [t["begin"] for t in fmt["tags"]] == [
+        '<tool_call>\n{"name": "weather", "arguments": ',
+        '<tool_call>\n{"name": "clock", "arguments": ',
+    ]
+    # not strict, yet each tool's arguments follow its checked schema
+    assert fmt["tags"][0]["content"]["json_schema"] == plan.checked_schema(0)
+    assert fmt["tags"][0]["content"]["json_schema"]["required"] == ["city"]
+    assert fmt["tags"][1]["content"]["json_schema"] == ANY_OBJECT
+    one = _tag(ToolPlan((WEATHER,), parallel=False), "always")["format"]
+    assert one["stop_after_first"] is True
+
+
+def test_always_leaves_other_choices_alone() -> None:
+    for plan in (
+        ToolPlan((WEATHER,), "none"),
+        ToolPlan((WEATHER,), "required"),
+        ToolPlan((WEATHER,), "named", "weather"),
+    ):
+        assert plan.constraint(HERMES, "always") == plan.constraint(HERMES)
+
+
+def test_always_falls_back_to_any_object_for_a_refused_non_strict_schema() -> None:
+    odd = FunctionTool("odd", {"type": "object", "properties": {"x": {"not": {}}}})
+    fmt = _tag(ToolPlan((WEATHER, odd)), "always")["format"]
+    assert fmt["tags"][1]["content"]["json_schema"] == ANY_OBJECT
+    strict = FunctionTool("odd", odd.parameters, strict=True)
+    with pytest.raises(InvalidRequestError) as info:  # a strict tool's still is a 400
+        ToolPlan((WEATHER, strict)).constraint(HERMES, "always")
     assert info.value.param == "tools[1].function.parameters"

@@ -153,6 +153,7 @@ async def test_penalties_change_output(engine: OpenVINOEngine, prompts: list[lis
         "top_k",
         "repetition_penalty",
         "structured_output",
+        "structural_tag",
     }
 
 

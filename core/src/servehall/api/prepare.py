@@ -312,10 +312,12 @@ def _tool_constraint(
     beside it (a forced call drops ``response_format``: OpenAI shapes a forced call's
     arguments by the tool's schema, and ``response_format`` the content, which it has
     not). A constraint beside a structured request, or one the backend cannot decode
-    under, is a 400."""
+    under, is a 400. The model's ``tool_call_grammar = "always"`` applies only without
+    a structured request (``response_format`` then shapes the output, as by default)."""
     if plan is None or not plan.active:
         return None, structured
-    constraint = plan.constraint(served.tool_parser)
+    grammar = served.tool_call_grammar if structured is None else "strict"
+    constraint = plan.constraint(served.tool_parser, grammar)
     if constraint is not None and structured is not None and plan.forced:
         structured = state.structured = None
     if constraint is not None and structured is not None:

@@ -152,7 +152,14 @@ class ModelConfig(_Section):
     API process (debugging). ``worker`` tunes the supervision (:class:`WorkerSettings`).
     ``tool_parser`` names the tool-call format the model writes (``hermes``,
     ``llama3_json`` or one a plugin registers); None picks one from the chat template
-    (:func:`servehall.tools.parsers.guess_parser_name`). ``task`` is what the model is
+    (:func:`servehall.tools.parsers.guess_parser_name`). ``tool_call_grammar`` says when
+    tool calls under ``tool_choice: "auto"`` are constrained by a grammar that starts at
+    the parser's trigger (a "lazy grammar", :mod:`servehall.tools.plan`): ``"strict"``
+    (default) only when the request asks for it (a ``strict`` tool or
+    ``parallel_tool_calls: false``), ``"always"`` for every request with tools (the name
+    must be an offered tool, the arguments follow its schema) — for weak models; it
+    needs a backend that compiles structural tags, else the model fails to start with a
+    config error. ``task`` is what the model is
     served for: ``"generate"`` (default: ``/v1/chat/completions``, ``/v1/completions``) or
     ``"embed"`` (``/v1/embeddings`` only; the backend's engine must implement
     :class:`~servehall.engines.contract.EmbeddingEngine`, else the model fails to start
@@ -190,6 +197,10 @@ class ModelConfig(_Section):
     isolation: Literal["process", "thread"] = "process"
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     tool_parser: str | None = Field(default=None, min_length=1)
+    #: ``"strict"`` (default): a lazy tool-call grammar under ``tool_choice: "auto"``
+    #: only for a ``strict`` tool or ``parallel_tool_calls: false``; ``"always"``: for
+    #: every request with tools (see the class docstring and docs/api.md, "Tools").
+    tool_call_grammar: Literal["strict", "always"] = "strict"
     task: Literal["generate", "embed"] = "generate"
     #: The URL the model is pulled from, when ``path`` was given as one (set from it).
     source: str | None = None

@@ -22,7 +22,7 @@ from servehall.engines.cache import build_atomically, installed_versions, serveh
 
 log = logging.getLogger("servehall.demo")
 
-BUILDER_VERSION = 2
+BUILDER_VERSION = 3
 MANIFEST = "servehall-demo.json"
 
 

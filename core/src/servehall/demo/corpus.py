@@ -155,9 +155,9 @@ DRILLS = (
 )
 
 
-STRUCTURED_SHARE = {"json": 0.3, "json_chat": 0.3, "tools": 0.5}
-"""The chance, drawn after each prose document, that a JSON text, a JSON chat and a tool
-chat follow it (each drawn on its own)."""
+STRUCTURED_SHARE = {"json": 0.3, "json_chat": 0.3, "tools": 0.5, "forced": 0.35}
+"""The chance, drawn after each prose document, that a JSON text, a JSON chat, a tool
+chat and a forced-call chat follow it (each drawn on its own)."""
 
 
 def sentence(rng: random.Random) -> str:
@@ -198,10 +198,12 @@ def documents(seed: int = 0, n_docs: int = 1200) -> Iterator[tuple[str, object]]
     ``("json_chat", list[tuple[str, str]])`` (one turn asking for JSON,
     :func:`servehall.demo.structured.json_chat`),
     ``("json", str)`` (a JSON text, :func:`servehall.demo.structured.json_object`) or
-    ``("tools", (tools, messages))`` (:func:`servehall.demo.structured.tool_chat`).
+    ``("tools", (tools, messages))`` (:func:`servehall.demo.structured.tool_chat`) or
+    ``("forced", (tools, messages))`` (:func:`servehall.demo.structured.forced_call_chat`).
 
     ``n_docs`` prose documents (text, drill, chat) and, interleaved, structured ones:
-    about 0.3 JSON texts, 0.3 JSON chats and 0.5 tool chats per prose document.
+    about 0.3 JSON texts, 0.3 JSON chats, 0.5 tool chats and 0.35 forced-call chats per
+    prose document.
     Deterministic in ``seed``.
     """
     rng = random.Random(seed)
@@ -219,6 +221,8 @@ def documents(seed: int = 0, n_docs: int = 1200) -> Iterator[tuple[str, object]]
             yield "json_chat", [structured.json_chat(rng)]
         if rng.random() < STRUCTURED_SHARE["tools"]:
             yield "tools", structured.tool_chat(rng)
+        if rng.random() < STRUCTURED_SHARE["forced"]:
+            yield "forced", structured.forced_call_chat(rng)
 
 
 def tokenizer_corpus(seed: int = 0) -> list[str]:
@@ -232,7 +236,7 @@ def tokenizer_corpus(seed: int = 0) -> list[str]:
             assert isinstance(payload, list)
             for q, a in payload:
                 lines += [q, a]
-        elif kind == "tools":
+        elif kind in ("tools", "forced"):
             assert isinstance(payload, tuple)
             text = render_tool_chat(payload[1], payload[0])
             for t in SPECIAL_TOKENS:

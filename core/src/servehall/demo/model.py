@@ -4,9 +4,10 @@ Architecture (Touvron et al., "Llama 2", 2023): RMSNorm, rotary position embeddi
 SwiGLU MLP, grouped-query attention (4 query heads, 2 KV heads), tied input/output
 embeddings; about 1.3 M parameters (``small``: 24.6 M, see :data:`SIZES`), context
 length 2048. Weights start from a seeded
-normal initialisation and take a short AdamW run (about ten seconds on one CPU thread) over
+normal initialisation and take a short AdamW run (one CPU thread; the whole build took 26 s
+of CPU on 2026-12-06, docs/api.md#the-demo-model-and-agents) over
 the corpus so greedy decoding produces real words rather than one repeated token: 640
-steps of four 96-token windows, three of them ending just past a structured reply (a JSON
+steps of four 128-token windows, three of them ending just past a structured reply (a JSON
 answer, a tool call, the answer that uses a tool's result) with the loss on the reply only
 (:func:`_train`), so under constrained decoding the model closes its strings and, offered
 a tool it is asked for, often calls it (docs/api.md#the-demo-model-and-agents).
@@ -47,7 +48,7 @@ NUM_HEADS = 4
 NUM_KV_HEADS = 2
 TRAIN_STEPS = 640
 TRAIN_BATCH = 4
-TRAIN_SEQ_LEN = 96
+TRAIN_SEQ_LEN = 128
 LEARNING_RATE = 2e-3
 WARMUP = 20
 """Steps of linear learning-rate warm-up."""
@@ -148,14 +149,21 @@ class TrainingStream:
             after ``<|assistant|>\n`` in JSON and tool chats, the ``{`` of a JSON text):
             the decisions a briefly trained model most needs to see, so part of each
             training batch is windows that end just past one (:func:`_train`).
+        unlearned: positions in ``ids`` whose token no window learns (label -100): the
+            first token of a forced-call chat's reply (``[{"``). ``tool_choice:
+            "required"`` forces it by grammar; its prompt is the same as under
+            ``"auto"``, where the reply should start with ``<tool_call>``, so the model
+            learns how a forced call goes on, not to start one by itself.
     """
 
     ids: list[int]
     anchors: list[int]
+    unlearned: list[int]
 
 
-ANCHOR_WEIGHT = {"json": 1, "json_chat": 1, "tools": 2}
-"""How often each kind's anchors are listed (a tool chat's replies are drawn twice as often)."""
+ANCHOR_WEIGHT = {"json": 1, "json_chat": 1, "tools": 2, "forced": 2}
+"""How often each kind's anchors are listed (a tool chat's and a forced-call chat's
+replies are drawn twice as often)."""
 
 
 def training_stream(tok: Tokenizer, seed: int) -> TrainingStream:
@@ -169,6 +177,7 @@ def training_stream(tok: Tokenizer, seed: int) -> TrainingStream:
     rng = random.Random(seed + 1)
     ids: list[int] = []
     anchors: list[int] = []
+    unlearned: list[int] = []
     for kind, payload in corpus.documents(seed):
         if kind == "drill":
             assert isinstance(payload, str)
@@ -185,7 +194,7 @@ def training_stream(tok: Tokenizer, seed: int) -> TrainingStream:
             for q, a in payload:
                 msgs += [("user", q), ("assistant", a)]
             text = render_chat(msgs)
-        elif kind == "tools":
+        elif kind in ("tools", "forced"):
             assert isinstance(payload, tuple)
             tools, messages = payload
             text = render_tool_chat(messages, tools)
@@ -195,9 +204,12 @@ def training_stream(tok: Tokenizer, seed: int) -> TrainingStream:
         if kind in ANCHOR_WEIGHT:
             marks = _reply_starts(text) if kind != "json" else [len(BOS)]
             found = [len(ids) + i for i, (start, _) in enumerate(enc.offsets) if start in marks]
+            if kind == "forced":  # see TrainingStream.unlearned
+                unlearned += found
+                found = [i + 1 for i in found]
             anchors += found * ANCHOR_WEIGHT[kind]
         ids += enc.ids
-    return TrainingStream(ids, anchors)
+    return TrainingStream(ids, anchors, unlearned)
 
 
 def _reply_starts(text: str) -> set[int]:
@@ -242,11 +254,13 @@ def _train(model: Any, stream: TrainingStream, seed: int, size: ModelSize) -> No
     """A short AdamW run of next-token prediction on windows of ``stream``: each batch has
     :data:`ANCHORED_ROWS` windows that start :data:`ANCHOR_CONTEXT` tokens before a random
     anchor (a structured reply, learned with its context masked), the rest start
-    anywhere."""
+    anywhere; no window learns the stream's ``unlearned`` tokens."""
     import torch
 
     rng = random.Random(seed)
     data = torch.tensor(stream.ids, dtype=torch.long)
+    learned = torch.ones(len(stream.ids), dtype=torch.bool)
+    learned[stream.unlearned] = False
     last = len(stream.ids) - TRAIN_SEQ_LEN - 1
     peak, steps = size.learning_rate, size.train_steps
     opt = torch.optim.AdamW(model.parameters(), lr=peak, weight_decay=0.0)
@@ -261,6 +275,7 @@ def _train(model: Any, stream: TrainingStream, seed: int, size: ModelSize) -> No
             lead.append(anchor - start)
         batch = torch.stack([data[s : s + TRAIN_SEQ_LEN] for s in starts])
         labels = batch.clone()
+        labels[~torch.stack([learned[s : s + TRAIN_SEQ_LEN] for s in starts])] = -100
         if MASK_CONTEXT:
             for row, n in enumerate(lead, start=TRAIN_BATCH - ANCHORED_ROWS):
                 labels[row, :n] = -100

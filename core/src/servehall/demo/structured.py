@@ -10,12 +10,16 @@ word lists and a :class:`random.Random` (deterministic in its seed):
   spacing the platform's whitespace bound forces (``": "`` and ``", "``), sometimes
   compact (vLLM's), sometimes in a one-element array;
 * :func:`json_chat` — a user asking for JSON, answered with such an object;
-* :func:`tool_chat` — an OpenAI-shaped conversation with ``tools`` (1-3 of
+* :func:`tool_chat` — an OpenAI-shaped conversation with ``tools`` (1-3 of the eleven
   :data:`TOOLS`, in random order): the user asks for what a tool does ("What is the
-  weather in Paris?"), the assistant answers with a Hermes tool call (the demo chat
+  weather in Paris?"; one in four names another short place, :func:`place`), the
+  assistant answers with a Hermes tool call (the demo chat
   template's and the ``hermes`` parser's format), a ``tool`` message holds the result,
   and a short assistant answer uses it; one in six asks something no tool does and is
-  answered in prose.
+  answered in prose;
+* :func:`forced_call_chat` — the same question answered as ``tool_choice: "required"``
+  shapes the reply (:mod:`servehall.tools.forced`): a JSON array of
+  ``{"name", "parameters"}`` calls.
 
 Rendered with :func:`servehall.demo.tokenizer.render_tool_chat`, exactly as the demo chat
 template renders the same messages and tools.
@@ -71,6 +75,8 @@ THINGS = (
     "bridge",
     "star",
 )
+LANGUAGES = ("French", "Spanish", "German", "Italian", "Japanese", "Greek")
+CURRENCIES = ("euros", "pounds", "yen", "pesos", "francs")
 SKIES = ("sunny", "cloudy", "rainy", "windy", "snowy", "clear")
 STRING_KEYS = (
     "city",
@@ -186,14 +192,12 @@ def dump(value: Any, rng: random.Random) -> str:
 
 def json_object(rng: random.Random) -> str:
     """A JSON text: an object of :func:`json_fields`, one in eight wrapped in an array;
-    one in four is instead a list of one or two tool calls as ``tool_choice: "required"``
-    constrains them (``[{"name": "get_weather", "parameters": {"city": "Paris"}}]``)."""
+    one in four is instead a list of one tool call as ``tool_choice: "required"``
+    constrains it (``[{"name": "get_weather", "parameters": {"city": "Paris"}}]``; one
+    call, so the model learns to close the list after it)."""
     if rng.random() < 0.25:
-        calls = []
-        for _ in range(1 if rng.random() < 0.85 else 2):
-            tool = TOOLS[0] if rng.random() < 0.4 else rng.choice(TOOLS[1:])
-            calls.append({"name": tool.name, "parameters": tool.make(rng)[0]})
-        return dump(calls, rng)
+        tool = TOOLS[0] if rng.random() < 0.4 else rng.choice(TOOLS[1:])
+        return dump([{"name": tool.name, "parameters": tool.make(rng)[0]}], rng)
     value: Any = json_fields(rng)
     if rng.random() < 0.125:
         value = [value]
@@ -220,14 +224,21 @@ class _Tool:
     """rng -> (arguments, tool result, final answer); ``asks`` formats with the args."""
 
 
+def place(rng: random.Random) -> str:
+    """Where a user asks about: a city, one in four times another short place name
+    (``the garden of Oslo``, ``white river``), so the model learns to copy whatever the
+    user named into the argument and close the string after it."""
+    return rng.choice(CITIES) if rng.random() < 0.75 else short_string(rng)
+
+
 def _weather(rng: random.Random) -> tuple[dict[str, Any], str, str]:
-    city, sky, t = rng.choice(CITIES), rng.choice(SKIES), rng.randint(-5, 35)
+    city, sky, t = place(rng), rng.choice(SKIES), rng.randint(-5, 35)
     result = json.dumps({"city": city, "temperature": t, "sky": sky})
     return {"city": city}, result, f"It is {sky} in {city}, {t} degrees."
 
 
 def _time(rng: random.Random) -> tuple[dict[str, Any], str, str]:
-    city, hh, mm = rng.choice(CITIES), rng.randint(0, 23), rng.randint(0, 59)
+    city, hh, mm = place(rng), rng.randint(0, 23), rng.randint(0, 59)
     return {"city": city}, f"{hh:02d}:{mm:02d}", f"It is {hh:02d}:{mm:02d} in {city}."
 
 
@@ -243,13 +254,42 @@ def _search(rng: random.Random) -> tuple[dict[str, Any], str, str]:
 
 
 def _population(rng: random.Random) -> tuple[dict[str, Any], str, str]:
-    city, n = rng.choice(CITIES), rng.randint(1, 30)
+    city, n = place(rng), rng.randint(1, 30)
     return {"city": city}, json.dumps({"millions": n}), f"About {n} million people live in {city}."
 
 
 def _email(rng: random.Random) -> tuple[dict[str, Any], str, str]:
     to, subject = rng.choice(NAMES), rng.choice(THINGS)
     return {"to": to, "subject": subject}, '{"sent": true}', f"Done: the mail to {to} is sent."
+
+
+def _news(rng: random.Random) -> tuple[dict[str, Any], str, str]:
+    topic = rng.choice(THINGS)
+    head = f"{rng.choice(NAMES)} finds a {rng.choice(COLORS)} {topic}"
+    return {"topic": topic}, json.dumps([head]), f"The news: {head}."
+
+
+def _translate(rng: random.Random) -> tuple[dict[str, Any], str, str]:
+    text, language = rng.choice(THINGS), rng.choice(LANGUAGES)
+    word = text[::-1]
+    return {"text": text, "language": language}, word, f"In {language}, {text} is {word}."
+
+
+def _timer(rng: random.Random) -> tuple[dict[str, Any], str, str]:
+    minutes = rng.randint(1, 60)
+    return {"minutes": minutes}, '{"set": true}', f"Your timer for {minutes} minutes is set."
+
+
+def _distance(rng: random.Random) -> tuple[dict[str, Any], str, str]:
+    a, b = rng.sample(CITIES, 2)
+    km = rng.randint(50, 9000)
+    return {"origin": a, "destination": b}, json.dumps({"km": km}), f"It is {km} km."
+
+
+def _convert(rng: random.Random) -> tuple[dict[str, Any], str, str]:
+    amount, currency = rng.randint(1, 500), rng.choice(CURRENCIES)
+    got = amount * rng.randint(1, 3)
+    return {"amount": amount, "currency": currency}, str(got), f"That is {got} {currency}."
 
 
 TOOLS: tuple[_Tool, ...] = (
@@ -304,6 +344,41 @@ TOOLS: tuple[_Tool, ...] = (
         ("Send an email to {to} about the {subject}.", "Email {to}: {subject}."),
         _email,
     ),
+    _Tool(
+        "get_news",
+        "Latest news on a topic",
+        {"topic": "string"},
+        ("What is the news about the {topic}?", "Any news on {topic}?", "News about {topic}."),
+        _news,
+    ),
+    _Tool(
+        "translate",
+        "Translate a word",
+        {"text": "string", "language": "string"},
+        ("Translate {text} into {language}.", "How do you say {text} in {language}?"),
+        _translate,
+    ),
+    _Tool(
+        "set_timer",
+        "Start a timer",
+        {"minutes": "integer"},
+        ("Set a timer for {minutes} minutes.", "Timer: {minutes} minutes, please."),
+        _timer,
+    ),
+    _Tool(
+        "get_distance",
+        "Distance between two cities",
+        {"origin": "string", "destination": "string"},
+        ("How far is {origin} from {destination}?", "Distance from {origin} to {destination}?"),
+        _distance,
+    ),
+    _Tool(
+        "convert_currency",
+        "Convert an amount of dollars",
+        {"amount": "integer", "currency": "string"},
+        ("Convert {amount} dollars to {currency}.", "How much is {amount} dollars in {currency}?"),
+        _convert,
+    ),
 )
 
 
@@ -326,14 +401,20 @@ def tool_spec(tool: _Tool, rng: random.Random) -> dict[str, Any]:
     return {"type": "function", "function": fn}
 
 
-def tool_chat(rng: random.Random) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """``(tools, messages)``: see the module docstring. Messages are OpenAI-shaped
-    (assistant calls as ``tool_calls`` with ``arguments`` as JSON text)."""
+def _offer(rng: random.Random) -> tuple[_Tool, list[dict[str, Any]]]:
+    """The tool a chat asks for and the ``tools[]`` offered with it (it and 0-2 others,
+    in random order)."""
     # the weather tool, every framework's first example, is asked for in 40% of chats
     first = TOOLS[0] if rng.random() < 0.4 else rng.choice(TOOLS[1:])
     offered = [first, *rng.sample([t for t in TOOLS if t is not first], rng.randint(0, 2))]
     rng.shuffle(offered)
-    tools = [tool_spec(t, rng) for t in offered]
+    return first, [tool_spec(t, rng) for t in offered]
+
+
+def tool_chat(rng: random.Random) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(tools, messages)``: see the module docstring. Messages are OpenAI-shaped
+    (assistant calls as ``tool_calls`` with ``arguments`` as JSON text)."""
+    tool, tools = _offer(rng)
     messages: list[dict[str, Any]] = []
     if rng.random() < 0.2:
         messages.append({"role": "system", "content": "You are a helpful assistant."})
@@ -341,7 +422,6 @@ def tool_chat(rng: random.Random) -> tuple[list[dict[str, Any]], list[dict[str, 
         messages.append({"role": "user", "content": rng.choice(OTHER_QUESTIONS)})
         messages.append({"role": "assistant", "content": "Hello! I can help with that."})
         return tools, messages
-    tool = first
     args, result, answer = tool.make(rng)
     ask = rng.choice(tool.asks).format(**args)
     call = {"name": tool.name, "arguments": json.dumps(args, ensure_ascii=False)}
@@ -352,3 +432,19 @@ def tool_chat(rng: random.Random) -> tuple[list[dict[str, Any]], list[dict[str, 
         {"role": "assistant", "content": answer},
     ]
     return tools, messages
+
+
+def forced_call_chat(rng: random.Random) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(tools, messages)``: a user asks for what an offered tool does and the assistant
+    answers with the text ``tool_choice: "required"`` constrains — a JSON array of one
+    call (``[{"name": "get_weather", "parameters": {"city": "Paris"}}]``), spaced as
+    :func:`dump` spaces it. One call only: the question asks for one thing, and the
+    ``]`` after it is what a small model most needs to learn here."""
+    tool, tools = _offer(rng)
+    args = tool.make(rng)[0]
+    ask = rng.choice(tool.asks).format(**args)
+    calls = [{"name": tool.name, "parameters": args}]
+    return tools, [
+        {"role": "user", "content": ask},
+        {"role": "assistant", "content": dump(calls, rng)},
+    ]

@@ -248,6 +248,9 @@ class Engine(Protocol):
     #: ``presence_penalty``, ``frequency_penalty``, ``top_k``, ``min_p``,
     #: ``repetition_penalty``). The host answers 400 ``unsupported_parameter`` naming the
     #: parameter when a request sets an unsupported one to anything but its neutral value.
+    #: Two capabilities are listed here too: ``"structured_output"`` (the engine applies
+    #: a :class:`StructuredConstraint`) and ``"structural_tag"`` (including its
+    #: ``structural_tag`` kind; ``[[models]] tool_call_grammar = "always"`` needs it).
     supported_params: frozenset[str]
 
     @property

@@ -83,7 +83,8 @@ async def start_version(host: Host, mc: ModelConfig, state: str = "serving") -> 
     Raises:
         ConfigError: a path that is not a model directory, an unusable tokenizer, an
             unknown backend, a URL whose model cannot be pulled (:func:`pull_source`);
-            the gate could not run (golden file, timeout).
+            the gate could not run (golden file, timeout); ``tool_call_grammar =
+            "always"`` on an engine without structural tags (the engine is stopped).
         GateFailed: the gate's score is below its ``min`` (a ConfigError with the
             figures); the engine is stopped.
         EngineError: the engine failed to start.
@@ -198,6 +199,7 @@ async def _start(host: Host, mc: ModelConfig, run_mc: ModelConfig, state: str) -
         scheduler = (
             host.plugins.schedulers().get(settings.scheduler.policy).factory(settings.scheduler)
         )
+        check_tool_call_grammar(mc, spec.name, engine.supported_params)
         if isinstance(engine, ProcessEngine):
             scheduler = EngineGate(scheduler, engine, mc.name, settings.scheduler)
         if mc.gate is not None:
@@ -215,6 +217,7 @@ async def _start(host: Host, mc: ModelConfig, run_mc: ModelConfig, state: str) -
         tokenizer=tokenizer,
         max_model_len=int(min(limits)),
         tool_parser=tool_parser,
+        tool_call_grammar=mc.tool_call_grammar,
         version=mc.version,
         weight=mc.weight,
         state=state,
@@ -223,6 +226,25 @@ async def _start(host: Host, mc: ModelConfig, run_mc: ModelConfig, state: str) -
         loads=1,
         last_load_s=load_s,
     )
+
+
+def check_tool_call_grammar(mc: ModelConfig, backend: str, supported: frozenset[str]) -> None:
+    """Refuse ``tool_call_grammar = "always"`` on an engine that cannot compile the
+    structural tag it puts on every ``tool_choice: "auto"`` request (``supported``: the
+    started engine's :attr:`~servehall.engines.contract.Engine.supported_params`, which
+    list ``"structural_tag"`` where it can; an embedding model never takes tools).
+
+    Raises:
+        ConfigError: ``models.NAME.tool_call_grammar: ...`` naming the backend.
+    """
+    if mc.tool_call_grammar != "always" or mc.task != "generate":
+        return
+    if "structural_tag" not in supported:
+        raise ConfigError(
+            f"models.{mc.name}.tool_call_grammar: 'always' needs a backend that constrains "
+            f"decoding with structural tags; backend {backend!r} cannot here (use 'strict', "
+            "or a backend such as openvino_cpu, cpu/cuda (torch) or vllm)"
+        )
 
 
 def make_engine(

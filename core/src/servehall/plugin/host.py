@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from servehall.admission.scheduler import Scheduler
     from servehall.config.models import ModelConfig, RollbackIf
     from servehall.engines.contract import Engine
+    from servehall.tools.plan import ToolGrammar
 
 
 def model_key(name: str, version: str) -> str:
@@ -57,6 +58,8 @@ class ServedModel:
     tokenizer: Any
     max_model_len: int
     tool_parser: ToolParser = HERMES
+    #: ``[[models]] tool_call_grammar`` (:data:`servehall.tools.plan.ToolGrammar`).
+    tool_call_grammar: ToolGrammar = "strict"
     version: str = ""
     weight: float = 1.0
     state: str = "serving"

@@ -77,10 +77,12 @@ def _demo_plugins(settings: Settings, plugins: PluginHost) -> PluginHost:
 
 
 def _add_demo_model(settings: Settings) -> None:
-    from servehall.demo import DEFAULT_DEMO_DIR, build_demo_model
+    from servehall.demo import DEFAULT_DEMO_DIR, DEMO_MODEL_SETTINGS, build_demo_model
 
     path = Path(build_demo_model(DEFAULT_DEMO_DIR))
-    demo = ModelConfig(name="demo", path=path, backend="auto")
+    demo = ModelConfig.model_validate(
+        {"name": "demo", "path": path, "backend": "auto", **DEMO_MODEL_SETTINGS}
+    )
     settings.models = [demo, *(m for m in settings.models if m.name != "demo")]
 
 

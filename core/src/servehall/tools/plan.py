@@ -13,6 +13,11 @@ Constraints (the engine-neutral :class:`~servehall.engine.StructuredConstraint`)
   in xgrammar's format — free text until the parser's trigger (``<tool_call>``), then one
   of the tools' call texts with schema-constrained arguments (``strict`` tools: their
   schema; others: any object), ``stop_after_first`` for at most one call;
+* ``auto`` under the model's ``tool_call_grammar = "always"`` (:data:`ToolGrammar`): the
+  same structural tag for every request with tools (a "lazy grammar", as llama.cpp's
+  grammar triggers and xgrammar's ``triggered_tags``), every tool's arguments by its
+  checked schema (a non-strict tool whose schema the checker refuses: any object),
+  ``stop_after_first`` only with ``parallel_tool_calls: false``;
 * ``auto`` otherwise, and ``none``: no constraint.
 """
 
@@ -60,6 +65,8 @@ class FunctionTool:
 
 
 ToolChoiceKind = Literal["none", "auto", "required", "named"]
+ToolGrammar = Literal["strict", "always"]
+"""``[[models]] tool_call_grammar``: when ``auto`` gets a structural tag (module docstring)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +113,13 @@ class ToolPlan:
             return "parallel_tool_calls"
         return "tools"
 
-    def constraint(self, parser: ToolParser) -> StructuredConstraint | None:
+    def constraint(
+        self, parser: ToolParser, grammar: ToolGrammar = "strict"
+    ) -> StructuredConstraint | None:
         """The decoding constraint this plan needs (see the module docstring), or None.
+
+        ``grammar`` is the model's ``tool_call_grammar``: ``"always"`` constrains every
+        ``auto`` call after the parser's trigger.
 
         Raises:
             InvalidRequestError: code ``invalid_tools``: a schema the grammar cannot
@@ -122,16 +134,14 @@ class ToolPlan:
             return StructuredConstraint(json_schema=_dumps(self.checked_schema(i)))
         if self.choice == "required":
             return StructuredConstraint(json_schema=_dumps(self.required_schema()))
-        if self.parallel and not any(t.strict for t in self.tools):
+        always = grammar == "always"
+        if self.parallel and not always and not any(t.strict for t in self.tools):
             return None
         tags = [
             {
                 "type": "tag",
                 "begin": parser.call_begin(t.name),
-                "content": {
-                    "type": "json_schema",
-                    "json_schema": self.checked_schema(i) if t.strict else ANY_OBJECT,
-                },
+                "content": {"type": "json_schema", "json_schema": self._tag_schema(i, always)},
                 "end": parser.end,
             }
             for i, t in enumerate(self.tools)
@@ -147,6 +157,19 @@ class ToolPlan:
             },
         }
         return StructuredConstraint(structural_tag=_dumps(tag))
+
+    def _tag_schema(self, i: int, always: bool) -> Any:
+        """Tool ``i``'s arguments schema inside the structural tag: checked for a
+        ``strict`` tool (a schema the checker refuses is a 400), checked for any tool
+        under ``always`` (refused: any object, as without the setting), else any object."""
+        if self.tools[i].strict:
+            return self.checked_schema(i)
+        if not always:
+            return ANY_OBJECT
+        try:
+            return self.checked_schema(i)
+        except InvalidRequestError:
+            return ANY_OBJECT
 
     def checked_schema(self, i: int) -> Any:
         """Tool ``i``'s arguments schema as it constrains decoding: checked and

@@ -79,6 +79,7 @@ SUPPORTED_PARAMS: frozenset[str] = frozenset(
         "top_k",
         "repetition_penalty",
         "structured_output",
+        "structural_tag",
     }
 )
 """What ``GenerationConfig`` can express. ``min_p`` is not among them (OpenVINO GenAI has no

@@ -83,6 +83,7 @@ SUPPORTED_PARAMS: frozenset[str] = frozenset(
         "min_p",
         "repetition_penalty",
         "structured_output",
+        "structural_tag",
     }
 )
 GRAMMAR_CACHE_SIZE = 256

@@ -70,7 +70,7 @@ from servehall.errors import (
 
 log = logging.getLogger("servehall.engines.vllm")
 
-SUPPORTED_PARAMS = TORCH_SUPPORTED_PARAMS | {"structured_output"}
+SUPPORTED_PARAMS = TORCH_SUPPORTED_PARAMS | {"structured_output", "structural_tag"}
 """Every optional sampling field: vLLM's sampler implements them all (structured output
 only for a model directory with a tokenizer)."""
 
@@ -123,7 +123,9 @@ class VllmEngine:
         # (skip_tokenizer_init) and structured output is not offered
         self._has_tokenizer = any((self.path / f).is_file() for f in TOKENIZER_FILES)
         self.supported_params = (
-            SUPPORTED_PARAMS if self._has_tokenizer else SUPPORTED_PARAMS - {"structured_output"}
+            SUPPORTED_PARAMS
+            if self._has_tokenizer
+            else SUPPORTED_PARAMS - {"structured_output", "structural_tag"}
         )
         facts = HfModelFacts.read(self.path)
         self._eos = facts.eos_token_ids
