@@ -1,7 +1,7 @@
-"""What servehall's connection patches expect of Hypercorn, h2 and h11, checked at start.
+"""What servehall's connection patches expect of Hypercorn, h2, hpack and h11, checked at start.
 
-The six patch modules listed in :mod:`servehall.server.hypercorn` wrap private methods
-of Hypercorn 0.18, h2 4.x and h11 0.16. ``core/pyproject.toml`` pins those libraries
+The seven patch modules listed in :mod:`servehall.server.hypercorn` wrap private methods
+of Hypercorn 0.18, h2 4.x, hpack 4.x and h11 0.16. ``core/pyproject.toml`` pins those libraries
 below their next minor release; this module is the second guard, for an install that
 bypasses the pins (``--no-deps``, a vendored copy, a patched distribution): before the
 patches are installed, :func:`check_patch_targets` looks at every private name a patch
@@ -102,6 +102,34 @@ TARGETS: tuple[PatchTarget, ...] = (
         ("self.priority = priority.PriorityTree()",),
     ),
     PatchTarget(
+        "h2_headers",
+        "h2",
+        "h2.stream",
+        "H2Stream._build_headers_frames",
+        (
+            "normalize_outbound_headers(",
+            "validate_outbound_headers(",
+            "encoded_headers = encoder.encode(headers)",
+            'frames[-1].flags.add("END_HEADERS")',
+        ),
+    ),
+    PatchTarget(
+        "h2_headers",
+        "h2",
+        "h2.stream",
+        "H2Stream.send_headers",
+        ("bytes_headers = utf8_encode_headers(headers)",),
+    ),
+    PatchTarget(
+        "h2_headers",
+        "hpack",
+        "hpack.hpack",
+        "Encoder.add",
+        ("self.header_table.add(name, value)",),
+    ),
+    PatchTarget("h2_headers", "hpack", "hpack.hpack", "Encoder._encode_table_size_change"),
+    PatchTarget("h2_headers", "hpack", "hpack.hpack", "encode_integer"),
+    PatchTarget(
         "write_coalesce",
         "hypercorn",
         "hypercorn.asyncio.tcp_server",
@@ -165,6 +193,6 @@ def check_patch_targets(targets: tuple[PatchTarget, ...] = TARGETS) -> None:
     if problems:
         raise PatchTargetError(
             "servehall's connection patches do not match the installed libraries "
-            "(servehall supports hypercorn 0.18, h2 4.x, h11 0.16; see docs/api.md, "
+            "(servehall supports hypercorn 0.18, h2 4.x, hpack 4.x, h11 0.16; see docs/api.md, "
             "'Known deviations from upstream Hypercorn'):\n  " + "\n  ".join(problems)
         )
