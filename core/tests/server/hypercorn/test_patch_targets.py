@@ -28,6 +28,7 @@ def test_installed_libraries_match_every_patch() -> None:
         "h2_workaround",
         "h2_scheduler",
         "h2_headers",
+        "h2_direct_data",
         "write_coalesce",
     }
 

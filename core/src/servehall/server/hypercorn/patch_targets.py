@@ -1,6 +1,6 @@
 """What servehall's connection patches expect of Hypercorn, h2, hpack and h11, checked at start.
 
-The seven patch modules listed in :mod:`servehall.server.hypercorn` wrap private methods
+The eight patch modules listed in :mod:`servehall.server.hypercorn` wrap private methods
 of Hypercorn 0.18, h2 4.x, hpack 4.x and h11 0.16. ``core/pyproject.toml`` pins those libraries
 below their next minor release; this module is the second guard, for an install that
 bypasses the pins (``--no-deps``, a vendored copy, a patched distribution): before the
@@ -100,6 +100,33 @@ TARGETS: tuple[PatchTarget, ...] = (
         "hypercorn.protocol.h2",
         "H2Protocol.__init__",
         ("self.priority = priority.PriorityTree()",),
+    ),
+    PatchTarget(
+        "h2_direct_data",
+        "hypercorn",
+        "hypercorn.protocol.h2",
+        "H2Protocol.stream_send",
+        (
+            "isinstance(event, (Body, Data))",
+            "self.stream_buffers[event.stream_id].push(event.data)",
+        ),
+    ),
+    PatchTarget(
+        "h2_direct_data",
+        "hypercorn",
+        "hypercorn.protocol.h2",
+        "StreamBuffer.__init__",
+        ("self.buffer = bytearray()", "self._complete = False"),
+    ),
+    PatchTarget(
+        "h2_direct_data",
+        "hypercorn",
+        "hypercorn.protocol.h2",
+        "H2Protocol._send_data",
+        (
+            "self.connection.local_flow_control_window(stream_id)",
+            "self.connection.send_data(stream_id, data)",
+        ),
     ),
     PatchTarget(
         "h2_headers",
