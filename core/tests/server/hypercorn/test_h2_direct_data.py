@@ -2,7 +2,8 @@
 real Hypercorn (``conn_server.py --fixes``): small events on many streams, bodies larger
 than the flow-control window (the buffered path, then the direct one again), and a stream
 reset while its siblings stream — every byte arrives, in order, on a connection that
-stays usable."""
+stays usable; and :func:`~servehall.server.hypercorn.h2_direct_data.frame_data` against h2's
+own ``send_data``."""
 
 from __future__ import annotations
 
@@ -11,11 +12,16 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import h2.config
+import h2.connection
 import h2.errors
+import h2.events
 import h2.settings
 import pytest
 
+from servehall.server.hypercorn.h2_direct_data import frame_data
 from servehall.testing.rawhttp import H2Client
 from servehall.testing.sockets import free_port
 
@@ -86,3 +92,76 @@ def test_a_reset_stream_ends_alone(port: int) -> None:
         assert all(client.streams[sid].body == events(60) for sid in sids[1:])
         sid = client.request("GET", "/ok")
         assert client.wait([sid]) and client.streams[sid].status == 200
+
+
+def pair() -> tuple[h2.connection.H2Connection, h2.connection.H2Connection, int]:
+    """A client and a server connection, settings exchanged, one GET open on both."""
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    server = h2.connection.H2Connection(
+        h2.config.H2Configuration(client_side=False, header_encoding=None)
+    )
+    client.initiate_connection()
+    server.initiate_connection()
+    server.receive_data(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    server.receive_data(client.data_to_send())
+    sid = client.get_next_available_stream_id()
+    client.send_headers(
+        sid, [(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "x")]
+    )
+    server.receive_data(client.data_to_send())
+    server.send_headers(sid, [(b":status", b"200")])
+    client.receive_data(server.data_to_send())
+    return client, server, sid
+
+
+def state(conn: h2.connection.H2Connection, sid: int) -> tuple[Any, ...]:
+    stream = conn.streams[sid]
+    return (
+        conn.outbound_flow_control_window,
+        stream.outbound_flow_control_window,
+        conn.state_machine.state,
+        stream.state_machine.state,
+    )
+
+
+@pytest.mark.parametrize("size", [1, 100, 16_384])
+def test_frame_data_is_h2s_send_data(size: int) -> None:
+    data = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    _, theirs, sid = pair()
+    client, ours, _ = pair()
+    theirs.send_data(sid, data)
+    assert frame_data(ours, sid, data)
+    wire = ours.data_to_send()
+    assert wire == theirs.data_to_send()
+    assert state(ours, sid) == state(theirs, sid)
+    assert frame_data(ours, sid, b"more")
+    events = client.receive_data(wire + ours.data_to_send())
+    got = [e.data for e in events if isinstance(e, h2.events.DataReceived)]
+    assert b"".join(got) == data + b"more"
+
+
+def test_frame_data_refuses_what_it_must_leave_to_h2() -> None:
+    client, server, sid = pair()
+    before = state(server, sid)
+    assert not frame_data(server, sid, b"")  # nothing to frame
+    assert not frame_data(server, sid + 2, b"x")  # no such stream
+    assert not frame_data(server, sid, b"x" * 16_385)  # over the peer's frame size
+    assert state(server, sid) == before and server.data_to_send() == b""
+    # a window smaller than the data
+    client.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 10})
+    server.receive_data(client.data_to_send())
+    assert not frame_data(server, sid, b"x" * 11)
+    assert frame_data(server, sid, b"x" * 10)
+    server.data_to_send()
+    # a stream this side ended, and one the peer reset
+    server.end_stream(sid)
+    assert not frame_data(server, sid, b"x")
+    client2, server2, sid2 = pair()
+    client2.reset_stream(sid2)
+    server2.receive_data(client2.data_to_send())
+    assert not frame_data(server2, sid2, b"x")
+    # a connection that is closing
+    _, server3, sid3 = pair()
+    server3.close_connection()
+    assert not frame_data(server3, sid3, b"x")

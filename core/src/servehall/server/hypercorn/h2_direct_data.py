@@ -10,23 +10,65 @@ passes through the sender's loop. A profile of the API process under 256 streams
 (docs/performance.md, "A cheaper request") had the sender task at about 24 % of its CPU.
 
 :func:`install` wraps ``stream_send`` so that a body message (``Body``) whose stream has
-nothing buffered and whose bytes fit the stream's flow-control window and the peer's
-maximum frame size is framed by h2 (``H2Connection.send_data``) and flushed right there,
-in the order the application sent it. That is what the sender task would have done with
-it: nothing of that stream is ahead of it, and the whole message fits one frame. Every
-other case — data already waiting, a window or frame too small, the end of the body,
-trailers, a stream or connection h2 refuses (closed, reset) — goes the way it went
-before, through the buffer and the sender task (which then meets the error and cleans
-up, as before). Flushed bytes leave through
+nothing buffered and whose bytes fit the flow-control windows and the peer's maximum
+frame size is framed at once (:func:`frame_data`: the bytes and window accounting of
+h2's ``H2Connection.send_data``, without its ``DataFrame`` object, flag set and debug
+calls — they were most of its cost) and flushed right there, in the order the
+application sent it. That is what the sender task would have done with it: nothing of
+that stream is ahead of it, and the whole message fits one frame. Every other case —
+data already waiting, a window or frame too small, the end of the body, trailers, a
+stream h2 would refuse (closed, reset, ended by us) or a connection that is not open —
+goes the way it went before, through the buffer and the sender task (which then meets
+the error and cleans up, as before). Flushed bytes leave through
 :mod:`servehall.server.hypercorn.write_coalesce`: one write per connection and loop
 turn. Idempotent.
 """
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
+from h2.connection import ConnectionState, H2Connection
+from h2.stream import StreamState
+
 _INSTALLED = False
+_HEADER = struct.Struct(">HBBBL")
+_SENDABLE = frozenset({StreamState.OPEN, StreamState.HALF_CLOSED_REMOTE})
+
+
+def frame_data(conn: H2Connection, stream_id: int, data: bytes) -> bool:
+    """Queue ``data`` (bytes) as one DATA frame of ``stream_id`` on a server connection,
+    as ``conn.send_data(stream_id, data)`` does — the same frame bytes appended to the
+    connection's outbound buffer, the same two flow-control windows reduced by
+    ``len(data)``, no state change (h2's own transitions for DATA on an open stream of an
+    open server connection change nothing) — without building a ``DataFrame``.
+
+    Returns False, touching nothing, unless the connection is an open server connection,
+    the stream is open or half-closed by the peer, and ``data`` is non-empty and fits both
+    windows and the peer's maximum frame size; the caller then takes the buffered path.
+    """
+    if conn.state_machine.state is not ConnectionState.SERVER_OPEN:
+        return False
+    stream = conn.streams.get(stream_id)
+    if stream is None or stream.state_machine.state not in _SENDABLE:
+        return False
+    n = len(data)
+    if (
+        not 0
+        < n
+        <= min(
+            conn.outbound_flow_control_window,
+            stream.outbound_flow_control_window,
+            conn.max_outbound_frame_size,
+        )
+    ):
+        return False
+    conn._data_to_send += _HEADER.pack((n >> 8) & 0xFFFF, n & 0xFF, 0, 0, stream_id & 0x7FFFFFFF)
+    conn._data_to_send += data
+    stream.outbound_flow_control_window -= n
+    conn.outbound_flow_control_window -= n
+    return True
 
 
 def install() -> None:
@@ -35,33 +77,22 @@ def install() -> None:
     global _INSTALLED
     if _INSTALLED:
         return
-    import h2.exceptions
     from hypercorn.protocol.events import Body
     from hypercorn.protocol.h2 import H2Protocol
 
     original = H2Protocol.stream_send
-    refused = (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError)
 
     async def stream_send(self: Any, event: Any) -> None:
         if type(event) is Body:
-            sid = event.stream_id
-            buffer = self.stream_buffers.get(sid)
-            if buffer is not None and not buffer.buffer and not buffer._complete:
-                conn = self.connection
-                data = event.data
-                try:
-                    fits = (
-                        0
-                        < len(data)
-                        <= min(conn.local_flow_control_window(sid), conn.max_outbound_frame_size)
-                    )
-                    if fits:
-                        conn.send_data(sid, data)
-                except refused:
-                    fits = False  # the buffered path meets the same refusal and cleans up
-                if fits:
-                    await self._flush()
-                    return
+            buffer = self.stream_buffers.get(event.stream_id)
+            if (
+                buffer is not None
+                and not buffer.buffer
+                and not buffer._complete
+                and frame_data(self.connection, event.stream_id, event.data)
+            ):
+                await self._flush()
+                return
         await original(self, event)
 
     H2Protocol.stream_send = stream_send  # type: ignore[method-assign]

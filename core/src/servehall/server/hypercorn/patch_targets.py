@@ -129,6 +129,35 @@ TARGETS: tuple[PatchTarget, ...] = (
         ),
     ),
     PatchTarget(
+        "h2_direct_data",
+        "h2",
+        "h2.connection",
+        "H2Connection.send_data",
+        (
+            "self.state_machine.process_input(ConnectionInputs.SEND_DATA)",
+            "frames = self.streams[stream_id].send_data(",
+            "self._prepare_for_sending(frames)",
+            "self.outbound_flow_control_window -= frame_size",
+        ),
+    ),
+    PatchTarget(
+        "h2_direct_data",
+        "h2",
+        "h2.connection",
+        "H2Connection._prepare_for_sending",
+        ("self._data_to_send += ",),
+    ),
+    PatchTarget(
+        "h2_direct_data",
+        "h2",
+        "h2.stream",
+        "H2Stream.send_data",
+        (
+            "self.state_machine.process_input(StreamInputs.SEND_DATA)",
+            "self.outbound_flow_control_window -= df.flow_controlled_length",
+        ),
+    ),
+    PatchTarget(
         "h2_headers",
         "h2",
         "h2.stream",
