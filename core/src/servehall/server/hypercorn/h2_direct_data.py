@@ -13,25 +13,36 @@ passes through the sender's loop. A profile of the API process under 256 streams
 nothing buffered and whose bytes fit the flow-control windows and the peer's maximum
 frame size is framed at once (:func:`frame_data`: the bytes and window accounting of
 h2's ``H2Connection.send_data``, without its ``DataFrame`` object, flag set and debug
-calls — they were most of its cost) and flushed right there, in the order the
-application sent it. That is what the sender task would have done with it: nothing of
-that stream is ahead of it, and the whole message fits one frame. Every other case —
-data already waiting, a window or frame too small, the end of the body, trailers, a
-stream h2 would refuse (closed, reset, ended by us) or a connection that is not open —
-goes the way it went before, through the buffer and the sender task (which then meets
-the error and cleans up, as before). Flushed bytes leave through
-:mod:`servehall.server.hypercorn.write_coalesce`: one write per connection and loop
-turn. Idempotent.
+calls — they were most of its cost), in the order the application sent it. That is what
+the sender task would have done with it: nothing of that stream is ahead of it, and the
+whole message fits one frame. The framed bytes wait in h2's outbound buffer for one flush
+per connection at the end of the loop turn (``loop.call_soon``; the many streams an
+engine step wakes in one turn share it) — or flush at once once :data:`FLUSH_AT` bytes
+wait, with the writer's backpressure. Every flush takes h2's one outbound buffer in
+order, so the bytes leave in the order they were framed whoever flushes them: the sender
+task ending a stream, the headers of another. Every other case — data already waiting,
+a window or frame too small, the end of the body, trailers, a stream h2 would refuse
+(closed, reset, ended by us) or a connection that is not open — goes the way it went
+before, through the buffer and the sender task (which then meets the error and cleans
+up, as before). Flushed bytes leave through :mod:`servehall.server.hypercorn.write_coalesce`:
+one write per connection and loop turn. Idempotent.
 """
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from typing import Any
 
 from h2.connection import ConnectionState, H2Connection
 from h2.stream import StreamState
 
+FLUSH_AT = 64 * 1024
+"""Framed bytes waiting in the connection's outbound buffer past which a body message
+flushes at once instead of at the end of the loop turn."""
+
+_PENDING = "_servehall_flush_pending"
+_FLUSHING: set[asyncio.Future[None]] = set()
 _INSTALLED = False
 _HEADER = struct.Struct(">HBBBL")
 _SENDABLE = frozenset({StreamState.OPEN, StreamState.HALF_CLOSED_REMOTE})
@@ -71,6 +82,16 @@ def frame_data(conn: H2Connection, stream_id: int, data: bytes) -> bool:
     return True
 
 
+def _flush_soon(protocol: Any) -> None:
+    """The end-of-turn flush of an ``H2Protocol`` (see the module docstring): its
+    ``_flush`` in a task (writing can wait for the writer's backpressure)."""
+    protocol.__dict__.pop(_PENDING, None)
+    if protocol.connection._data_to_send:
+        task = asyncio.ensure_future(protocol._flush())
+        _FLUSHING.add(task)  # referenced until done
+        task.add_done_callback(_FLUSHING.discard)
+
+
 def install() -> None:
     """Wrap Hypercorn's ``H2Protocol.stream_send`` once per process (see the module
     docstring)."""
@@ -91,7 +112,12 @@ def install() -> None:
                 and not buffer._complete
                 and frame_data(self.connection, event.stream_id, event.data)
             ):
-                await self._flush()
+                if len(self.connection._data_to_send) >= FLUSH_AT:
+                    await self._flush()  # at once, with the writer's backpressure
+                elif self.__dict__.get(_PENDING) is None:
+                    self.__dict__[_PENDING] = asyncio.get_running_loop().call_soon(
+                        _flush_soon, self
+                    )
                 return
         await original(self, event)
 
