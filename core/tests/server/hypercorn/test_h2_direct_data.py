@@ -78,6 +78,21 @@ def test_bodies_past_the_window_are_buffered_then_sent_in_order(port: int) -> No
         assert all(client.streams[sid].body == events(30) for sid in sse)
 
 
+def test_a_body_past_the_flush_mark_is_flushed_on_the_way(port: int) -> None:
+    """Windows wide enough for the whole body: every 8 KiB message is framed directly,
+    in one loop turn, so the framed bytes pass FLUSH_AT and are flushed as they go."""
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        client = H2Client(s)
+        client.read_settings()
+        client.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 2**20})
+        client.conn.increment_flow_control_window(2**22)
+        client.flush()
+        sids = [client.request("GET", "/big?400000", flush=False) for _ in range(2)]
+        client.flush()
+        assert client.wait(sids), client.terminated
+        assert all(client.streams[sid].body == b"0123456789" * 40_000 for sid in sids)
+
+
 def test_a_reset_stream_ends_alone(port: int) -> None:
     with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
         client = H2Client(s)
