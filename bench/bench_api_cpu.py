@@ -29,7 +29,13 @@ CPU time of the API process and of its children (the engine worker) comes from
 Printed per workload: requests/s and tokens/s (h2load's own elapsed time; tokens =
 succeeded requests × ``max_tokens``: the null engine always runs to ``max_tokens``),
 API CPU per token (µs) or per request (ms), worker CPU, the API process's share of one
-core, and ``÷ bare`` (servehall's API CPU ÷ the bare app's). Linux only. Not part of
+core, ``÷ bare`` (servehall's API CPU ÷ the bare app's), and ``SSE B/tok``: the response
+body bytes per token (h2load's ``data`` traffic). servehall merges the deltas a stream
+has not sent yet into one event (:meth:`servehall.engines.kit.DeltaStream.coalesce`), so
+a process that falls behind sends fewer, larger events; with one event per token the
+demo's chunks come to about 220 B per token. A lower figure means coalescing, and then
+CPU per token is lower because there were fewer events to send, not cheaper ones —
+compare per-token CPU at equal ``SSE B/tok``. Linux only. Not part of
 the test suite; figures depend on the machine — quote the load average (printed).
 """
 
@@ -128,6 +134,7 @@ class Row:
     api_ms_per_request: float
     worker_us_per_token: float
     api_core_share: float
+    sse_bytes_per_token: float
 
 
 def cpu_seconds(pid: int) -> float:
@@ -168,11 +175,13 @@ def tree_cpu(pids: list[int]) -> float:
 
 _FINISHED = re.compile(r"finished in ([\d.]+)(m?s), ([\d.]+) req/s")
 _REQUESTS = re.compile(r"requests: (\d+) total, \d+ started, \d+ done, (\d+) succeeded")
+_DATA = re.compile(r"traffic: .*?, [\d.]+\w*B \((\d+)\) data")
 
 
-def h2load(url: str, body: Path, n: int, concurrency: int) -> tuple[int, int, float]:
+def h2load(url: str, body: Path, n: int, concurrency: int) -> tuple[int, int, float, int]:
     """Run h2load: ``n`` POSTs of ``body``, ``concurrency`` streams at once over at most
-    64 streams per connection. Returns ``(requests, succeeded, elapsed_s)``."""
+    64 streams per connection. Returns ``(requests, succeeded, elapsed_s, data_bytes)``
+    (``data_bytes``: response body bytes received, h2load's ``data`` traffic)."""
     clients = max(1, -(-concurrency // 64))
     per = concurrency // clients
     cmd = [
@@ -195,7 +204,8 @@ def h2load(url: str, body: Path, n: int, concurrency: int) -> tuple[int, int, fl
     if fin is None or req is None:
         raise RuntimeError(f"h2load output not understood:\n{res.stdout}\n{res.stderr}")
     elapsed = float(fin.group(1)) / (1000 if fin.group(2) == "ms" else 1)
-    return int(req.group(1)), int(req.group(2)), elapsed
+    data = _DATA.search(res.stdout)
+    return int(req.group(1)), int(req.group(2)), elapsed, int(data.group(1)) if data else 0
 
 
 def measure(
@@ -224,7 +234,7 @@ def measure(
     h2load(url, body, max(concurrency, n // 8), concurrency)
     workers = descendants(api_pid)
     api0, w0 = cpu_seconds(api_pid), tree_cpu(workers)
-    total, ok, elapsed = h2load(url, body, n, concurrency)
+    total, ok, elapsed, data = h2load(url, body, n, concurrency)
     api1, w1 = cpu_seconds(api_pid), tree_cpu(workers)
     if ok < total:
         print(f"  ! {name} {workload}: {total - ok} of {total} requests failed", file=sys.stderr)
@@ -244,6 +254,7 @@ def measure(
         api_ms_per_request=round(api / max(ok, 1) * 1e3, 3),
         worker_us_per_token=round(wk / max(tokens, 1) * 1e6, 2),
         api_core_share=round(api / elapsed, 3),
+        sse_bytes_per_token=round(data / max(tokens, 1), 1),
     )
 
 
@@ -367,7 +378,8 @@ def main() -> None:
         print(
             f"{r.server:10} {r.workload:26} {r.succeeded:>5}/{r.requests:<5} {r.req_per_s:>8.1f} "
             f"{r.tok_per_s:>9.1f} {r.api_us_per_token:>10.2f} {r.api_ms_per_request:>10.3f} "
-            f"{r.worker_us_per_token:>10.2f} {r.api_core_share:>8.2f} {ratio:>7}"
+            f"{r.worker_us_per_token:>10.2f} {r.api_core_share:>8.2f} {ratio:>7} "
+            f"{r.sse_bytes_per_token:>9.1f}"
         )
     if args.json:
         for r in rows:

@@ -68,6 +68,40 @@ async def test_without_the_guard_a_backlog_is_written_into_the_dead_stream() -> 
     assert ch.dropped == 997
 
 
+class Ticker:
+    """Counts the event-loop turns it gets (one per ``sleep(0)``) while it runs."""
+
+    def __init__(self) -> None:
+        self.ticks = 0
+        self.task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(0)
+            self.ticks += 1
+
+
+async def test_a_backlog_yields_to_the_loop_between_every_two_messages() -> None:
+    ch = FakeChannel(fail_after=10**6)
+    watch = DisconnectWatch(ch.receive, ch.send)
+    ticker = Ticker()
+    await _backlog(watch, 50)
+    assert ticker.ticks >= 48  # 49 gaps; the ticker's first turn only starts it
+    ticker.task.cancel()
+
+
+async def test_messages_in_separate_turns_do_not_yield_again() -> None:
+    """A stream that waits for its next delta (a loop turn) is not made to wait twice."""
+    ch = FakeChannel(fail_after=10**6)
+    watch = DisconnectWatch(ch.receive, ch.send)
+    ticker = Ticker()
+    for _ in range(50):
+        await asyncio.sleep(0)  # waiting for the next delta
+        await watch.send({"type": "http.response.body", "body": b"x", "more_body": True})
+    assert ticker.ticks <= 55  # one turn per message, not two
+    ticker.task.cancel()
+
+
 async def test_receive_path_disconnect_refuses_the_next_send() -> None:
     ch = FakeChannel(fail_after=10**6)
     watch = DisconnectWatch(ch.receive, ch.send)

@@ -12,10 +12,14 @@ generate to ``max_tokens`` and write every event into a dead stream.
 * **receive path** — a watcher task reads the receive channel and sets :attr:`gone` on
   ``http.disconnect``; the endpoint cancels the request's work when the task ends;
 * **send path** — :meth:`DisconnectWatch.send` refuses to send once :attr:`gone` is set
-  (raising :class:`ClientGone`), and after each streamed body message it yields to the
-  event loop once, so that the connection's reader and the watcher run between two
-  events even when the engine's deltas are already queued (a backlog would otherwise be
-  sent in one go without a single I/O poll — what happens when the CPU is saturated).
+  (raising :class:`ClientGone`), and between two streamed body messages at least one
+  event-loop turn (an I/O poll) passes, so that the connection's reader and the watcher
+  run between two events even when the engine's deltas are already queued (a backlog
+  would otherwise be sent in one go without a single I/O poll — what happens when the
+  CPU is saturated). The usual stream waits for its next delta anyway, which is a turn:
+  only a message sent in the same turn as the previous one yields first
+  (:class:`LoopTurns`; a yield after every message was a profiled per-token cost,
+  docs/performance.md, "A cheaper request").
 
 Either way the work ends with :class:`ClientGone` or a cancellation; the choice streams'
 cleanup then aborts the engine requests (freeing their KV cache), whether the engine
@@ -43,6 +47,7 @@ import asyncio
 import logging
 import threading
 import time
+import weakref
 
 from starlette.types import Message, Receive, Send
 
@@ -51,6 +56,49 @@ log = logging.getLogger("servehall.api")
 
 class ClientGone(Exception):
     """The client closed the connection or reset the stream (the request is aborted)."""
+
+
+class LoopTurns:
+    """Tells whether an event loop has started a new turn since a mark (one per loop).
+
+    :meth:`mark` returns the number of the current turn; the number changes once the
+    loop has run a callback scheduled at the mark, i.e. after its next I/O poll. One
+    callback per loop turn in which anything was marked, however many streams mark in it.
+    """
+
+    __slots__ = ("_loop", "pending", "turn")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        #: the current turn's number (advanced by the callback of the first mark in it)
+        self.turn = 0
+        self.pending = False
+
+    def mark(self) -> int:
+        """The current turn's number; a later turn will have another one."""
+        if not self.pending:
+            self.pending = True
+            self._loop.call_soon(self._advance)
+        return self.turn
+
+    def _advance(self) -> None:
+        self.turn += 1
+        self.pending = False
+
+
+_TURNS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopTurns] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def loop_turns() -> LoopTurns:
+    """The running loop's :class:`LoopTurns` (made on first use). Raises RuntimeError
+    outside a running loop."""
+    loop = asyncio.get_running_loop()
+    turns = _TURNS.get(loop)
+    if turns is None:
+        turns = _TURNS[loop] = LoopTurns(loop)
+    return turns
 
 
 class DisconnectWatch:
@@ -69,8 +117,10 @@ class DisconnectWatch:
     """
 
     __slots__ = (
+        "_last_turn",
         "_receive",
         "_send",
+        "_turns",
         "complete",
         "gone",
         "send_started",
@@ -93,6 +143,10 @@ class DisconnectWatch:
         #: endpoint may be waiting on it alone (a client that closed after the last body
         #: message was handed over, while that message still waits for its window)
         self.work: asyncio.Future[None] | None = None
+        self._turns: LoopTurns | None = None
+        #: the loop turn of the last streamed body message (None: none, or the last send
+        #: was not one)
+        self._last_turn: int | None = None
 
     def start(self) -> asyncio.Future[None]:
         """Start the watcher task (on the running loop) and return it."""
@@ -107,23 +161,30 @@ class DisconnectWatch:
                 return
 
     async def send(self, message: Message) -> None:
-        """Send ``message`` unless the client left.
+        """Send ``message`` unless the client left; after a streamed body message sent
+        in this same loop turn, yield to the loop once first (see the module docstring).
 
         Raises:
-            ClientGone: before sending when the client already left, or right after a
-                streamed body message when the yield to the loop showed that it left.
+            ClientGone: before sending when the client already left (seen after that
+                yield too).
         """
+        turns = self._turns
+        if self._last_turn is not None and turns is not None and self._last_turn == turns.turn:
+            await asyncio.sleep(0)  # one I/O poll; lets the reader and the watcher run
         if self.gone:
             raise ClientGone
-        if message["type"] == "http.response.body" and not message.get("more_body", False):
+        more = message.get("more_body", False)
+        if message["type"] == "http.response.body" and not more:
             self.complete = True
         self.send_started = time.monotonic()
         await self._send(message)
         self.send_started = 0.0
-        if message.get("more_body", False):
-            await asyncio.sleep(0)  # one I/O poll; lets the reader and the watcher run
-            if self.gone:
-                raise ClientGone
+        if more:
+            if turns is None:
+                turns = self._turns = loop_turns()
+            self._last_turn = turns.mark()
+        else:
+            self._last_turn = None
 
     def stall(self) -> None:
         """The client stopped reading: mark the request gone, end the watcher task and

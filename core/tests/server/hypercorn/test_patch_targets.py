@@ -27,6 +27,8 @@ def test_installed_libraries_match_every_patch() -> None:
         "h2_refused_stream",
         "h2_workaround",
         "h2_scheduler",
+        "h2_headers",
+        "h2_direct_data",
         "write_coalesce",
     }
 
@@ -60,7 +62,7 @@ def test_changed_code_is_a_clear_error() -> None:
 def test_patched_libraries_are_pinned_and_declared() -> None:
     deps = tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"]
     reqs = {Requirement(d).name.lower(): Requirement(d) for d in deps}
-    for name in ("hypercorn", "h2", "h11", "priority"):
+    for name in ("hypercorn", "h2", "h11", "priority", "hpack"):
         req = reqs[name]
         assert any(s.operator == "<" for s in req.specifier), f"{name} has no upper bound"
         assert req.specifier.contains(version(name)), (name, version(name))

@@ -13,6 +13,12 @@ Hypercorn"):
   ``MAX_CONCURRENT_STREAMS`` is refused alone with ``RST_STREAM(REFUSED_STREAM)`` (N11);
 * :mod:`servehall.server.hypercorn.h2_workaround` — late DATA frames after an early HTTP/2 answer do
   not drop the connection;
+* :mod:`servehall.server.hypercorn.h2_direct_data` — an HTTP/2 body message that can leave
+  at once (nothing of its stream buffered, within the window and the frame size) is framed
+  at once instead of through the buffer and the sender task (a profiled cost);
+* :mod:`servehall.server.hypercorn.h2_headers` — a response header block already in h2's
+  normal form skips h2's outbound header pipeline, and the ``x-request-id`` is sent as an
+  HPACK literal without indexing or Huffman coding (a profiled cost);
 * :mod:`servehall.server.hypercorn.h2_scheduler` — HTTP/2 sends go round robin over the streams with
   data instead of through the deprecated RFC 7540 priority tree (a profiled cost);
 * :mod:`servehall.server.hypercorn.write_coalesce` — the frames sent in one event-loop turn
@@ -25,6 +31,8 @@ from __future__ import annotations
 from servehall.server.hypercorn import (
     conn_release,
     h1_early_response,
+    h2_direct_data,
+    h2_headers,
     h2_refused_stream,
     h2_scheduler,
     h2_workaround,
@@ -46,4 +54,6 @@ def install_connection_fixes() -> None:
     h2_refused_stream.install()
     h2_workaround.install()
     h2_scheduler.install()
+    h2_headers.install()
+    h2_direct_data.install()
     write_coalesce.install()

@@ -1,7 +1,7 @@
-"""What servehall's connection patches expect of Hypercorn, h2 and h11, checked at start.
+"""What servehall's connection patches expect of Hypercorn, h2, hpack and h11, checked at start.
 
-The six patch modules listed in :mod:`servehall.server.hypercorn` wrap private methods
-of Hypercorn 0.18, h2 4.x and h11 0.16. ``core/pyproject.toml`` pins those libraries
+The eight patch modules listed in :mod:`servehall.server.hypercorn` wrap private methods
+of Hypercorn 0.18, h2 4.x, hpack 4.x and h11 0.16. ``core/pyproject.toml`` pins those libraries
 below their next minor release; this module is the second guard, for an install that
 bypasses the pins (``--no-deps``, a vendored copy, a patched distribution): before the
 patches are installed, :func:`check_patch_targets` looks at every private name a patch
@@ -102,6 +102,90 @@ TARGETS: tuple[PatchTarget, ...] = (
         ("self.priority = priority.PriorityTree()",),
     ),
     PatchTarget(
+        "h2_direct_data",
+        "hypercorn",
+        "hypercorn.protocol.h2",
+        "H2Protocol.stream_send",
+        (
+            "isinstance(event, (Body, Data))",
+            "self.stream_buffers[event.stream_id].push(event.data)",
+        ),
+    ),
+    PatchTarget(
+        "h2_direct_data",
+        "hypercorn",
+        "hypercorn.protocol.h2",
+        "StreamBuffer.__init__",
+        ("self.buffer = bytearray()", "self._complete = False"),
+    ),
+    PatchTarget(
+        "h2_direct_data",
+        "hypercorn",
+        "hypercorn.protocol.h2",
+        "H2Protocol._send_data",
+        (
+            "self.connection.local_flow_control_window(stream_id)",
+            "self.connection.send_data(stream_id, data)",
+        ),
+    ),
+    PatchTarget(
+        "h2_direct_data",
+        "h2",
+        "h2.connection",
+        "H2Connection.send_data",
+        (
+            "self.state_machine.process_input(ConnectionInputs.SEND_DATA)",
+            "frames = self.streams[stream_id].send_data(",
+            "self._prepare_for_sending(frames)",
+            "self.outbound_flow_control_window -= frame_size",
+        ),
+    ),
+    PatchTarget(
+        "h2_direct_data",
+        "h2",
+        "h2.connection",
+        "H2Connection._prepare_for_sending",
+        ("self._data_to_send += ",),
+    ),
+    PatchTarget(
+        "h2_direct_data",
+        "h2",
+        "h2.stream",
+        "H2Stream.send_data",
+        (
+            "self.state_machine.process_input(StreamInputs.SEND_DATA)",
+            "self.outbound_flow_control_window -= df.flow_controlled_length",
+        ),
+    ),
+    PatchTarget(
+        "h2_headers",
+        "h2",
+        "h2.stream",
+        "H2Stream._build_headers_frames",
+        (
+            "normalize_outbound_headers(",
+            "validate_outbound_headers(",
+            "encoded_headers = encoder.encode(headers)",
+            'frames[-1].flags.add("END_HEADERS")',
+        ),
+    ),
+    PatchTarget(
+        "h2_headers",
+        "h2",
+        "h2.stream",
+        "H2Stream.send_headers",
+        ("bytes_headers = utf8_encode_headers(headers)",),
+    ),
+    PatchTarget(
+        "h2_headers",
+        "hpack",
+        "hpack.hpack",
+        "Encoder.add",
+        ("self.header_table.add(name, value)",),
+    ),
+    PatchTarget("h2_headers", "hpack", "hpack.hpack", "Encoder._encode_table_size_change"),
+    PatchTarget("h2_headers", "hpack", "hpack.hpack", "encode_integer"),
+    PatchTarget(
         "write_coalesce",
         "hypercorn",
         "hypercorn.asyncio.tcp_server",
@@ -165,6 +249,6 @@ def check_patch_targets(targets: tuple[PatchTarget, ...] = TARGETS) -> None:
     if problems:
         raise PatchTargetError(
             "servehall's connection patches do not match the installed libraries "
-            "(servehall supports hypercorn 0.18, h2 4.x, h11 0.16; see docs/api.md, "
+            "(servehall supports hypercorn 0.18, h2 4.x, hpack 4.x, h11 0.16; see docs/api.md, "
             "'Known deviations from upstream Hypercorn'):\n  " + "\n  ".join(problems)
         )
