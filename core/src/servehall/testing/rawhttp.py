@@ -173,3 +173,20 @@ class H2Client:
             if self.terminated is not None or not self.pump():
                 return False
         return True
+
+
+def h2_connection_pair() -> tuple[h2.connection.H2Connection, h2.connection.H2Connection]:
+    """An in-memory HTTP/2 client and server connection (h2's, no sockets) with their
+    prefaces and settings exchanged; the server keeps header names and values as bytes
+    (``header_encoding=None``, as Hypercorn configures it). Frames move between them by
+    ``receive_data(other.data_to_send())``."""
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    server = h2.connection.H2Connection(
+        h2.config.H2Configuration(client_side=False, header_encoding=None)
+    )
+    client.initiate_connection()
+    server.initiate_connection()
+    server.receive_data(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    server.receive_data(client.data_to_send())
+    return client, server

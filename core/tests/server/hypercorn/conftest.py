@@ -52,3 +52,21 @@ def start() -> Iterator[Callable[..., Server]]:
     yield factory
     for srv in servers:
         srv.stop(5)
+
+
+@pytest.fixture
+def port() -> Iterator[int]:
+    """The port of a ``conn_server.py`` with servehall's fixes and 64 streams per
+    connection (the HTTP/2 scheduler and direct-data tests)."""
+    free = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVER), str(free), "--fixes", "--max-streams", "64"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        yield free
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -8,9 +8,6 @@ own ``send_data``."""
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,26 +19,9 @@ import h2.settings
 import pytest
 
 from servehall.server.hypercorn.h2_direct_data import frame_data
-from servehall.testing.rawhttp import H2Client
-from servehall.testing.sockets import free_port
+from servehall.testing.rawhttp import H2Client, h2_connection_pair
 
 SERVER = Path(__file__).with_name("conn_server.py")
-
-
-@pytest.fixture
-def port() -> Iterator[int]:
-    free = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, str(SERVER), str(free), "--fixes", "--max-streams", "64"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
-        yield free
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def events(n: int) -> bytes:
@@ -111,15 +91,7 @@ def test_a_reset_stream_ends_alone(port: int) -> None:
 
 def pair() -> tuple[h2.connection.H2Connection, h2.connection.H2Connection, int]:
     """A client and a server connection, settings exchanged, one GET open on both."""
-    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    server = h2.connection.H2Connection(
-        h2.config.H2Configuration(client_side=False, header_encoding=None)
-    )
-    client.initiate_connection()
-    server.initiate_connection()
-    server.receive_data(client.data_to_send())
-    client.receive_data(server.data_to_send())
-    server.receive_data(client.data_to_send())
+    client, server = h2_connection_pair()
     sid = client.get_next_available_stream_id()
     client.send_headers(
         sid, [(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "x")]

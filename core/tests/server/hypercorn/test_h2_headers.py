@@ -22,6 +22,7 @@ from hpack import Decoder, Encoder, HeaderTuple, NeverIndexedHeaderTuple
 
 from servehall.server.hypercorn import h2_headers
 from servehall.server.hypercorn.h2_headers import already_normal, encode_response
+from servehall.testing.rawhttp import h2_connection_pair
 
 RESPONSE = HeaderValidationFlags(
     is_client=False, is_trailer=False, is_response_header=True, is_push_promise=False
@@ -98,15 +99,7 @@ def test_encoding_decodes_to_the_same_headers_and_keeps_ids_out_of_the_table() -
 def pair() -> tuple[h2.connection.H2Connection, h2.connection.H2Connection]:
     """A client and a server connection (server patched), settings exchanged."""
     h2_headers.install()
-    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    server = h2.connection.H2Connection(
-        h2.config.H2Configuration(client_side=False, header_encoding=None)
-    )
-    client.initiate_connection()
-    server.initiate_connection()
-    server.receive_data(client.data_to_send())
-    client.receive_data(server.data_to_send())
-    server.receive_data(client.data_to_send())
+    client, server = h2_connection_pair()
     return client, server
 
 

@@ -5,9 +5,6 @@ bodies and PRIORITY frames on one connection."""
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import priority
@@ -15,7 +12,6 @@ import pytest
 
 from servehall.server.hypercorn.h2_scheduler import RoundRobinStreams
 from servehall.testing.rawhttp import H2Client
-from servehall.testing.sockets import free_port
 
 SERVER = Path(__file__).with_name("conn_server.py")
 
@@ -67,22 +63,6 @@ def test_errors_match_the_priority_tree() -> None:
         rr.reprioritize(7, depends_on=1, weight=200)
     rr.reprioritize(1, depends_on=None, weight=256, exclusive=True)  # accepted, ignored
     assert next(rr) == 1
-
-
-@pytest.fixture
-def port() -> Iterator[int]:
-    free = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, str(SERVER), str(free), "--fixes", "--max-streams", "64"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
-        yield free
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_many_streams_with_bodies_and_priority_frames_on_one_connection(port: int) -> None:
