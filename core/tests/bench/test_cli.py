@@ -140,12 +140,13 @@ def test_compare_two_engine_runs_gives_ratios_against_the_first(
     assert "comparison" in res.stdout
     data: dict[str, Any] = json.loads(out.read_text())
     rows = data["rows"]
-    assert [r["target"] for r in rows] == ["engine:n", "engine:n"]
+    assert [r["target"] for r in rows] == ["engine:n", "engine:n #2"]
     assert all(r["completed"] == 4 for r in rows)
     assert rows[0]["throughput_ratio"] == pytest.approx(1.0)
     assert rows[1]["throughput_ratio"] > 0
     assert data["workload"]["num_requests"] == 4
     assert data["summaries"]["engine:n"]["completed"] == 4
+    assert data["summaries"]["engine:n #2"]["completed"] == 4  # both runs kept
 
 
 def test_soak_is_the_soak_command() -> None:

@@ -22,6 +22,7 @@ from servehall.bench.compare import (
     grammar_counters,
     grammar_delta,
     parse_target,
+    run_labels,
 )
 from servehall.bench.metrics import RequestOutput, summarize
 from servehall.bench.runner import RunResult
@@ -150,3 +151,12 @@ def test_comparison_rows_ratios_and_cpu_per_token() -> None:
     (alone,) = comparison_rows([_run("serve:http://h", 0.02, None)])
     assert alone["cpu_us_per_token"] is None and alone["frontend_cpu_us_per_token"] is None
     assert alone["worker_vs_engine"] is None
+
+
+def test_a_target_given_twice_keeps_both_runs_apart() -> None:
+    runs = [_run("engine:m", 0.01, 0.002), _run("serve:http://h", 0.02, None)]
+    runs += [_run("engine:m", 0.03, 0.004), _run("engine:m", 0.01, None)]
+    assert run_labels(runs) == ["engine:m", "serve:http://h", "engine:m #2", "engine:m #3"]
+    rows = comparison_rows(runs)
+    assert [r["target"] for r in rows] == run_labels(runs)
+    assert rows[2]["itl_p50_ratio"] == pytest.approx(3.0)  # its own figures, not the first's

@@ -253,7 +253,7 @@ def compare_command(
     async def main() -> None:
         from contextlib import ExitStack
 
-        from servehall.bench.compare import comparison_rows, run_target
+        from servehall.bench.compare import comparison_rows, run_labels, run_target
         from servehall.bench.launch import launched_server
         from servehall.bench.report import comparison_table, print_summary, write_json
 
@@ -292,13 +292,23 @@ def compare_command(
                 {
                     "workload": spec.describe(),
                     "rows": rows,
-                    "summaries": {r.target.label: r.summary.as_dict() for r in runs},
+                    "summaries": {
+                        label: r.summary.as_dict()
+                        for r, label in zip(runs, run_labels(runs), strict=True)
+                    },
                 },
             )
         if plot is not None:
             from servehall.bench.plot import plot_runs
 
-            plot_runs(plot, [(r.target.label, r.result.outputs, r.result.duration_s) for r in runs])
+            labels = run_labels(runs)
+            plot_runs(
+                plot,
+                [
+                    (lb, r.result.outputs, r.result.duration_s)
+                    for r, lb in zip(runs, labels, strict=True)
+                ],
+            )
 
     run_cli(main)
 

@@ -192,6 +192,19 @@ class TargetRun:
     worker_cpu_s: float | None = None
 
 
+def run_labels(runs: Sequence[TargetRun]) -> list[str]:
+    """Each run's target label, a repeated one numbered from its second run
+    (``engine``, ``engine #2``…): a target given twice (to see run-to-run spread) keeps
+    both runs apart in the table, the JSON summaries and the plot."""
+    seen: dict[str, int] = {}
+    out = []
+    for r in runs:
+        label = r.target.label
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if seen[label] == 1 else f"{label} #{seen[label]}")
+    return out
+
+
 def comparison_rows(runs: Sequence[TargetRun]) -> list[dict[str, Any]]:
     """One dict per run: figures, ratios to the first run, CPU per token and frontend CPU
     per token (see the module docstring)."""
@@ -207,7 +220,7 @@ def comparison_rows(runs: Sequence[TargetRun]) -> list[dict[str, Any]]:
         None,
     )
     rows = []
-    for r in runs:
+    for r, label in zip(runs, run_labels(runs), strict=True):
         s = r.summary
         cpu_us = (
             r.cpu_s / s.total_output_tokens * 1e6
@@ -225,7 +238,7 @@ def comparison_rows(runs: Sequence[TargetRun]) -> list[dict[str, Any]]:
         )
         rows.append(
             {
-                "target": r.target.label,
+                "target": label,
                 "kind": r.target.kind,
                 "sent": s.completed + s.failed,
                 "completed": s.completed,
