@@ -89,6 +89,32 @@ def test_read_pooling_of_sentence_transformers_6(tmp_path: Path) -> None:
             read_pooling(d)
 
 
+def test_max_seq_length_of_sentence_transformers_6_is_the_tokenizers(tmp_path: Path) -> None:
+    """sentence-transformers 6 writes no ``max_seq_length``: the tokenizer's
+    ``model_max_length`` is the limit, as its Transformer module reads it; transformers'
+    "unset" (``int(1e30)``) is no limit."""
+    d = _st_dir(tmp_path / "st6", {"pooling_mode": "mean"}, normalize=True)
+    (d / "sentence_bert_config.json").write_text(json.dumps({"module_output_name": "x"}))
+    assert read_pooling(d).max_seq_length is None
+    (d / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 64}))
+    assert read_pooling(d).max_seq_length == 64
+    (d / "tokenizer_config.json").write_text(json.dumps({"model_max_length": int(1e30)}))
+    assert read_pooling(d).max_seq_length is None
+    # the sentence-transformers config, when it has one, wins
+    (d / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 64}))
+    (d / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 32}))
+    assert read_pooling(d).max_seq_length == 32
+
+
+def test_a_model_saved_by_sentence_transformers_6_has_its_input_limit(tmp_path: Path) -> None:
+    pytest.importorskip("sentence_transformers")
+    from servehall.testing.models import build_tiny_sentence_encoder
+
+    d = build_tiny_sentence_encoder(tmp_path / "tiny")
+    assert "max_seq_length" not in json.loads((d / "sentence_bert_config.json").read_text())
+    assert read_pooling(d).max_seq_length == 64  # the tokenizer's, as it was saved
+
+
 def _add_dense(d: Path, idx: int, config: dict[str, Any]) -> None:
     modules = json.loads((d / "modules.json").read_text())
     path = f"{idx}_Dense"

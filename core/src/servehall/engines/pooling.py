@@ -57,8 +57,10 @@ class PoolingConfig:
             the ``cls`` (first) token, element-wise ``max``, ``mean_sqrt_len`` (sum /
             sqrt(length)), ``lasttoken`` (the last unmasked token)).
         normalize: L2-normalise the pooled vector (a ``Normalize`` module).
-        max_seq_length: the longest input in tokens the model was trained for (None:
-            the model config's ``max_position_embeddings`` rules).
+        max_seq_length: the longest input in tokens the model was trained for:
+            ``sentence_bert_config.json``'s ``max_seq_length``, else (sentence-transformers
+            6 saves none) the tokenizer's ``model_max_length``, as its ``Transformer``
+            module reads it (None: the model config's ``max_position_embeddings`` rules).
         matryoshka: the model declares Matryoshka representations (a prefix of the
             vector, renormalised, is a valid embedding).
         matryoshka_dimensions: the dimensions it was trained for (empty: any, when
@@ -77,6 +79,10 @@ class PoolingConfig:
     dense_out_features: tuple[int, ...] = ()
 
 
+_UNSET_MAX_LENGTH = 1 << 40
+"""A ``model_max_length`` this large means "not set" (transformers writes ``int(1e30)``)."""
+
+
 def read_pooling(path: Path) -> PoolingConfig:
     """The pooling of the model directory ``path`` (see the module docstring).
 
@@ -91,7 +97,13 @@ def read_pooling(path: Path) -> PoolingConfig:
     matryoshka = bool(dims) or config.get("is_matryoshka") is True
     st_config = read_json_object(path / "sentence_bert_config.json")
     max_seq = st_config.get("max_seq_length")
-    max_seq_length = int(max_seq) if isinstance(max_seq, int) and max_seq > 0 else None
+    if max_seq is None and (path / "modules.json").is_file():
+        # sentence-transformers 6 saves no max_seq_length: its Transformer module reads
+        # the tokenizer's model_max_length (unset in transformers is ~1e30)
+        max_seq = read_json_object(path / "tokenizer_config.json").get("model_max_length")
+    max_seq_length = (
+        int(max_seq) if isinstance(max_seq, int) and 0 < max_seq < _UNSET_MAX_LENGTH else None
+    )
     modules = _read_modules(path / "modules.json")
     if modules is None:
         return PoolingConfig("mean", True, max_seq_length, matryoshka, dims)
