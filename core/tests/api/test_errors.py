@@ -123,8 +123,13 @@ async def test_anything_else_is_a_500_without_the_trace(
             {"messages": [{"role": "user", "content": []}]},
             "Invalid request: messages[0].user.content: List should have at least 1 item",
         ),
-        # no branch fits the type: the first branch's type error stays
-        ({"stop": 5}, "Invalid request: stop: Input should be a valid string"),
+        # no branch takes the input's type: every branch's type is named
+        ({"stop": 5}, "Invalid request: stop: Input should be a valid string or a valid list"),
+        (
+            {"messages": [{"role": "user", "content": 5}]},
+            "Invalid request: messages[0].user.content: Input should be a valid string or a "
+            "valid list",
+        ),
     ],
 )
 def test_union_errors_name_the_branch_the_input_is_for(body: dict[str, Any], message: str) -> None:
@@ -139,4 +144,4 @@ def test_union_errors_name_the_branch_the_input_is_for(body: dict[str, Any], mes
     got = from_validation_error(err.value)
     assert got.message.startswith(message), got.message
     assert got.param == next(iter(body))
-    assert "valid string" not in got.message or body == {"stop": 5}
+    assert got.message.count("valid string") <= 1

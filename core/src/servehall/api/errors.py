@@ -88,6 +88,22 @@ def _message(e: Any) -> str:
     return msg.removeprefix("Value error, ")
 
 
+_TYPE_PREFIX = "Input should be "
+
+
+def _is_type_choice(e: dict[str, Any], first: str, msg: str) -> bool:
+    """``e`` is another union branch's type error at a place whose first message is a
+    type error too (``Input should be a valid string`` … ``a valid list``)."""
+    return (
+        str(e.get("type", "")).endswith("_type")
+        and bool(e["loc"])
+        and _is_tag(e["loc"][-1])
+        and first.startswith(_TYPE_PREFIX)
+        and msg.startswith(_TYPE_PREFIX)
+        and msg.removeprefix(_TYPE_PREFIX) not in first
+    )
+
+
 def from_validation_error(exc: ValidationError) -> InvalidRequestError:
     """A 400 naming the first offending top-level field; the message lists the first
     :data:`MAX_LISTED_ERRORS` problems (deduplicated by location, without the union
@@ -101,7 +117,12 @@ def from_validation_error(exc: ValidationError) -> InvalidRequestError:
         if i in wrong:
             continue
         where = _loc(tuple(e["loc"])) or "body"
-        seen.setdefault(where, _message(e))
+        msg = _message(e)
+        if where not in seen:
+            seen[where] = msg
+        elif _is_type_choice(e, seen[where], msg):
+            # no branch of a union took the input's type: name them all
+            seen[where] += " or " + msg.removeprefix(_TYPE_PREFIX)
     items = list(seen.items())
     param = items[0][0].split("[")[0].split(".")[0] if items else None
     listed = [f"{k}: {m}" for k, m in items[:MAX_LISTED_ERRORS]]
