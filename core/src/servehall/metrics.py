@@ -270,6 +270,12 @@ _REQUEST_FAMILIES: dict[str, _Family] = {
         "Tool calls read from model output, by outcome (parsed, failed)",
         (*_MV, "outcome"),
     ),
+    "api_process_restarts": _Family(
+        Counter,
+        "servehall_api_process_restarts",
+        "HTTP frontend processes started again after they died ([server] api_processes > 1)",
+        (),
+    ),
 }
 """The request path's families (:class:`Metrics`' attributes of the same keys)."""
 
@@ -323,6 +329,7 @@ class Metrics:
     request_errors: Counter
     structured: Counter
     tool_calls: Counter
+    api_process_restarts: Counter
 
     def __init__(self, host_ref: Callable[[], Host | None] = lambda: None) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -66,6 +66,11 @@ class ServerSettings(_Section):
     #: which a new revision is announced to every replica at once; the poll every
     #: ``config_poll_s`` stays as the catch-up (:mod:`servehall.rollout.broadcast`).
     config_broadcast_url: Secret | None = None
+    #: HTTP frontend processes that share the listeners and send every request to this
+    #: process, which keeps the engines, admission, records and live config
+    #: (:mod:`servehall.server.frontends`). 1: this process serves HTTP itself.
+    #: ``"auto"``: one per four usable CPUs, 1 to 8.
+    api_processes: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = 1
 
     @field_validator("bind")
     @classmethod

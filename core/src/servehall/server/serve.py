@@ -13,15 +13,17 @@ hand them to Hypercorn, then log ``servehall serving … on …`` and serve.
 
 One Hypercorn listener per ``bind`` entry serves HTTP/1.1, cleartext HTTP/2 (prior
 knowledge and ``Upgrade: h2c``) and, with ``certfile``/``keyfile``, TLS with ALPN ``h2``
-and ``http/1.1``. Hypercorn's defaults that break streaming services are raised from
-config: ``graceful_timeout`` (3 s → ``server.graceful_timeout_s``, so streams in flight
-finish on SIGTERM), ``keep_alive_max_requests`` (1000 → ``server.keep_alive_max_requests``,
-so long-lived HTTP/2 connections are not cut) and ``keep_alive_timeout``.
+and ``http/1.1``. Hypercorn's limits come from ``[server]``
+(:mod:`servehall.server.hypercorn.config`).
 Hypercorn's connection handling is corrected in place by
 :func:`servehall.server.hypercorn.install_connection_fixes` (closed connections released
 at once, early HTTP/1.1 answers, refused HTTP/2 streams), and running out of descriptors
 while accepting is logged once per interval with a count
 (:class:`servehall.server.accept_errors.AcceptErrorMonitor`).
+
+With ``[server] api_processes = N > 1`` the listening sockets go to N HTTP frontend
+processes instead of Hypercorn here, and the app serves them over a Unix socket
+(:mod:`servehall.server.frontends`).
 
 Shutdown: stop accepting, let in-flight requests finish within the graceful timeout,
 run ``servehall_shutdown`` hooks, shut engines down, close the record bus.
@@ -87,30 +89,11 @@ def _add_demo_model(settings: Settings) -> None:
 
 
 def hypercorn_config(settings: Settings) -> Any:
-    """The Hypercorn config for ``[server]`` (see the module docstring)."""
-    from hypercorn.config import Config
+    """The Hypercorn config for ``[server]`` (see
+    :func:`servehall.server.hypercorn.config.server_config`)."""
+    from servehall.server.hypercorn.config import server_config
 
-    from servehall.server.hypercorn import h1_early_response
-
-    s = settings.server
-    cfg = Config()
-    cfg.bind = list(s.bind)
-    if s.certfile and s.keyfile:
-        cfg.certfile = str(s.certfile)
-        cfg.keyfile = str(s.keyfile)
-    elif s.certfile or s.keyfile:
-        raise ConfigError("server.certfile and server.keyfile must be set together")
-    cfg.alpn_protocols = ["h2", "http/1.1"]
-    cfg.graceful_timeout = s.graceful_timeout_s
-    cfg.keep_alive_timeout = s.keep_alive_timeout_s
-    cfg.keep_alive_max_requests = s.keep_alive_max_requests
-    cfg.h2_max_concurrent_streams = 256
-    setattr(cfg, h1_early_response.DRAIN_BYTES_ATTR, s.early_response_drain_bytes)
-    setattr(cfg, h1_early_response.DRAIN_S_ATTR, s.early_response_drain_s)
-    cfg.accesslog = None
-    cfg.errorlog = logging.getLogger("hypercorn.error")
-    cfg.include_server_header = False
-    return cfg
+    return server_config(settings.server)
 
 
 async def run(settings: Settings, plugins: PluginHost, config_path: Path | None = None) -> None:
@@ -126,6 +109,7 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
     from servehall.rollout.idle import IdleUnloader
     from servehall.server.accept_errors import AcceptErrorMonitor
     from servehall.server.agent import AgentServer
+    from servehall.server.frontends import resolve_api_processes, serve_frontends
     from servehall.server.hypercorn import install_connection_fixes
     from servehall.serving.probe import Readiness
 
@@ -174,10 +158,23 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
         if settings.server.config_revisions:
             await _open_revisions(live, settings)
         binds = list(cfg.bind)
-        cfg.bind = hypercorn_fd_binds(bind_sockets(binds))
-        log.info("servehall serving %s on %s", ", ".join(host.models), ", ".join(binds))
+        sockets = bind_sockets(binds)
+        frontends = resolve_api_processes(settings.server.api_processes)
+        log.info(
+            "servehall serving %s on %s%s",
+            ", ".join(host.models),
+            ", ".join(binds),
+            f" with {frontends} API processes" if frontends > 1 else "",
+        )
         freeze_startup_heap()
-        await hypercorn_serve(app, cfg, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+        if frontends > 1:
+            restarts = metrics.api_process_restarts
+            await serve_frontends(
+                app, settings.server, sockets, frontends, stop, lambda _: restarts.inc()
+            )
+        else:
+            cfg.bind = hypercorn_fd_binds(sockets)
+            await hypercorn_serve(app, cfg, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
     finally:
         if agent is not None:
             await agent.close()  # answered "drain" while the listeners drained
