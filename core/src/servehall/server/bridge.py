@@ -28,6 +28,7 @@ from servehall.server.bridge_wire import (
     END,
     OPEN,
     PAUSE,
+    PULL,
     RESUME,
     START,
     FrameProtocol,
@@ -54,7 +55,18 @@ class BridgedRequest:
     drops messages after a disconnect, as Hypercorn does.
     """
 
-    __slots__ = ("_inbox", "_waiter", "_writable", "complete", "conn", "gone", "rid", "started")
+    __slots__ = (
+        "_inbox",
+        "_waiter",
+        "_writable",
+        "complete",
+        "conn",
+        "gone",
+        "more_body",
+        "pulled",
+        "rid",
+        "started",
+    )
 
     def __init__(self, conn: BridgeConnection, rid: int) -> None:
         self.conn = conn
@@ -63,11 +75,16 @@ class BridgedRequest:
         self._waiter: asyncio.Future[None] | None = None
         self._writable: asyncio.Event | None = None  # set while paused
         self.gone = False
+        self.more_body = True  # body chunks still to come from the frontend
+        self.pulled = False  # a PULL is outstanding
         self.started = False
         self.complete = False
 
     def feed(self, message: dict[str, Any]) -> None:
         """Queue a ``receive`` message."""
+        if message["type"] == "http.request":
+            self.more_body = message["more_body"]
+            self.pulled = False
         self._inbox.append(message)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
@@ -96,6 +113,9 @@ class BridgedRequest:
         while not self._inbox:
             if self.gone:
                 return _DISCONNECT
+            if self.more_body and not self.pulled:
+                self.pulled = True
+                self.conn.push((PULL, self.rid))
             self._waiter = self.conn.loop.create_future()
             try:
                 await self._waiter

@@ -15,11 +15,14 @@ its kind and whose second is the request id (a frontend's counter):
 
 frontend → primary
     ``[OPEN, rid, scope, body, more_body]`` — a request: the ASGI scope's wire fields
-    (:data:`SCOPE_KEYS`) and its first body chunk; ``[BODY, rid, body, more_body]``;
+    (:data:`SCOPE_KEYS`) and its first body chunk; ``[BODY, rid, body, more_body]`` —
+    the next chunk, read only when the primary asked for it (so Hypercorn's flow control
+    still holds a client whose body the app is not reading);
     ``[DISCONNECT, rid]`` — the client left; ``[PAUSE, rid]`` / ``[RESUME, rid]`` — the
     client stopped / started reading again (the primary's ``send`` waits meanwhile, so
     ``[server] send_timeout_s`` applies as without frontends).
 primary → frontend
+    ``[PULL, rid]`` — the app waits for the next body chunk;
     ``[START, rid, status, headers]``; ``[DATA, rid, body, more_body]``;
     ``[END, rid, complete]`` — the app returned (``complete``: the response was whole).
 
@@ -37,7 +40,7 @@ import msgspec
 from servehall.worker.wire import MAX_FRAME_BYTES, PREFIX_BYTES
 
 OPEN, BODY, DISCONNECT, PAUSE, RESUME = 0, 1, 2, 3, 4
-START, DATA, END = 10, 11, 12
+START, DATA, END, PULL = 10, 11, 12, 13
 
 SCOPE_KEYS: tuple[str, ...] = (
     "type",

@@ -8,7 +8,8 @@ corrections and limits as a single-process server — and an ASGI app,
 and writes back what the primary answers (:mod:`servehall.server.bridge_wire`). It
 imports no engine, model or database code: its whole job is HTTP.
 
-Flow control: a stream whose client stops reading accumulates answers here; above
+Flow control: the rest of a request body is read a chunk at a time, when the primary
+asks (``PULL``). A stream whose client stops reading accumulates answers here; above
 :data:`PAUSE_AT` queued messages the frontend asks the primary to pause it, below
 :data:`RESUME_AT` to resume. A frontend exits when its connection to the primary is
 lost (and, with the kernel's help, when the primary dies).
@@ -33,6 +34,7 @@ from servehall.server.bridge_wire import (
     END,
     OPEN,
     PAUSE,
+    PULL,
     RESUME,
     START,
     FrameProtocol,
@@ -55,12 +57,13 @@ _UNAVAILABLE = (
 class _Stream:
     """The primary's answers to one request, in order."""
 
-    __slots__ = ("inbox", "paused", "waiter")
+    __slots__ = ("inbox", "paused", "pulls", "waiter")
 
     def __init__(self) -> None:
         self.inbox: collections.deque[list[Any]] = collections.deque()
         self.waiter: asyncio.Future[None] | None = None
         self.paused = False
+        self.pulls: asyncio.Queue[None] | None = None  # the primary's PULLs (body to come)
 
 
 class FrontendConnection(FrameProtocol):
@@ -73,6 +76,10 @@ class FrontendConnection(FrameProtocol):
     def message_received(self, message: list[Any]) -> None:
         stream = self.streams.get(message[1])
         if stream is None:
+            return
+        if message[0] == PULL:
+            if stream.pulls is not None:
+                stream.pulls.put_nowait(None)
             return
         stream.inbox.append(message)
         waiter = stream.waiter
@@ -111,8 +118,10 @@ class FrontendApp:
         stream = _Stream()
         conn.streams[rid] = stream
         more = first.get("more_body", False)
+        if more:
+            stream.pulls = asyncio.Queue()
         conn.push((OPEN, rid, wire_scope(scope), first.get("body", b""), more))
-        pump = asyncio.create_task(self._pump(rid, receive, more))
+        pump = asyncio.create_task(self._pump(rid, stream, receive))
         complete = False
         try:
             complete = await self._answer(rid, stream, send)
@@ -152,10 +161,15 @@ class FrontendApp:
                 stream.paused = True
                 conn.push((PAUSE, rid))
 
-    async def _pump(self, rid: int, receive: Any, more: bool) -> None:
-        """Forward the rest of the body, then the client's disconnect."""
+    async def _pump(self, rid: int, stream: _Stream, receive: Any) -> None:
+        """Forward the rest of the body, a chunk per PULL of the primary, then the
+        client's disconnect."""
         conn = self.conn
+        pulls = stream.pulls
+        more = pulls is not None
         while True:
+            if more and pulls is not None:
+                await pulls.get()
             message = await receive()
             if message["type"] == "http.disconnect":
                 conn.push((DISCONNECT, rid))

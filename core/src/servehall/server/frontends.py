@@ -213,8 +213,8 @@ async def serve_frontends(
         await pool.start(bridge.wait_connections)
         await stop.wait()
     finally:
+        for s in sockets:
+            s.close()  # the frontends' copies close as they stop accepting
         await pool.drain(server.graceful_timeout_s + 5.0)
         await bridge.close(timeout_s=5.0)
-        for s in sockets:
-            s.close()
         shutil.rmtree(folder, ignore_errors=True)
