@@ -200,6 +200,34 @@ async def _send_unavailable(send: Any) -> None:
     await send({"type": "http.response.body", "body": _UNAVAILABLE})
 
 
+def accept_one_per_turn(loop: asyncio.AbstractEventLoop) -> None:
+    """Make ``loop`` accept at most one connection each time a listening socket is ready.
+
+    asyncio's selector loop accepts up to the listen backlog (100) in one go
+    (``BaseSelectorEventLoop._accept_connection``, bpo-27906). With one socket shared by
+    N frontends that hands a burst of new connections (a load generator's, a
+    reconnecting client pool's) to whichever frontend woke first. Taking one per wakeup
+    lets them take turns, and a busy frontend, slower to come back to its poll, takes
+    fewer: the kernel's wake-all on a shared listening socket becomes load-aware
+    balancing. A selector loop's private method is wrapped; other loops are left alone.
+    """
+    accept = getattr(loop, "_accept_connection", None)
+    if accept is None:
+        return
+
+    def accept_one(
+        protocol_factory: Any,
+        sock: Any,
+        sslcontext: Any = None,
+        server: Any = None,
+        backlog: int = 100,
+        *args: Any,
+    ) -> Any:
+        return accept(protocol_factory, sock, sslcontext, server, 1, *args)
+
+    loop._accept_connection = accept_one  # type: ignore[attr-defined]
+
+
 async def run_frontend(options: dict[str, Any]) -> None:
     """Connect to the primary at ``options["socket"]``, then serve Hypercorn on the
     inherited listening descriptors ``options["fds"]`` until SIGTERM/SIGINT or until the
@@ -217,6 +245,7 @@ async def run_frontend(options: dict[str, Any]) -> None:
     install_connection_fixes()
     install_closed_write_filter()
     loop = asyncio.get_running_loop()
+    accept_one_per_turn(loop)
     _, conn = await loop.create_unix_connection(FrontendConnection, options["socket"])
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
