@@ -136,12 +136,18 @@ class AcceptErrorMonitor:
             return
         self.record(exc, loop)
 
-    def record(self, exc: OSError, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        """Count one failure; log now if the interval has passed, else later."""
-        reason = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+    def count(self, number: int) -> str:
+        """Count one failure with errno ``number`` without logging it (a frontend
+        process's, which logs its own: ``[server] api_processes``); its errno name."""
+        reason = errno.errorcode.get(number, str(number))
         self.total[reason] = self.total.get(reason, 0) + 1
         if self._counter is not None:
             self._counter.labels(reason).inc()
+        return reason
+
+    def record(self, exc: OSError, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Count one failure; log now if the interval has passed, else later."""
+        reason = self.count(exc.errno or 0)
         self._pending += 1
         self._pending_reason = reason
         now = self.clock()

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from servehall.server.bridge_wire import (
+    ACCEPT_ERROR,
     BODY,
     DATA,
     DISCONNECT,
@@ -172,6 +173,8 @@ class BridgeConnection(FrameProtocol):
             return
         request = self.requests.get(rid)
         if request is None:
+            if kind == ACCEPT_ERROR and self.server.on_accept_error is not None:
+                self.server.on_accept_error(message[2])
             return
         if kind == BODY:
             request.feed({"type": "http.request", "body": message[2], "more_body": message[3]})
@@ -207,11 +210,16 @@ class BridgeServer:
     Args:
         app: the ASGI app (``scope``, ``receive``, ``send``).
         path: the socket path (created by :meth:`start`, removed by :meth:`close`).
+        on_accept_error: called with the errno of each failed ``accept()`` a frontend
+            reports (:meth:`~servehall.server.accept_errors.AcceptErrorMonitor.count`).
     """
 
-    def __init__(self, app: App, path: str) -> None:
+    def __init__(
+        self, app: App, path: str, on_accept_error: Callable[[int], Any] | None = None
+    ) -> None:
         self.app = app
         self.path = path
+        self.on_accept_error = on_accept_error
         self.connections: set[BridgeConnection] = set()
         self.tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.AbstractServer | None = None

@@ -20,7 +20,9 @@ frontend → primary
     still holds a client whose body the app is not reading);
     ``[DISCONNECT, rid]`` — the client left; ``[PAUSE, rid]`` / ``[RESUME, rid]`` — the
     client stopped / started reading again (the primary's ``send`` waits meanwhile, so
-    ``[server] send_timeout_s`` applies as without frontends).
+    ``[server] send_timeout_s`` applies as without frontends); ``[ACCEPT_ERROR, 0, errno]``
+    — an ``accept()`` that failed for want of a resource, counted in the primary's
+    ``servehall_accept_errors_total``.
 primary → frontend
     ``[PULL, rid]`` — the app waits for the next body chunk;
     ``[START, rid, status, headers]``; ``[DATA, rid, body, more_body]``;
@@ -39,7 +41,7 @@ import msgspec
 
 from servehall.worker.wire import MAX_FRAME_BYTES, PREFIX_BYTES
 
-OPEN, BODY, DISCONNECT, PAUSE, RESUME = 0, 1, 2, 3, 4
+OPEN, BODY, DISCONNECT, PAUSE, RESUME, ACCEPT_ERROR = 0, 1, 2, 3, 4, 5
 START, DATA, END, PULL = 10, 11, 12, 13
 
 SCOPE_KEYS: tuple[str, ...] = (

@@ -28,6 +28,7 @@ import sys
 from typing import Any
 
 from servehall.server.bridge_wire import (
+    ACCEPT_ERROR,
     BODY,
     DATA,
     DISCONNECT,
@@ -236,6 +237,7 @@ async def run_frontend(options: dict[str, Any]) -> None:
 
     from servehall.api.disconnect import install_closed_write_filter
     from servehall.config.models import ServerSettings
+    from servehall.server.accept_errors import AcceptErrorMonitor
     from servehall.server.hypercorn import install_connection_fixes
     from servehall.server.hypercorn.config import server_config
 
@@ -247,6 +249,13 @@ async def run_frontend(options: dict[str, Any]) -> None:
     loop = asyncio.get_running_loop()
     accept_one_per_turn(loop)
     _, conn = await loop.create_unix_connection(FrontendConnection, options["socket"])
+
+    class Monitor(AcceptErrorMonitor):  # logs here, counted in the primary's /metrics
+        def count(self, number: int) -> str:
+            conn.push((ACCEPT_ERROR, 0, number))
+            return super().count(number)
+
+    Monitor().install(loop)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)

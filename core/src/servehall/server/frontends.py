@@ -196,9 +196,12 @@ async def serve_frontends(
     count: int,
     stop: asyncio.Event,
     on_restart: Callable[[int], None] | None = None,
+    on_accept_error: Callable[[int], Any] | None = None,
 ) -> None:
     """Serve ``app`` through ``count`` frontend processes on ``sockets`` until ``stop``
-    is set, then drain them (the sockets are closed on the way out).
+    is set, then drain them (the sockets are closed on the way out). ``on_restart``:
+    called with a frontend's index when it is started again; ``on_accept_error``: with
+    the errno of a frontend's failed ``accept()``.
 
     Raises:
         ConfigError: see :meth:`FrontendPool.start`.
@@ -206,7 +209,7 @@ async def serve_frontends(
     from servehall.server.bridge import BridgeServer
 
     folder = tempfile.mkdtemp(prefix="servehall-bridge-")
-    bridge = BridgeServer(app, os.path.join(folder, "bridge.sock"))
+    bridge = BridgeServer(app, os.path.join(folder, "bridge.sock"), on_accept_error)
     pool = FrontendPool(count, server, [s.fileno() for s in sockets], bridge.path, on_restart)
     try:
         await bridge.start()

@@ -170,7 +170,13 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
         if frontends > 1:
             restarts = metrics.api_process_restarts
             await serve_frontends(
-                app, settings.server, sockets, frontends, stop, lambda _: restarts.inc()
+                app,
+                settings.server,
+                sockets,
+                frontends,
+                stop,
+                on_restart=lambda _: restarts.inc(),
+                on_accept_error=accept_errors.count,
             )
         else:
             cfg.bind = hypercorn_fd_binds(sockets)
