@@ -13,17 +13,12 @@ hand them to Hypercorn, then log ``servehall serving … on …`` and serve.
 
 One Hypercorn listener per ``bind`` entry serves HTTP/1.1, cleartext HTTP/2 (prior
 knowledge and ``Upgrade: h2c``) and, with ``certfile``/``keyfile``, TLS with ALPN ``h2``
-and ``http/1.1``. Hypercorn's limits come from ``[server]``
-(:mod:`servehall.server.hypercorn.config`).
-Hypercorn's connection handling is corrected in place by
-:func:`servehall.server.hypercorn.install_connection_fixes` (closed connections released
-at once, early HTTP/1.1 answers, refused HTTP/2 streams), and running out of descriptors
-while accepting is logged once per interval with a count
-(:class:`servehall.server.accept_errors.AcceptErrorMonitor`).
-
-With ``[server] api_processes = N > 1`` the listening sockets go to N HTTP frontend
-processes instead of Hypercorn here, and the app serves them over a Unix socket
-(:mod:`servehall.server.frontends`).
+and ``http/1.1``, limits from ``[server]`` (:mod:`servehall.server.hypercorn.config`),
+connection handling corrected by :func:`servehall.server.hypercorn.install_connection_fixes`;
+descriptors running out while accepting are logged once per interval with a count
+(:class:`servehall.server.accept_errors.AcceptErrorMonitor`). With ``[server]
+api_processes = N > 1`` the sockets go to N HTTP frontend processes instead, and the app
+serves them over Unix sockets (:mod:`servehall.server.frontends`).
 
 Shutdown: stop accepting, let in-flight requests finish within the graceful timeout,
 run ``servehall_shutdown`` hooks, shut engines down, close the record bus.
