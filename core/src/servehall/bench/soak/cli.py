@@ -73,7 +73,8 @@ def soak_command(
         list[str] | None,
         typer.Option(
             "--faults",
-            help="worker-kill (SIGKILL the engine worker), worker-stop (SIGSTOP it for "
+            help="worker-kill (SIGKILL the engine worker), api-kill (SIGKILL one HTTP "
+            "frontend process; needs --api-processes 2 or more), worker-stop (SIGSTOP it for "
             "--fault-stop s), db-stop (SIGSTOP the PostgreSQL server as long), db-restart (restart "
             "it), redis-restart (run --redis-restart-cmd); repeat for several. 503s are "
             "allowed during each fault's window. Database faults need PostgreSQL.",
@@ -125,6 +126,14 @@ def soak_command(
         float, typer.Option("--rss-bound-mib", help="Most RSS growth allowed (MiB).")
     ] = 512.0,
     output_json: OutputJson = None,
+    api_processes: Annotated[
+        int,
+        typer.Option(
+            "--api-processes",
+            help="[server] api_processes of the server the soak starts: N HTTP frontend "
+            "processes in front of the serve process (api-kill needs 2 or more).",
+        ),
+    ] = 1,
 ) -> None:
     """Accounting soak: every request shape (recorded client-library bodies, hostile
     inputs, generated schemas, client disconnects) from concurrent clients, optional
@@ -143,6 +152,10 @@ def soak_command(
         bad = [f for f in faults or [] if f not in FAULTS]
         if bad:
             raise UsageError(f"unknown fault {bad[0]!r}; known: {', '.join(FAULTS)}")
+        if api_processes < 1:
+            raise UsageError(f"--api-processes must be at least 1 (got {api_processes})")
+        if api_processes > 1 and url is not None:
+            raise UsageError("--api-processes is for a server the soak starts (no --url)")
         if faults and url is not None:
             raise UsageError("--faults needs a server the soak starts (no --url)")
         if url is None and not demo and config is None:
@@ -177,6 +190,7 @@ def soak_command(
             pids=tuple(pid or ()),
             rss_bound_mib=rss_bound,
             output_json=output_json,
+            api_processes=api_processes,
         )
         try:
             check_fault_options(opts)

@@ -119,11 +119,22 @@ class Traffic:
     fault_errors: list[str] = field(default_factory=list)
     rss: list[tuple[float, int]] = field(default_factory=list)
     duration_s: float = 0.0
+    api_restarts: float | None = None
+    """``servehall_api_process_restarts_total`` read from ``/metrics`` after the traffic
+    (None: not read, e.g. one API process)."""
+    api_pids: list[int] = field(default_factory=list)
+    """The frontend processes running after the traffic."""
 
 
 async def run_clients(opts: SoakOptions, base_url: str, mix: Mix, traffic: Traffic) -> None:
     """Run ``opts.clients`` concurrent clients for ``opts.duration_s``, each sending
-    shapes drawn from ``mix`` one after another; their observations go to ``traffic``."""
+    shapes drawn from ``mix`` one after another; their observations go to ``traffic``.
+
+    With one API process the clients share one HTTP/2 connection pool (in practice one
+    connection). With ``opts.api_processes`` > 1 each client holds a connection of its
+    own, so that the kernel spreads them over the frontend processes (one shared HTTP/2
+    connection would reach only one of them) and ``api-kill`` cuts some clients'
+    streams while the others go on."""
     headers = {"authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
     limits = httpx.Limits(max_connections=opts.clients, max_keepalive_connections=opts.clients)
     timeout = httpx.Timeout(opts.request_timeout_s, connect=10.0)
@@ -133,6 +144,15 @@ async def run_clients(opts: SoakOptions, base_url: str, mix: Mix, traffic: Traff
     ) as client:
 
         async def one_client() -> None:
+            if opts.api_processes > 1:
+                async with httpx.AsyncClient(
+                    http2=True, http1=False, headers=headers, limits=limits, timeout=timeout
+                ) as mine:
+                    await client_loop(mine)
+            else:
+                await client_loop(client)
+
+        async def client_loop(client: httpx.AsyncClient) -> None:
             while time.monotonic() < deadline:
                 cat, shape = mix.draw()
                 traffic.by_category[cat] += 1

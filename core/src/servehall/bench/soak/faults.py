@@ -12,6 +12,11 @@
   or ``pg_ctl restart -m fast`` on the postmaster's data directory (its working
   directory), run as the data directory's owner — the new postmaster's pid is read back
   from ``postmaster.pid``.
+* ``api-kill``: SIGKILL one HTTP frontend process (``[server] api_processes`` = N > 1,
+  ``--api-processes``: the children of the serve process running
+  ``-m servehall.server.frontend``); the serve process starts it again. The streams of
+  the connections it held are cut (the clients see a transport error, the server records
+  each such request as a client that left); the other frontends' streams go on.
 * ``redis-restart``: run ``--redis-restart-cmd`` (a shell command; there is no portable
   way to restart a Redis from outside); only for a deployment that uses Redis (``[server]
   config_broadcast_url`` or a plugin's Redis URL such as ``[auth] limits_url``).
@@ -33,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-FAULTS = ("worker-kill", "worker-stop", "db-stop", "db-restart", "redis-restart")
+FAULTS = ("worker-kill", "worker-stop", "db-stop", "db-restart", "redis-restart", "api-kill")
 """Every fault ``--faults`` accepts (see the module docstring)."""
 
 DB_FAULTS = frozenset({"db-stop", "db-restart"})
@@ -110,6 +115,7 @@ def check_faults(
     db_pid: int | None = None,
     redis_restart_cmd: str | None = None,
     stop_s: float = STOP_S,
+    api_processes: int = 1,
 ) -> None:
     """Refuse faults this deployment cannot have, with a one-line reason.
 
@@ -120,11 +126,13 @@ def check_faults(
         redis: where the config uses Redis (:func:`redis_urls`).
         db_pid, redis_restart_cmd: the options of the same names.
         stop_s: ``--fault-stop``, seconds a stop fault lasts.
+        api_processes: ``--api-processes`` of the server the soak starts.
 
     Raises:
         FaultError: an unknown fault, a fault without a server the soak starts, a
             database fault on SQLite or an unknown database, ``redis-restart`` without
-            Redis in the config or without ``--redis-restart-cmd``.
+            Redis in the config or without ``--redis-restart-cmd``, ``api-kill`` with
+            fewer than 2 API processes.
     """
     for f in faults:
         if f not in FAULTS:
@@ -151,6 +159,11 @@ def check_faults(
         raise FaultError(f"--fault-stop must be in (0, 600] seconds (got {stop_s:g})")
     if db_pid is not None and db_pid <= 0:
         raise FaultError(f"--db-pid must be a process id (got {db_pid})")
+    if "api-kill" in faults and api_processes < 2:
+        raise FaultError(
+            "api-kill needs frontend processes to kill: give --api-processes 2 or more "
+            f"(got {api_processes}: the serve process answers HTTP itself)"
+        )
     if "redis-restart" in faults:
         if not redis:
             raise FaultError(

@@ -26,7 +26,11 @@ from servehall.bench.soak.faults import (
 )
 from servehall.bench.soak.invariants import FaultWindow
 from servehall.bench.soak.options import SoakError, SoakOptions, planned_database_url
-from servehall.bench.soak.server import Server, process_tree, worker_pids
+from servehall.bench.soak.server import Server, frontend_pids, process_tree, worker_pids
+
+API_BACK_TIMEOUT_S = 30.0
+"""How long ``api-kill`` waits for the killed frontend's successor to appear (the
+serve process starts it again after 0.5 s, :mod:`servehall.server.frontends`)."""
 
 
 async def _ready(base_url: str, timeout: float) -> None:
@@ -63,7 +67,7 @@ async def inject_faults(
         i += 1
         start = time.monotonic()
         try:
-            what = await _inject(fault, server, targets, opts.fault_stop_s)
+            what = await _inject(fault, server, targets, opts.fault_stop_s, i - 1)
         except FaultError as exc:
             traffic.fault_errors.append(f"{fault}: {exc}")
             print(f"fault {fault} not injected: {exc}", file=out)
@@ -75,8 +79,47 @@ async def inject_faults(
         print(f"fault {fault} ({what}): window {end - start:.1f} s", file=out)
 
 
-async def _inject(fault: str, server: Server, targets: FaultTargets, stop_s: float) -> str:
-    """Inject one fault (see :mod:`servehall.bench.soak.faults`); what it acted on."""
+async def kill_api_process(server: Server, turn: int) -> str:
+    """``api-kill``: SIGKILL one of the server's frontend processes (the ``turn``-th of
+    them, in pid order, modulo their number), then wait up to :data:`API_BACK_TIMEOUT_S`
+    for as many frontends as before, the killed one replaced.
+
+    Returns:
+        What happened, one line (the pids, and how long the successor took).
+
+    Raises:
+        FaultError: there is no frontend process, or none came back in time.
+    """
+    before = frontend_pids(server.process.pid)
+    if not before:
+        raise FaultError("api-kill: the server has no frontend processes")
+    victim = before[turn % len(before)]
+    t0 = time.monotonic()
+    with contextlib.suppress(OSError):
+        os.kill(victim, signal.SIGKILL)
+    while time.monotonic() - t0 < API_BACK_TIMEOUT_S:
+        await asyncio.sleep(0.1)
+        now = frontend_pids(server.process.pid)
+        if victim not in now and len(now) >= len(before):
+            new = sorted(set(now) - set(before))
+            return (
+                f"API process pid {victim} killed, pid {new[0] if new else '?'} in its place "
+                f"after {time.monotonic() - t0:.1f} s"
+            )
+    raise FaultError(
+        f"api-kill: killed pid {victim}; no frontend took its place within "
+        f"{API_BACK_TIMEOUT_S:.0f} s (now {frontend_pids(server.process.pid)})"
+    )
+
+
+async def _inject(
+    fault: str, server: Server, targets: FaultTargets, stop_s: float, turn: int = 0
+) -> str:
+    """Inject one fault (see :mod:`servehall.bench.soak.faults`); what it acted on.
+    ``turn`` counts the faults injected before this one (``api-kill`` takes turns over
+    the frontends)."""
+    if fault == "api-kill":
+        return await kill_api_process(server, turn)
     if fault in ("worker-kill", "worker-stop"):
         pids = worker_pids(server.process.pid)
         if fault == "worker-kill":

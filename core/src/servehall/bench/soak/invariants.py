@@ -200,8 +200,9 @@ def check_rows_match(
 ) -> InvariantResult:
     """I3: the row's status and token counts equal what the client got.
 
-    Status: the client's status, or 499 for a client that left (or 200 when the server
-    had finished before it noticed); a stream that carried an error event may record
+    Status: the client's status, or 499 for a client that left or whose connection was
+    cut after the response began (or the client's status when the server had finished
+    before it noticed); a stream that carried an error event may record
     that error's status. Tokens: compared when the client was told a usage (JSON
     ``usage``, or a streamed ``include_usage`` chunk)."""
     res = InvariantResult("I3", "row status and tokens equal what the client got")
@@ -210,7 +211,9 @@ def check_rows_match(
             continue
         row = rows[o.request_id]
         res.checked += 1
-        if o.disconnected:
+        if o.disconnected or (o.error is not None and o.status < 500):
+            # left on purpose, or cut (e.g. its frontend process was killed): the server
+            # saw a client that left, unless it had finished first
             ok_status = {STATUS_CLIENT_CLOSED, o.status}
         elif o.status == 0:
             ok_status = {STATUS_CLIENT_CLOSED}
@@ -323,6 +326,49 @@ def check_rss(
         res.violations.append(
             f"RSS grew by {growth:.0f} MiB after the warm-up (> {bound_mib:g} MiB)"
         )
+    return res
+
+
+def check_api_restarts(
+    faults: Sequence[FaultWindow],
+    observations: Sequence[Observation],
+    restarts: float | None,
+    pids: Sequence[int],
+    api_processes: int,
+) -> InvariantResult:
+    """A: after ``api-kill``, the killed frontend processes came back.
+
+    Every ``api-kill`` window counts once: ``servehall_api_process_restarts_total``
+    (``restarts``, read from ``/metrics`` after the traffic) must be at least the number
+    of kills, and ``api_processes`` frontends (``pids``) must be running. The notes say,
+    for the requests in flight at each kill (started before it, ended after), how many
+    were cut and how many were answered whole: the other frontends' streams."""
+    kills = [w for w in faults if w.name == "api-kill"]
+    res = InvariantResult("A", "killed API processes came back", checked=len(kills))
+    if restarts is None:
+        res.violations.append("servehall_api_process_restarts_total could not be read")
+    elif restarts < len(kills):
+        res.violations.append(
+            f"{len(kills)} API process(es) killed, {restarts:g} restart(s) counted"
+        )
+    if len(pids) != api_processes:
+        res.violations.append(
+            f"{len(pids)} frontend process(es) running after the traffic, "
+            f"{api_processes} configured"
+        )
+    cut = whole = 0
+    for w in kills:
+        for o in observations:
+            if o.started < w.start < o.ended and not o.disconnected:
+                if o.status == 0 or o.error is not None:
+                    cut += 1
+                else:
+                    whole += 1
+    res.notes.append(
+        f"restarts counted {restarts if restarts is None else format(restarts, 'g')}, "
+        f"frontends now {list(pids)}; in flight at the kill(s): {cut} cut, "
+        f"{whole} answered whole"
+    )
     return res
 
 

@@ -42,6 +42,9 @@ class SoakOptions:
     request_timeout_s: float = 60.0
     ready_timeout_s: float = 300.0
     output_json: Path | None = None
+    api_processes: int = 1
+    """``[server] api_processes`` of a server the soak starts (1: no frontend
+    processes); also what ``api-kill`` needs (at least 2)."""
 
 
 def planned_database_url(opts: SoakOptions) -> str | None:
@@ -58,6 +61,10 @@ def planned_database_url(opts: SoakOptions) -> str | None:
 
 def check_fault_options(opts: SoakOptions) -> None:
     """Refuse the faults this deployment cannot have (SoakError with the reason)."""
+    if opts.api_processes < 1:
+        raise SoakError(f"--api-processes must be at least 1 (got {opts.api_processes})")
+    if opts.api_processes > 1 and opts.url is not None:
+        raise SoakError("--api-processes is for a server the soak starts (no --url)")
     if not opts.faults:
         return
     redis: list[str] = []
@@ -74,6 +81,7 @@ def check_fault_options(opts: SoakOptions) -> None:
             db_pid=opts.db_pid,
             redis_restart_cmd=opts.redis_restart_cmd,
             stop_s=opts.fault_stop_s,
+            api_processes=opts.api_processes,
         )
     except FaultError as exc:
         raise SoakError(str(exc)) from None

@@ -22,6 +22,12 @@ def summarize_traffic(traffic: Traffic) -> list[str]:
         "by category: " + ", ".join(f"{c}: {n}" for c, n in sorted(traffic.by_category.items())),
         f"streams with an error event: {sum(1 for o in obs if o.stream_error is not None)}",
     ]
+    if traffic.api_restarts is not None or traffic.api_pids:
+        restarts = "unread" if traffic.api_restarts is None else f"{traffic.api_restarts:g}"
+        lines.append(
+            f"API processes after the traffic: {len(traffic.api_pids)} {traffic.api_pids}; "
+            f"restarts: {restarts}"
+        )
     return lines
 
 
@@ -43,6 +49,8 @@ def json_report(
     return {
         "duration_s": traffic.duration_s,
         "clients": opts.clients,
+        "api_processes": opts.api_processes,
+        "api_process_restarts": traffic.api_restarts,
         "requests": len(traffic.observations),
         "by_status": dict(statuses),
         "by_category": dict(traffic.by_category),

@@ -19,15 +19,48 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+import httpx
+
 from servehall.bench.soak.clients import Traffic, run_clients
 from servehall.bench.soak.corpus import sdk_libraries
 from servehall.bench.soak.inject import fault_targets, inject_faults
-from servehall.bench.soak.invariants import InvariantResult, check_no_5xx, check_rss
+from servehall.bench.soak.invariants import (
+    InvariantResult,
+    check_api_restarts,
+    check_no_5xx,
+    check_rss,
+)
 from servehall.bench.soak.mix import Mix
 from servehall.bench.soak.options import SoakError, SoakOptions, check_fault_options
 from servehall.bench.soak.readback import record_checks
 from servehall.bench.soak.report import json_report, rss_warmup_s, summarize_traffic
-from servehall.bench.soak.server import EMBED_MODEL, Server, rss_bytes, start_server
+from servehall.bench.soak.server import (
+    EMBED_MODEL,
+    Server,
+    frontend_pids,
+    rss_bytes,
+    start_server,
+)
+
+RESTARTS_METRIC = "servehall_api_process_restarts_total"
+
+
+async def api_restarts(base_url: str, api_key: str | None) -> float | None:
+    """``servehall_api_process_restarts_total`` from the server's ``/metrics`` (None
+    when it cannot be read)."""
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        async with httpx.AsyncClient(timeout=10.0, headers=headers) as c:
+            r = await c.get(base_url + "/metrics")
+    except httpx.HTTPError:
+        return None
+    if r.status_code != 200:
+        return None
+    for line in r.text.splitlines():
+        if line.startswith(RESTARTS_METRIC):
+            with contextlib.suppress(ValueError, IndexError):
+                return float(line.split()[-1])
+    return None
 
 
 async def _sample_rss(
@@ -76,6 +109,9 @@ async def run_soak(opts: SoakOptions, out: TextIO | None = None) -> list[Invaria
         await run_clients(opts, base_url, mix, traffic)
     finally:
         traffic.duration_s = time.monotonic() - t0
+        if server is not None and opts.api_processes > 1:
+            traffic.api_restarts = await api_restarts(base_url, opts.api_key)
+            traffic.api_pids = frontend_pids(server.process.pid)
         faults.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await faults
@@ -93,6 +129,16 @@ async def run_soak(opts: SoakOptions, out: TextIO | None = None) -> list[Invaria
         injected.violations += traffic.fault_errors
         injected.notes += [f"{w.name}: window {w.end - w.start:.1f} s" for w in traffic.faults]
         results.append(injected)
+    if "api-kill" in opts.faults:
+        results.append(
+            check_api_restarts(
+                traffic.faults,
+                traffic.observations,
+                traffic.api_restarts,
+                traffic.api_pids,
+                opts.api_processes,
+            )
+        )
     results += await record_checks(opts, server, traffic)
     results.append(check_rss(traffic.rss, opts.rss_bound_mib, warmup_s=rss_warmup_s(opts)))
     for r in results:

@@ -62,13 +62,16 @@ def start_server(opts: SoakOptions, workdir: Path) -> Server:
     """Start ``servehall serve`` (``--demo`` and/or ``--config``) on a free port in
     ``workdir`` and wait for ``/health/ready``; SoakError with the log tail if not.
     Without ``--config`` the server gets a config of its own: a SQLite file in
-    ``workdir``, and with ``--embed-path`` an embedding model (:func:`embed_model_toml`)."""
+    ``workdir``, ``[server] api_processes`` (``--api-processes``) and with
+    ``--embed-path`` an embedding model (:func:`embed_model_toml`); a given ``--config``
+    gets ``--api-processes`` > 1 through ``SERVEHALL_SERVER__API_PROCESSES`` (the
+    environment overrides the file)."""
     workdir.mkdir(parents=True, exist_ok=True)
     config = opts.config.resolve() if opts.config is not None else None
     if config is None:
         config = workdir / "soak.toml"
         url = f"sqlite+aiosqlite:///{workdir / 'servehall.db'}"
-        text = f'[database]\nurl = "{url}"\n'
+        text = f'[server]\napi_processes = {opts.api_processes}\n\n[database]\nurl = "{url}"\n'
         if opts.embed_path is not None:
             text += embed_model_toml(opts.embed_model or EMBED_MODEL, opts.embed_path)
         config.write_text(text)
@@ -78,6 +81,8 @@ def start_server(opts: SoakOptions, workdir: Path) -> Server:
         args.append("--demo")
     log_path = workdir / "server.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if opts.config is not None and opts.api_processes > 1:
+        env["SERVEHALL_SERVER__API_PROCESSES"] = str(opts.api_processes)
     with log_path.open("wb") as log:
         proc = subprocess.Popen(args, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
     server = Server(proc, f"http://127.0.0.1:{port}", workdir, config, log_path)
@@ -119,6 +124,22 @@ def rss_bytes(pids: Sequence[int]) -> int:
                     if line.startswith("VmRSS:"):
                         total += int(line.split()[1]) * 1024
     return total
+
+
+FRONTEND_MODULE = b"servehall.server.frontend"
+"""What the command line of an HTTP frontend process (``[server] api_processes``) holds."""
+
+
+def frontend_pids(server_pid: int) -> list[int]:
+    """The HTTP frontend processes under ``server_pid`` (``-m servehall.server.frontend``,
+    ``[server] api_processes`` > 1), sorted; empty with one API process."""
+    out = []
+    for p in process_tree(server_pid)[1:]:
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
+            if FRONTEND_MODULE in argv:
+                out.append(p)
+    return sorted(out)
 
 
 def worker_pids(server_pid: int) -> list[int]:
