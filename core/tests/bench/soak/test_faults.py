@@ -35,7 +35,14 @@ def _config(tmp_path: Path, text: str) -> Path:
 
 
 def test_every_fault_is_known_and_unknown_ones_are_refused() -> None:
-    assert set(FAULTS) == {"worker-kill", "worker-stop", "db-stop", "db-restart", "redis-restart"}
+    assert set(FAULTS) == {
+        "worker-kill",
+        "worker-stop",
+        "db-stop",
+        "db-restart",
+        "redis-restart",
+        "api-kill",
+    }
     with pytest.raises(FaultError, match="unknown fault 'db-melt'; known: worker-kill"):
         check_faults(["db-melt"], starts_server=True, db_url=PG)
     check_faults([], starts_server=False, db_url=None)  # no fault: nothing to check
@@ -44,6 +51,13 @@ def test_every_fault_is_known_and_unknown_ones_are_refused() -> None:
 def test_faults_need_a_server_the_soak_starts() -> None:
     with pytest.raises(FaultError, match="needs a server the soak starts"):
         check_faults(["worker-kill"], starts_server=False, db_url=PG)
+
+
+def test_api_kill_needs_two_api_processes() -> None:
+    sqlite = "sqlite+aiosqlite:///x.db"
+    with pytest.raises(FaultError, match=r"api-kill needs frontend processes.*got 1"):
+        check_faults(["api-kill"], starts_server=True, db_url=sqlite)
+    check_faults(["api-kill", "worker-kill"], starts_server=True, db_url=sqlite, api_processes=2)
 
 
 @pytest.mark.parametrize("fault", ["db-stop", "db-restart"])

@@ -18,6 +18,7 @@ from servehall.bench.soak.invariants import (
     Observation,
     Rejection,
     Row,
+    check_api_restarts,
     check_audit,
     check_no_5xx,
     check_no_leftovers,
@@ -118,6 +119,36 @@ def test_i3_fails_on_a_different_status_or_token_count() -> None:
     assert len(r.violations) == 2
     assert "client usage (5, 8), row (5, 7)" in r.violations[0]
     assert "client got 400, row says 500" in r.violations[1]
+
+
+def test_i3_a_cut_response_may_be_recorded_as_a_client_that_left() -> None:
+    rows = {"a": Row("a", 499, 5, 0), "b": Row("b", 200, 5, 8), "c": Row("c", 499, 0, 0)}
+    cut = "RemoteProtocolError: Server disconnected"
+    observed = [obs(rid="a", error=cut), obs(rid="b", error=cut), obs(400, "c")]
+    r = check_rows_match(observed, rows)
+    assert r.checked == 3 and r.violations == ["chat c: client got 400, row says 499"]
+
+
+# --- A (api-kill) ------------------------------------------------------------------------
+
+
+def test_a_passes_when_every_killed_frontend_came_back() -> None:
+    kill = FaultWindow("api-kill", 10.5, 14.0)
+    observed = [obs(), obs(0, None, error="ReadError"), obs(200, "r2", started=10.6)]
+    r = check_api_restarts([kill], observed, 1.0, [7, 9], 2)
+    assert r.ok and r.checked == 1
+    assert "1 cut, 1 answered whole" in r.notes[0]
+
+
+def test_a_fails_without_restarts_or_with_a_frontend_missing() -> None:
+    kills = [FaultWindow("api-kill", 10.5, 14.0), FaultWindow("api-kill", 30.0, 33.0)]
+    r = check_api_restarts(kills, [], 1.0, [7], 2)
+    assert r.violations == [
+        "2 API process(es) killed, 1 restart(s) counted",
+        "1 frontend process(es) running after the traffic, 2 configured",
+    ]
+    r = check_api_restarts(kills, [], None, [7, 8], 2)
+    assert r.violations == ["servehall_api_process_restarts_total could not be read"]
 
 
 # --- I4 ----------------------------------------------------------------------------------

@@ -39,6 +39,16 @@ def test_database_faults_on_postgresql_are_accepted(tmp_path: Path) -> None:
     check_fault_options(SoakOptions(faults=("db-stop", "db-restart"), config=cfg))
 
 
+def test_api_kill_and_api_processes(tmp_path: Path) -> None:
+    with pytest.raises(SoakError, match="api-kill needs frontend processes"):
+        check_fault_options(SoakOptions(faults=("api-kill",), workdir=tmp_path))
+    check_fault_options(SoakOptions(faults=("api-kill",), workdir=tmp_path, api_processes=2))
+    with pytest.raises(SoakError, match="at least 1"):
+        check_fault_options(SoakOptions(api_processes=0))
+    with pytest.raises(SoakError, match="a server the soak starts"):
+        check_fault_options(SoakOptions(url="http://127.0.0.1:1", api_processes=2))
+
+
 def test_no_fault_is_always_accepted() -> None:
     check_fault_options(SoakOptions(url="http://127.0.0.1:1"))
 

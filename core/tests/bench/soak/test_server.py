@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from servehall.bench.soak.server import Server, process_tree, rss_bytes, worker_pids
+from servehall.bench.soak.server import (
+    Server,
+    frontend_pids,
+    process_tree,
+    rss_bytes,
+    worker_pids,
+)
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
 
@@ -26,6 +32,24 @@ def test_the_process_tree_and_its_rss() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_frontend_processes_are_found_by_their_module() -> None:
+    """``api-kill``'s targets: the children whose argv holds ``servehall.server.frontend``
+    (``python -m servehall.server.frontend '<json>'``), not other children."""
+    sleep = "import time; time.sleep(30)"
+    children = [
+        subprocess.Popen([sys.executable, "-c", sleep, "servehall.server.frontend"]),
+        subprocess.Popen([sys.executable, "-c", sleep, "servehall.server.frontend"]),
+        subprocess.Popen([sys.executable, "-c", sleep, "servehall.server.frontends"]),
+    ]
+    try:
+        assert frontend_pids(os.getpid()) == sorted(c.pid for c in children[:2])
+        assert frontend_pids(children[2].pid) == []
+    finally:
+        for c in children:
+            c.kill()
+            c.wait()
 
 
 def test_stop_ends_the_server_and_gives_its_exit_code(tmp_path: Path) -> None:
