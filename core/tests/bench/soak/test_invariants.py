@@ -62,9 +62,11 @@ def test_i1_allows_503_only_inside_a_declared_fault_window() -> None:
     window = FaultWindow("worker-kill", 10.5, 12.0)
     outside = obs(503)
     outside.started, outside.ended = 20.0, 21.0
-    r = check_no_5xx([obs(503), obs(0, None, error="x"), outside], [window])
+    busy = obs(503, "r2", error="engine_unavailable: the engine restarts")
+    r = check_no_5xx([obs(503), obs(0, None, error="x"), outside, busy], [window])
     assert r.violations == ["chat /v1/chat/completions: status 503 (r1; None)"]
-    assert any("503 during worker-kill" in n for n in r.notes)
+    assert "1 allowed: 503 (no code) during worker-kill" in r.notes
+    assert "1 allowed: 503 (engine_unavailable) during worker-kill" in r.notes
     # a 500 is never allowed, fault or not
     assert not check_no_5xx([obs(500)], [window]).ok
 

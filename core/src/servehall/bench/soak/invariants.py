@@ -131,7 +131,8 @@ def check_no_5xx(
                 res.violations.append(f"{o.shape} {o.path}: {what} ({o.error})")
         elif code >= 500:
             if code == 503 and window is not None:
-                allowed[f"503 during {window.name}"] += 1
+                why = (o.error or "").split(":", 1)[0] if o.status == 503 else "stream event"
+                allowed[f"503 ({why or 'no code'}) during {window.name}"] += 1
             else:
                 where = "stream error event" if o.status < 500 else "status"
                 res.violations.append(
