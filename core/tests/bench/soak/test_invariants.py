@@ -67,6 +67,12 @@ def test_i1_allows_503_only_inside_a_declared_fault_window() -> None:
     assert r.violations == ["chat /v1/chat/completions: status 503 (r1; None)"]
     assert "1 allowed: 503 (no code) during worker-kill" in r.notes
     assert "1 allowed: 503 (engine_unavailable) during worker-kill" in r.notes
+    # a request that spans two windows is counted in the one its answer came in
+    spans = obs(503, "r3", error="engine_unavailable: x")
+    spans.started, spans.ended = 11.0, 30.5
+    later = FaultWindow("api-kill", 30.0, 33.0)
+    r = check_no_5xx([spans], [window, later])
+    assert r.notes == ["1 allowed: 503 (engine_unavailable) during api-kill"]
     # a 500 is never allowed, fault or not
     assert not check_no_5xx([obs(500)], [window]).ok
 

@@ -109,7 +109,11 @@ class InvariantResult:
 
 
 def _in_fault(obs: Observation, faults: Sequence[FaultWindow]) -> FaultWindow | None:
-    return next((w for w in faults if w.covers(obs)), None)
+    """The fault window ``obs`` overlapped: the one its answer came in, if any (a long
+    request may overlap two windows; its failure belongs to the later one), else the
+    first it overlapped."""
+    ended_in = (w for w in faults if w.start <= obs.ended <= w.end)
+    return next(ended_in, None) or next((w for w in faults if w.covers(obs)), None)
 
 
 def check_no_5xx(
