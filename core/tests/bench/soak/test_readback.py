@@ -9,7 +9,12 @@ from pathlib import Path
 
 from servehall.bench.soak.invariants import Rejection, check_no_leftovers
 from servehall.bench.soak.options import SoakOptions
-from servehall.bench.soak.readback import database_url, leftover_files
+from servehall.bench.soak.readback import (
+    count_rows,
+    database_url,
+    leftover_files,
+    unanswered_note,
+)
 from servehall.bench.soak.server import Server
 
 PG = "postgresql+asyncpg://u:p@127.0.0.1:5999/db"
@@ -45,3 +50,15 @@ def test_the_database_url(tmp_path: Path) -> None:
     server = Server(proc, "http://127.0.0.1:1", tmp_path, cfg, tmp_path / "server.log")
     assert database_url(SoakOptions(), server) == f"sqlite+aiosqlite:///{tmp_path / 'rel.db'}"
     assert database_url(SoakOptions(config=cfg), None) == "sqlite+aiosqlite:///rel.db"
+
+
+def test_rows_beyond_the_answered_ones_are_counted(tmp_path: Path) -> None:
+    import asyncio
+    import sqlite3
+
+    db = tmp_path / "r.db"
+    with sqlite3.connect(db) as c:
+        c.execute("CREATE TABLE request_log (request_id TEXT)")
+        c.executemany("INSERT INTO request_log VALUES (?)", [("a",), ("b",), ("c",)])
+    assert asyncio.run(count_rows(f"sqlite+aiosqlite:///{db}")) == 3
+    assert unanswered_note(3, 2, 4).startswith("1 row(s) beyond the answered responses' (4 ")

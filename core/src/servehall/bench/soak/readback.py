@@ -78,6 +78,33 @@ async def read_rows(url: str, ids: Sequence[str]) -> tuple[list[Row], list[Rejec
     return rows, rejections, has_rejected
 
 
+async def count_rows(url: str) -> int:
+    """How many ``request_log`` rows the database holds (all of them)."""
+    import sqlalchemy as sa
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(url)
+    try:
+        async with engine.connect() as conn:
+            result = await conn.execute(sa.text("SELECT COUNT(*) FROM request_log"))
+            return int(result.scalar_one())
+    finally:
+        await engine.dispose()
+
+
+def unanswered_note(total: int, answered: int, unanswered: int) -> str:
+    """I2's note on the rows no client saw an id of, for a server the soak started (a
+    database of its own): requests that reached the server but whose answer never
+    reached the client (a connection cut by a fault) are recorded too. ``total``: every
+    ``request_log`` row; ``answered``: the rows of the responses' ids; ``unanswered``:
+    the requests that got no answer."""
+    return (
+        f"{total - answered} row(s) beyond the answered responses' "
+        f"({unanswered} request(s) got no answer: those that reached the server are "
+        "recorded too)"
+    )
+
+
 def leftover_files(dirs: Sequence[Path]) -> tuple[list[LeftoverFile], list[Rejection]]:
     """Spill files (``servehall-spill-*.jsonl``) and quarantine files (``*quarantine*``,
     ``*rejected*``) in ``dirs``, with the rejections the quarantine files hold (a line
@@ -165,8 +192,12 @@ async def record_checks(
     rejections += file_rejections
     rejected_ids = {r.request_id for r in rejections if r.request_id and r.error}
     by_id = {r.request_id: r for r in rows}
+    one_each = check_one_row_each(traffic.observations, [r.request_id for r in rows], rejected_ids)
+    if server is not None:
+        unanswered = sum(1 for o in traffic.observations if o.status == 0 and not o.disconnected)
+        one_each.notes.append(unanswered_note(await count_rows(url), len(by_id), unanswered))
     results = [
-        check_one_row_each(traffic.observations, [r.request_id for r in rows], rejected_ids),
+        one_each,
         check_rows_match(traffic.observations, by_id),
         check_no_leftovers(files, rejections),
     ]

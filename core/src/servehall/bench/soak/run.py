@@ -63,6 +63,21 @@ async def api_restarts(base_url: str, api_key: str | None) -> float | None:
     return None
 
 
+async def _read_api_processes(
+    server: Server, opts: SoakOptions, traffic: Traffic, wait_s: float = 15.0
+) -> None:
+    """After the traffic: the frontend processes (waiting up to ``wait_s`` for all
+    ``opts.api_processes`` of them, should one killed at the very end still be on its
+    way back) and the restarts counted on ``/metrics``, into ``traffic``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        traffic.api_pids = frontend_pids(server.process.pid)
+        if len(traffic.api_pids) >= opts.api_processes or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.2)
+    traffic.api_restarts = await api_restarts(server.base_url, opts.api_key)
+
+
 async def _sample_rss(
     pids: Sequence[int], traffic: Traffic, t0: float, stop: asyncio.Event
 ) -> None:
@@ -109,12 +124,11 @@ async def run_soak(opts: SoakOptions, out: TextIO | None = None) -> list[Invaria
         await run_clients(opts, base_url, mix, traffic)
     finally:
         traffic.duration_s = time.monotonic() - t0
-        if server is not None and opts.api_processes > 1:
-            traffic.api_restarts = await api_restarts(base_url, opts.api_key)
-            traffic.api_pids = frontend_pids(server.process.pid)
         faults.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await faults
+        if server is not None and opts.api_processes > 1:
+            await _read_api_processes(server, opts, traffic)
         if sampler is not None:
             stop.set()
             await sampler
