@@ -2,8 +2,23 @@
 
 Usage: ``python bench/bench_api_cpu.py [--streams 256] [--stream-tokens 64]
 [--stream-requests 2048] [--short-concurrency 64] [--short-requests 4096]
-[--sink sql|none] [--isolation process|thread] [--no-bare] [--bare-plain]
-[--no-servehall] [--json]``
+[--sink sql|none] [--isolation process|thread] [--api-processes 1,2]
+[--connections N] [--py-spy DIR] [--no-bare] [--bare-plain] [--no-servehall] [--json]``
+
+Several API processes (issue 38 item 3), the one command::
+
+    python bench/bench_api_cpu.py --api-processes 1,2 --no-bare
+
+serves the same ``null`` deployment once per count (``[server] api_processes = N``),
+one after the other, all with the same h2load shape: ``--connections`` (default 8
+with ``--api-processes``; one connection per 64 streams otherwise, the single-process
+method) — the kernel hands each connection to one frontend, so several connections
+are needed to load several. A second table splits the CPU by process: the primary,
+each frontend (``frontend 1`` … in pid order), the engine worker, and the sum, per
+token (streams) or per request (one-token streams); the last lines give each count's
+rate ÷ the first count's. ``--py-spy DIR`` then profiles (200 Hz, raw collapsed
+stacks into DIR, top frames printed) the primary and ``frontend 1`` during one more,
+unmeasured run of each workload, so the profiler does not slow the measured one.
 
 Two servers get the same load, one after the other, each in its own process:
 
@@ -62,9 +77,18 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _serve import Server, demo_dir, serving
 
+from servehall.bench.processes import (
+    PRIMARY,
+    WORKER,
+    api_cpu_s,
+    cpu_by_role,
+    h2load_shape,
+    parse_api_processes,
+    process_roles_cpu_s,
+    top_frames,
+)
 from servehall.testing.sockets import free_port
 
-TICKS = os.sysconf("SC_CLK_TCK")
 STEP_MS = 5.0
 MAX_NUM_SEQS = 256
 
@@ -135,42 +159,8 @@ class Row:
     worker_us_per_token: float
     api_core_share: float
     sse_bytes_per_token: float
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of ``pid`` (all its threads), seconds, from ``/proc/<pid>/stat``."""
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def children(pid: int) -> list[int]:
-    """Direct children of ``pid`` (from ``/proc/<pid>/task/*/children``)."""
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError):
-            out += [int(x) for x in (task / "children").read_text().split()]
-    return out
-
-
-def descendants(pid: int) -> list[int]:
-    """All processes below ``pid``."""
-    out: list[int] = []
-    todo = children(pid)
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo += children(p)
-    return out
-
-
-def tree_cpu(pids: list[int]) -> float:
-    """Summed CPU seconds of ``pids`` that still exist."""
-    total = 0.0
-    for p in pids:
-        with contextlib.suppress(OSError):
-            total += cpu_seconds(p)
-    return total
+    api_processes: int = 1
+    cpu_by_process: dict[str, float] | None = None
 
 
 _FINISHED = re.compile(r"finished in ([\d.]+)(m?s), ([\d.]+) req/s")
@@ -178,12 +168,15 @@ _REQUESTS = re.compile(r"requests: (\d+) total, \d+ started, \d+ done, (\d+) suc
 _DATA = re.compile(r"traffic: .*?, [\d.]+\w*B \((\d+)\) data")
 
 
-def h2load(url: str, body: Path, n: int, concurrency: int) -> tuple[int, int, float, int]:
-    """Run h2load: ``n`` POSTs of ``body``, ``concurrency`` streams at once over at most
-    64 streams per connection. Returns ``(requests, succeeded, elapsed_s, data_bytes)``
-    (``data_bytes``: response body bytes received, h2load's ``data`` traffic)."""
-    clients = max(1, -(-concurrency // 64))
-    per = concurrency // clients
+def h2load(
+    url: str, body: Path, n: int, concurrency: int, connections: int | None = None
+) -> tuple[int, int, float, int]:
+    """Run h2load: ``n`` POSTs of ``body``, ``concurrency`` streams at once over
+    ``connections`` connections (None: at most 64 streams per connection;
+    :func:`servehall.bench.processes.h2load_shape`). Returns ``(requests, succeeded,
+    elapsed_s, data_bytes)`` (``data_bytes``: response body bytes received, h2load's
+    ``data`` traffic)."""
+    clients, per = h2load_shape(concurrency, connections)
     cmd = [
         shutil.which("h2load") or "/usr/bin/h2load",
         "-n",
@@ -217,8 +210,13 @@ def measure(
     n: int,
     concurrency: int,
     model: str,
+    connections: int | None = None,
+    api_processes: int = 1,
+    py_spy: Path | None = None,
 ) -> Row:
-    """Warm up, then one measured h2load run with CPU taken around it."""
+    """Warm up, then one measured h2load run with CPU taken around it (by process:
+    :func:`servehall.bench.processes.cpu_by_role`); with ``py_spy``, one more run
+    profiled (:func:`profile`)."""
     tmp = Path(tempfile.mkdtemp(prefix="bench-api-cpu-"))
     body = tmp / "body.json"
     body.write_text(
@@ -231,15 +229,21 @@ def measure(
             }
         )
     )
-    h2load(url, body, max(concurrency, n // 8), concurrency)
-    workers = descendants(api_pid)
-    api0, w0 = cpu_seconds(api_pid), tree_cpu(workers)
-    total, ok, elapsed, data = h2load(url, body, n, concurrency)
-    api1, w1 = cpu_seconds(api_pid), tree_cpu(workers)
+    h2load(url, body, max(concurrency, n // 8), concurrency, connections)
+    before = process_roles_cpu_s(api_pid)
+    total, ok, elapsed, data = h2load(url, body, n, concurrency, connections)
+    by_process = cpu_by_role(before, process_roles_cpu_s(api_pid))
     if ok < total:
         print(f"  ! {name} {workload}: {total - ok} of {total} requests failed", file=sys.stderr)
+    if py_spy is not None:
+        profile(
+            py_spy,
+            f"{name}-{workload}",
+            api_pid,
+            lambda: h2load(url, body, n, concurrency, connections),
+        )
     tokens = ok * max_tokens
-    api, wk = api1 - api0, w1 - w0
+    api, wk = api_cpu_s(by_process), by_process[WORKER]
     return Row(
         server=name,
         workload=workload,
@@ -255,7 +259,54 @@ def measure(
         worker_us_per_token=round(wk / max(tokens, 1) * 1e6, 2),
         api_core_share=round(api / elapsed, 3),
         sse_bytes_per_token=round(data / max(tokens, 1), 1),
+        api_processes=api_processes,
+        cpu_by_process={k: round(v, 3) for k, v in by_process.items()},
     )
+
+
+def profile(out_dir: Path, tag: str, api_pid: int, load: Any, seconds: float = 10.0) -> None:
+    """py-spy (200 Hz, ``--format raw``, ``--nonblocking``) on the primary and on
+    ``frontend 1`` (the lowest-pid frontend, if any) while ``load()`` runs; the stacks go
+    to ``out_dir/<tag>-<process>.txt`` and the top innermost frames are printed. At most
+    ``seconds`` of sampling (the load may end first). Skipped, with a line, without
+    py-spy."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(spy).exists():
+        print("  ! --py-spy: py-spy not found (pip install 'servehall[bench]')", file=sys.stderr)
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    roles = process_roles_cpu_s(api_pid)
+    frontends = sorted(p for p, (role, _) in roles.items() if role == "frontend")
+    targets = [(PRIMARY, api_pid)] + ([("frontend-1", frontends[0])] if frontends else [])
+    safe = re.sub(r"[^A-Za-z0-9=.-]+", "_", tag)
+    spies = []
+    for label, pid in targets:
+        path = out_dir / f"{safe}-{label}.txt"
+        cmd = [spy, "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "200"]
+        cmd += ["-f", "raw", "--nonblocking", "-o", str(path)]
+        spies.append(
+            (label, path, subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        )
+    time.sleep(1.0)  # py-spy attaches
+    load()
+    for label, path, proc in spies:
+        try:
+            _, err = proc.communicate(timeout=seconds + 30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+        if not path.exists():
+            print(
+                f"  ! py-spy {label}: {err.decode(errors='replace').strip()[-300:]}",
+                file=sys.stderr,
+            )
+            continue
+        samples, own, total = top_frames(path.read_text(errors="replace"), 12)
+        print(f"# py-spy {tag} {label} (pid {dict(targets)[label]}): {samples} samples -> {path}")
+        for frame, n in own:
+            print(f"#   self {100 * n / max(samples, 1):5.1f}%  {frame}")
+        for frame, n in total[:8]:
+            print(f"#   total {100 * n / max(samples, 1):5.1f}%  {frame}")
 
 
 @contextlib.contextmanager
@@ -289,8 +340,8 @@ def bare_server(fixes: str) -> Iterator[tuple[str, int]]:
             proc.wait()
 
 
-def servehall_config(sink: str, isolation: str) -> dict[str, Any]:
-    """The null-engine deployment measured here."""
+def servehall_config(sink: str, isolation: str, api_processes: int = 1) -> dict[str, Any]:
+    """The null-engine deployment measured here, with ``[server] api_processes``."""
     cfg: dict[str, Any] = {
         "models": [
             {
@@ -303,15 +354,29 @@ def servehall_config(sink: str, isolation: str) -> dict[str, Any]:
         ],
         "scheduler": {"max_concurrency": MAX_NUM_SEQS, "max_queue": 4096},
         "database": {"auto_migrate": True},
+        "server": {"api_processes": api_processes},
     }
     if sink == "none":
         cfg["sinks"] = []
     return cfg
 
 
-def run_all(name: str, base: str, pid: int, args: argparse.Namespace, model: str) -> list[Row]:
+def run_all(
+    name: str,
+    base: str,
+    pid: int,
+    args: argparse.Namespace,
+    model: str,
+    api_processes: int = 1,
+    py_spy: Path | None = None,
+) -> list[Row]:
     """Both workloads on one server."""
     url = base + "/v1/chat/completions"
+    extra = {
+        "connections": args.connections,
+        "api_processes": api_processes,
+        "py_spy": py_spy,
+    }
     return [
         measure(
             name,
@@ -322,6 +387,7 @@ def run_all(name: str, base: str, pid: int, args: argparse.Namespace, model: str
             args.stream_requests,
             args.streams,
             model,
+            **extra,
         ),
         measure(
             name,
@@ -332,6 +398,7 @@ def run_all(name: str, base: str, pid: int, args: argparse.Namespace, model: str
             args.short_requests,
             args.short_concurrency,
             model,
+            **extra,
         ),
     ]
 
@@ -352,15 +419,46 @@ def main() -> None:
         help="the bare app without servehall's Hypercorn connection fixes",
     )
     ap.add_argument("--no-servehall", action="store_true")
+    ap.add_argument(
+        "--api-processes",
+        type=parse_api_processes,
+        default=None,
+        metavar="N[,N...]",
+        help="serve once per count ([server] api_processes = N), e.g. 1,2 (default: 1)",
+    )
+    ap.add_argument(
+        "--connections",
+        type=int,
+        default=None,
+        help="h2load connections (-c); default 8 with --api-processes, else one per 64 streams",
+    )
+    ap.add_argument(
+        "--py-spy",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="profile the primary and one frontend in one more run of each workload",
+    )
     ap.add_argument("--json", action="store_true", help="print the rows as JSON lines too")
     args = ap.parse_args()
 
     print(f"# {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, load average {os.getloadavg()}")
+    counts = args.api_processes or [1]
+    if args.api_processes is not None and args.connections is None:
+        args.connections = 8
+    shape = {
+        w: h2load_shape(c, args.connections)
+        for w, c in (("streams", args.streams), ("short", args.short_concurrency))
+    }
+    print(f"# h2load -c/-m: streams {shape['streams']}, one-token {shape['short']}")
     rows: list[Row] = []
     if not args.no_servehall:
-        with serving(servehall_config(args.sink, args.isolation)) as srv:
-            srv_: Server = srv
-            rows += run_all("servehall", srv_.base_url, srv_.process.pid, args, "null")
+        for n in counts:
+            name = "servehall" if args.api_processes is None else f"servehall N={n}"
+            with serving(servehall_config(args.sink, args.isolation, n)) as srv:
+                srv_: Server = srv
+                wait_frontends(srv_.process.pid, n)
+                rows += run_all(name, srv_.base_url, srv_.process.pid, args, "null", n, args.py_spy)
     if not args.no_bare:
         with bare_server("plain" if args.bare_plain else "fixes") as (base, pid):
             rows += run_all("bare", base, pid, args, "bare")
@@ -381,9 +479,59 @@ def main() -> None:
             f"{r.worker_us_per_token:>10.2f} {r.api_core_share:>8.2f} {ratio:>7} "
             f"{r.sse_bytes_per_token:>9.1f}"
         )
+    if args.api_processes is not None:
+        print_by_process(rows)
     if args.json:
         for r in rows:
             print(json.dumps(asdict(r)))
+
+
+def wait_frontends(pid: int, n: int, timeout_s: float = 30.0) -> None:
+    """Wait until the serve process ``pid`` has its ``n`` frontends (none when ``n`` is
+    1). Raises RuntimeError when they are not there within ``timeout_s``."""
+    want = 0 if n == 1 else n
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = sum(role == "frontend" for role, _ in process_roles_cpu_s(pid).values())
+        if got == want:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"serve process {pid}: {got} frontends, expected {want}")
+        time.sleep(0.2)
+
+
+def print_by_process(rows: list[Row]) -> None:
+    """CPU per token (streams) or per request (one-token streams) of each process of
+    each server, summed, and each server's rates ÷ the first server's on the same
+    workload."""
+    print("\nCPU by process: µs per token (streams), ms per request (one-token streams)")
+    for r in rows:
+        if r.cpu_by_process is None:
+            continue
+        per_tok = not r.workload.startswith("1-token")
+        div = (r.succeeded * int(r.workload.split("-")[0])) / 1e6 if per_tok else r.succeeded / 1e3
+        parts = [f"{k} {v / max(div, 1e-9):.2f}" for k, v in r.cpu_by_process.items()]
+        total = sum(r.cpu_by_process.values()) / max(div, 1e-9)
+        unit = "µs/tok" if per_tok else "ms/req"
+        cores = sum(r.cpu_by_process.values()) / max(r.seconds, 1e-9)
+        print(
+            f"  {r.server:15} {r.workload:26} {unit}: "
+            + ", ".join(parts)
+            + f", sum {total:.2f} ({cores:.2f} cores)"
+        )
+    first: dict[str, Row] = {}
+    for r in rows:
+        if r.server.startswith("servehall"):
+            first.setdefault(r.workload, r)
+    print("\nRates ÷ the first server's (same workload)")
+    for r in rows:
+        b = first.get(r.workload)
+        if b is None or b is r or not r.server.startswith("servehall"):
+            continue
+        print(
+            f"  {r.server:15} {r.workload:26} tok/s x{r.tok_per_s / max(b.tok_per_s, 1e-9):.2f}, "
+            f"req/s x{r.req_per_s / max(b.req_per_s, 1e-9):.2f}  (vs {b.server})"
+        )
 
 
 if __name__ == "__main__":
