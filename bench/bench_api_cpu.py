@@ -17,7 +17,7 @@ are needed to load several. A second table splits the CPU by process: the primar
 each frontend (``frontend 1`` … in pid order), the engine worker, and the sum, per
 token (streams) or per request (one-token streams); the last lines give each count's
 rate ÷ the first count's. ``--py-spy DIR`` then profiles (200 Hz, raw collapsed
-stacks into DIR, top frames printed) the primary and ``frontend 1`` during one more,
+stacks into DIR, top frames printed) the primary and two frontends during one more,
 unmeasured run of each workload, so the profiler does not slow the measured one.
 
 Two servers get the same load, one after the other, each in its own process:
@@ -67,7 +67,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +81,7 @@ from servehall.bench.processes import (
     PRIMARY,
     WORKER,
     api_cpu_s,
+    connections_by_role,
     cpu_by_role,
     h2load_shape,
     parse_api_processes,
@@ -161,6 +162,7 @@ class Row:
     sse_bytes_per_token: float
     api_processes: int = 1
     cpu_by_process: dict[str, float] | None = None
+    connections_by_process: dict[str, int] | None = None
 
 
 _FINISHED = re.compile(r"finished in ([\d.]+)(m?s), ([\d.]+) req/s")
@@ -169,13 +171,19 @@ _DATA = re.compile(r"traffic: .*?, [\d.]+\w*B \((\d+)\) data")
 
 
 def h2load(
-    url: str, body: Path, n: int, concurrency: int, connections: int | None = None
+    url: str,
+    body: Path,
+    n: int,
+    concurrency: int,
+    connections: int | None = None,
+    during: Callable[[], None] | None = None,
 ) -> tuple[int, int, float, int]:
     """Run h2load: ``n`` POSTs of ``body``, ``concurrency`` streams at once over
     ``connections`` connections (None: at most 64 streams per connection;
     :func:`servehall.bench.processes.h2load_shape`). Returns ``(requests, succeeded,
     elapsed_s, data_bytes)`` (``data_bytes``: response body bytes received, h2load's
-    ``data`` traffic)."""
+    ``data`` traffic). ``during()`` is called once, 0.3 s into the run (while h2load's
+    connections are open)."""
     clients, per = h2load_shape(concurrency, connections)
     cmd = [
         shutil.which("h2load") or "/usr/bin/h2load",
@@ -191,7 +199,16 @@ def h2load(
         "content-type: application/json",
         url,
     ]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if during is not None:
+        time.sleep(0.3)
+        during()
+    try:
+        stdout, stderr = proc.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+    res = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
     fin = _FINISHED.search(res.stdout)
     req = _REQUESTS.search(res.stdout)
     if fin is None or req is None:
@@ -230,8 +247,17 @@ def measure(
         )
     )
     h2load(url, body, max(concurrency, n // 8), concurrency, connections)
+    port = int(url.split(":")[2].split("/")[0])
+    conns: dict[str, int] = {}
     before = process_roles_cpu_s(api_pid)
-    total, ok, elapsed, data = h2load(url, body, n, concurrency, connections)
+    total, ok, elapsed, data = h2load(
+        url,
+        body,
+        n,
+        concurrency,
+        connections,
+        lambda: conns.update(connections_by_role(api_pid, port)),
+    )
     by_process = cpu_by_role(before, process_roles_cpu_s(api_pid))
     if ok < total:
         print(f"  ! {name} {workload}: {total - ok} of {total} requests failed", file=sys.stderr)
@@ -261,15 +287,15 @@ def measure(
         sse_bytes_per_token=round(data / max(tokens, 1), 1),
         api_processes=api_processes,
         cpu_by_process={k: round(v, 3) for k, v in by_process.items()},
+        connections_by_process=conns,
     )
 
 
 def profile(out_dir: Path, tag: str, api_pid: int, load: Any, seconds: float = 10.0) -> None:
     """py-spy (200 Hz, ``--format raw``, ``--nonblocking``) on the primary and on
-    ``frontend 1`` (the lowest-pid frontend, if any) while ``load()`` runs; the stacks go
-    to ``out_dir/<tag>-<process>.txt`` and the top innermost frames are printed. At most
-    ``seconds`` of sampling (the load may end first). Skipped, with a line, without
-    py-spy."""
+    ``frontend 1`` and ``frontend 2`` (the two lowest-pid frontends, if any) for ``seconds`` while ``load()`` runs
+    (again and again until py-spy ends); the stacks go to ``out_dir/<tag>-<process>.txt``
+    and the top innermost frames are printed. Skipped, with a line, without py-spy."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
         print("  ! --py-spy: py-spy not found (pip install 'servehall[bench]')", file=sys.stderr)
@@ -277,7 +303,7 @@ def profile(out_dir: Path, tag: str, api_pid: int, load: Any, seconds: float = 1
     out_dir.mkdir(parents=True, exist_ok=True)
     roles = process_roles_cpu_s(api_pid)
     frontends = sorted(p for p, (role, _) in roles.items() if role == "frontend")
-    targets = [(PRIMARY, api_pid)] + ([("frontend-1", frontends[0])] if frontends else [])
+    targets = [(PRIMARY, api_pid)] + [(f"frontend-{i}", f) for i, f in enumerate(frontends[:2], 1)]
     safe = re.sub(r"[^A-Za-z0-9=.-]+", "_", tag)
     spies = []
     for label, pid in targets:
@@ -288,7 +314,8 @@ def profile(out_dir: Path, tag: str, api_pid: int, load: Any, seconds: float = 1
             (label, path, subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
         )
     time.sleep(1.0)  # py-spy attaches
-    load()
+    while any(proc.poll() is None for _, _, proc in spies):
+        load()  # again until py-spy is done: the profile covers load only
     for label, path, proc in spies:
         try:
             _, err = proc.communicate(timeout=seconds + 30)
@@ -437,7 +464,7 @@ def main() -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="profile the primary and one frontend in one more run of each workload",
+        help="profile the primary and two frontends in one more run of each workload",
     )
     ap.add_argument("--json", action="store_true", help="print the rows as JSON lines too")
     args = ap.parse_args()
@@ -514,10 +541,11 @@ def print_by_process(rows: list[Row]) -> None:
         total = sum(r.cpu_by_process.values()) / max(div, 1e-9)
         unit = "µs/tok" if per_tok else "ms/req"
         cores = sum(r.cpu_by_process.values()) / max(r.seconds, 1e-9)
+        conns = ", ".join(f"{k} {v}" for k, v in (r.connections_by_process or {}).items() if v)
         print(
             f"  {r.server:15} {r.workload:26} {unit}: "
             + ", ".join(parts)
-            + f", sum {total:.2f} ({cores:.2f} cores)"
+            + f", sum {total:.2f} ({cores:.2f} cores); connections: {conns or '-'}"
         )
     first: dict[str, Row] = {}
     for r in rows:

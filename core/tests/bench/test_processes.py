@@ -15,6 +15,7 @@ from servehall.bench.client import TargetError
 from servehall.bench.processes import (
     FRONTEND_MODULE,
     api_cpu_s,
+    connections_by_role,
     cpu_by_role,
     frontend_cpu_s,
     h2load_shape,
@@ -151,3 +152,20 @@ def test_top_frames_of_a_raw_profile() -> None:
     assert own == [("send (h2.py:3)", 7), ("parse (c.py:4)", 3)]
     assert total == [("main (a.py:1)", 12), ("loop (b.py:2)", 9)]
     assert top_frames("", 5) == (0, [], [])
+
+
+def test_connections_by_role_counts_accepted_connections() -> None:
+    import os
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        port = srv.getsockname()[1]
+        clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        accepted = [srv.accept()[0] for _ in clients]
+        try:
+            counts = connections_by_role(os.getpid(), port)
+            # this process holds both ends; only the accepted ends have laddr.port == port
+            assert counts["primary"] == 3 and counts["worker"] == 0
+        finally:
+            for s in clients + accepted:
+                s.close()

@@ -167,3 +167,32 @@ def top_frames(raw: str, k: int = 15) -> tuple[int, list[tuple[str, int]], list[
         return sorted(d.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
 
     return samples, top(own), top(total)
+
+
+def connections_by_role(pid: int, port: int) -> dict[str, int]:
+    """Established TCP connections to local ``port`` held by process ``pid`` and each of
+    its descendants, labelled as :func:`cpu_by_role` labels them (``primary``,
+    ``frontend 1`` … in pid order, ``worker``): which API process the kernel handed each
+    client connection to. A process that cannot be read counts 0.
+
+    Raises:
+        TargetError: ``pid`` does not exist, or psutil is not installed.
+    """
+    import psutil
+
+    roles = process_roles_cpu_s(pid)
+    frontends = sorted(p for p, (role, _) in roles.items() if role == FRONTEND)
+    index = {p: f"{FRONTEND} {i}" for i, p in enumerate(frontends, 1)}
+    out: dict[str, int] = {PRIMARY: 0, **dict.fromkeys(index.values(), 0), WORKER: 0}
+    for p, (role, _) in roles.items():
+        try:
+            conns = psutil.Process(p).net_connections(kind="tcp")
+        except psutil.Error:
+            continue
+        n = sum(
+            1
+            for c in conns
+            if c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port == port
+        )
+        out[index[p] if role == FRONTEND else role] += n
+    return out
