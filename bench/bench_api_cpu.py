@@ -293,9 +293,10 @@ def measure(
 
 def profile(out_dir: Path, tag: str, api_pid: int, load: Any, seconds: float = 10.0) -> None:
     """py-spy (200 Hz, ``--format raw``, ``--nonblocking``) on the primary and on
-    ``frontend 1`` and ``frontend 2`` (the two lowest-pid frontends, if any) for ``seconds`` while ``load()`` runs
-    (again and again until py-spy ends); the stacks go to ``out_dir/<tag>-<process>.txt``
-    and the top innermost frames are printed. Skipped, with a line, without py-spy."""
+    ``frontend 1`` and ``frontend 2`` (the two lowest-pid frontends, if any) for
+    ``seconds`` while ``load()`` runs (again and again until py-spy ends); the stacks go
+    to ``out_dir/<tag>-<process>.txt`` and the top innermost frames are printed. Skipped,
+    with a line, without py-spy."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
         print("  ! --py-spy: py-spy not found (pip install 'servehall[bench]')", file=sys.stderr)
