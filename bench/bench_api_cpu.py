@@ -86,6 +86,7 @@ from servehall.bench.processes import (
     h2load_shape,
     parse_api_processes,
     process_roles_cpu_s,
+    self_by_library,
     top_frames,
 )
 from servehall.testing.sockets import free_port
@@ -329,12 +330,15 @@ def profile(out_dir: Path, tag: str, api_pid: int, load: Any, seconds: float = 1
                 file=sys.stderr,
             )
             continue
-        samples, own, total = top_frames(path.read_text(errors="replace"), 12)
+        samples, own, _ = top_frames(path.read_text(errors="replace"), 12)
         print(f"# py-spy {tag} {label} (pid {dict(targets)[label]}): {samples} samples -> {path}")
         for frame, n in own:
             print(f"#   self {100 * n / max(samples, 1):5.1f}%  {frame}")
-        for frame, n in total[:8]:
-            print(f"#   total {100 * n / max(samples, 1):5.1f}%  {frame}")
+        libs = self_by_library(path.read_text(errors="replace"))
+        print(
+            "#   self by library: "
+            + ", ".join(f"{lib} {100 * n / max(samples, 1):.1f}%" for lib, n in libs[:10])
+        )
 
 
 @contextlib.contextmanager

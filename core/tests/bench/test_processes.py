@@ -17,11 +17,13 @@ from servehall.bench.processes import (
     api_cpu_s,
     connections_by_role,
     cpu_by_role,
+    frame_library,
     frontend_cpu_s,
     h2load_shape,
     parse_api_processes,
     process_role,
     process_roles_cpu_s,
+    self_by_library,
     top_frames,
 )
 
@@ -169,3 +171,20 @@ def test_connections_by_role_counts_accepted_connections() -> None:
         finally:
             for s in clients + accepted:
                 s.close()
+
+
+def test_self_samples_by_library() -> None:
+    assert frame_library("send (h2/connection.py:3)") == "h2"
+    assert frame_library("emit (servehall/api/sse.py:130)") == "servehall/api"
+    assert frame_library("main (servehall/cli.py:1)") == "servehall"
+    assert frame_library("__init__ (<string>:6)") == "<string>"
+    assert frame_library("weird") == "?"
+    raw = "\n".join(
+        [
+            "main (a.py:1);loop (asyncio/base_events.py:2);send (h2/connection.py:3) 6",
+            "main (a.py:1);emit (servehall/api/sse.py:130) 3",
+            "main (a.py:1);other (h2/frame_buffer.py:165) 2",
+            "bad",
+        ]
+    )
+    assert self_by_library(raw) == [("h2", 8), ("servehall/api", 3)]

@@ -196,3 +196,29 @@ def connections_by_role(pid: int, port: int) -> dict[str, int]:
         )
         out[index[p] if role == FRONTEND else role] += n
     return out
+
+
+def frame_library(frame: str) -> str:
+    """The library of a py-spy frame ``"name (path/file.py:line)"``: the path's first
+    component (``h2``, ``hypercorn``, ``asyncio``), or two for servehall's own code
+    (``servehall/server``, ``servehall/api``); ``?`` when the frame names no path."""
+    path = frame.rpartition(" (")[2].rstrip(")").rpartition(":")[0]
+    if not path:
+        return "?"
+    parts = path.split("/")
+    if parts[0] == "servehall" and len(parts) > 2:
+        return "/".join(parts[:2])
+    return parts[0] if len(parts) > 1 else path
+
+
+def self_by_library(raw: str) -> list[tuple[str, int]]:
+    """Self samples of a py-spy raw profile (:func:`top_frames`) summed by the innermost
+    frame's library (:func:`frame_library`), most first."""
+    out: dict[str, int] = {}
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        lib = frame_library(stack.split(";")[-1])
+        out[lib] = out.get(lib, 0) + int(count)
+    return sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))
