@@ -3,17 +3,20 @@
 Usage: ``python bench/bench_api_cpu.py [--streams 256] [--stream-tokens 64]
 [--stream-requests 2048] [--short-concurrency 64] [--short-requests 4096]
 [--sink sql|none] [--isolation process|thread] [--api-processes 1,2]
-[--connections N] [--py-spy DIR] [--no-bare] [--bare-plain] [--no-servehall] [--json]``
+[--connections N] [--stagger-ms MS] [--py-spy DIR] [--no-bare] [--bare-plain]
+[--no-servehall] [--json]``
 
 Several API processes (issue 38 item 3), the one command::
 
-    python bench/bench_api_cpu.py --api-processes 1,2 --no-bare
+    python bench/bench_api_cpu.py --api-processes 1,2 --no-bare --stagger-ms 20
 
 serves the same ``null`` deployment once per count (``[server] api_processes = N``),
 one after the other, all with the same h2load shape: ``--connections`` (default 8
 with ``--api-processes``; one connection per 64 streams otherwise, the single-process
 method) — the kernel hands each connection to one frontend, so several connections
-are needed to load several. A second table splits the CPU by process: the primary,
+are needed to load several, and ``--stagger-ms`` opens them one at a time: a burst of
+connections is accepted by the one frontend that wakes first (the connections per
+process are printed). A second table splits the CPU by process: the primary,
 each frontend (``frontend 1`` … in pid order), the engine worker, and the sum, per
 token (streams) or per request (one-token streams); the last lines give each count's
 rate ÷ the first count's. ``--py-spy DIR`` then profiles (200 Hz, raw collapsed
@@ -83,6 +86,7 @@ from servehall.bench.processes import (
     api_cpu_s,
     connections_by_role,
     cpu_by_role,
+    h2load_args,
     h2load_shape,
     parse_api_processes,
     process_roles_cpu_s,
@@ -178,22 +182,20 @@ def h2load(
     concurrency: int,
     connections: int | None = None,
     during: Callable[[], None] | None = None,
+    stagger_ms: float = 0.0,
 ) -> tuple[int, int, float, int]:
     """Run h2load: ``n`` POSTs of ``body``, ``concurrency`` streams at once over
     ``connections`` connections (None: at most 64 streams per connection;
     :func:`servehall.bench.processes.h2load_shape`). Returns ``(requests, succeeded,
     elapsed_s, data_bytes)`` (``data_bytes``: response body bytes received, h2load's
-    ``data`` traffic). ``during()`` is called once, 0.3 s into the run (while h2load's
-    connections are open)."""
-    clients, per = h2load_shape(concurrency, connections)
+    ``data`` traffic). ``stagger_ms``: one new connection every so many ms
+    (:func:`servehall.bench.processes.h2load_args`). ``during()`` is called once, 0.3 s
+    into the run (while h2load's connections are open)."""
     cmd = [
         shutil.which("h2load") or "/usr/bin/h2load",
         "-n",
         str(n),
-        "-c",
-        str(clients),
-        "-m",
-        str(per),
+        *h2load_args(concurrency, connections, stagger_ms),
         "-d",
         str(body),
         "-H",
@@ -231,6 +233,7 @@ def measure(
     connections: int | None = None,
     api_processes: int = 1,
     py_spy: Path | None = None,
+    stagger_ms: float = 0.0,
 ) -> Row:
     """Warm up, then one measured h2load run with CPU taken around it (by process:
     :func:`servehall.bench.processes.cpu_by_role`); with ``py_spy``, one more run
@@ -247,7 +250,7 @@ def measure(
             }
         )
     )
-    h2load(url, body, max(concurrency, n // 8), concurrency, connections)
+    h2load(url, body, max(concurrency, n // 8), concurrency, connections, None, stagger_ms)
     port = int(url.split(":")[2].split("/")[0])
     conns: dict[str, int] = {}
     before = process_roles_cpu_s(api_pid)
@@ -258,6 +261,7 @@ def measure(
         concurrency,
         connections,
         lambda: conns.update(connections_by_role(api_pid, port)),
+        stagger_ms,
     )
     by_process = cpu_by_role(before, process_roles_cpu_s(api_pid))
     if ok < total:
@@ -267,7 +271,7 @@ def measure(
             py_spy,
             f"{name}-{workload}",
             api_pid,
-            lambda: h2load(url, body, n, concurrency, connections),
+            lambda: h2load(url, body, n, concurrency, connections, None, stagger_ms),
         )
     tokens = ok * max_tokens
     api, wk = api_cpu_s(by_process), by_process[WORKER]
@@ -408,6 +412,7 @@ def run_all(
         "connections": args.connections,
         "api_processes": api_processes,
         "py_spy": py_spy,
+        "stagger_ms": args.stagger_ms,
     }
     return [
         measure(
@@ -465,6 +470,13 @@ def main() -> None:
         help="h2load connections (-c); default 8 with --api-processes, else one per 64 streams",
     )
     ap.add_argument(
+        "--stagger-ms",
+        type=float,
+        default=0.0,
+        help="open h2load's connections one every this many ms (h2load -r 1 --rate-period) "
+        "instead of all at once: a burst is accepted by one frontend",
+    )
+    ap.add_argument(
         "--py-spy",
         type=Path,
         default=None,
@@ -482,7 +494,10 @@ def main() -> None:
         w: h2load_shape(c, args.connections)
         for w, c in (("streams", args.streams), ("short", args.short_concurrency))
     }
-    print(f"# h2load -c/-m: streams {shape['streams']}, one-token {shape['short']}")
+    print(
+        f"# h2load -c/-m: streams {shape['streams']}, one-token {shape['short']}; "
+        f"connections opened {f'one per {args.stagger_ms:g} ms' if args.stagger_ms else 'at once'}"
+    )
     rows: list[Row] = []
     if not args.no_servehall:
         for n in counts:

@@ -31,7 +31,7 @@
 # API_SWEEP=1 adds the API-process sweep (issue 38 item 3) over API_COUNTS (default "1 2 4 8"):
 #   8. the `null` engine (256 sequences, 5 ms steps: 51,200 tok/s nominal, more than one API
 #      process carries) with [server] api_processes = N, one N after the other, driven by
-#      h2load (`bench/bench_api_cpu.py --api-processes 1,2,4,8 --no-bare`: tok/s of 64-token
+#      h2load (`bench/bench_api_cpu.py --api-processes 1,2,4,8 --no-bare --stagger-ms 20`: tok/s of 64-token
 #      streams x256, req/s of one-token streams x64, CPU per process); without h2load
 #      (nghttp2-client) the bench's own client over HTTP/1.1 (`bench compare launch:h1
 #      --api-processes ...`); figures only (advisory: N = 2 >= 1.5x N = 1 is the 2-core target);
@@ -309,7 +309,7 @@ if [ "$API_SWEEP" = "1" ]; then
   COUNTS_CSV=$(echo "$API_COUNTS" | tr -s ' ' ',')
   echo "== 8. API-process sweep, null engine (api_processes = $COUNTS_CSV; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"
   if command -v h2load >/dev/null; then
-    SERVEHALL_BENCH_DEMO_DIR="$MODEL" "$PY" bench/bench_api_cpu.py --api-processes "$COUNTS_CSV" \
+    SERVEHALL_BENCH_DEMO_DIR="$MODEL" "$PY" bench/bench_api_cpu.py --api-processes "$COUNTS_CSV" --stagger-ms 20 \
         --no-bare --stream-requests "${SWEEP_STREAMS:-4096}" --short-requests "${SWEEP_SHORT:-8192}" \
         --json | tee "$WORK/api-sweep-null.txt" || STATUS=1
   else

@@ -19,6 +19,7 @@ from servehall.bench.processes import (
     cpu_by_role,
     frame_library,
     frontend_cpu_s,
+    h2load_args,
     h2load_shape,
     parse_api_processes,
     process_role,
@@ -188,3 +189,11 @@ def test_self_samples_by_library() -> None:
         ]
     )
     assert self_by_library(raw) == [("h2", 8), ("servehall/api", 3)]
+
+
+def test_h2load_args() -> None:
+    assert h2load_args(64, None) == ["-c", "1", "-m", "64"]
+    assert h2load_args(256, 8, 20) == ["-c", "8", "-m", "32", "-r", "1", "--rate-period", "20ms"]
+    assert h2load_args(64, 8, 2.5)[-1] == "2.5ms"
+    with pytest.raises(ValueError, match=r"^stagger must not be negative \(got -1\)$"):
+        h2load_args(64, 8, -1)

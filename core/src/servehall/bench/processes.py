@@ -222,3 +222,23 @@ def self_by_library(raw: str) -> list[tuple[str, int]]:
         lib = frame_library(stack.split(";")[-1])
         out[lib] = out.get(lib, 0) + int(count)
     return sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def h2load_args(concurrency: int, connections: int | None, stagger_ms: float = 0.0) -> list[str]:
+    """h2load's connection arguments: ``-c C -m M`` (:func:`h2load_shape`) and, with
+    ``stagger_ms`` > 0, ``-r 1 --rate-period <stagger_ms>ms``: one new connection every
+    ``stagger_ms`` instead of all at once. With one shared listening socket, connections
+    that arrive together are all accepted by whichever API process wakes first (its
+    accept loop drains the backlog), so a burst of connections loads one frontend;
+    staggered ones spread over them as clients arriving over time do.
+
+    Raises:
+        ValueError: as :func:`h2load_shape`, or ``stagger_ms`` is negative.
+    """
+    if stagger_ms < 0:
+        raise ValueError(f"stagger must not be negative (got {stagger_ms})")
+    c, m = h2load_shape(concurrency, connections)
+    args = ["-c", str(c), "-m", str(m)]
+    if stagger_ms > 0:
+        args += ["-r", "1", "--rate-period", f"{stagger_ms:g}ms"]
+    return args
