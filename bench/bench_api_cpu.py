@@ -168,11 +168,20 @@ class Row:
     api_processes: int = 1
     cpu_by_process: dict[str, float] | None = None
     connections_by_process: dict[str, int] | None = None
+    client_cpu_s: float = 0.0
 
 
 _FINISHED = re.compile(r"finished in ([\d.]+)(m?s), ([\d.]+) req/s")
 _REQUESTS = re.compile(r"requests: (\d+) total, \d+ started, \d+ done, (\d+) succeeded")
 _DATA = re.compile(r"traffic: .*?, [\d.]+\w*B \((\d+)\) data")
+
+
+def _children_cpu_s() -> float:
+    """User + system seconds of this process's reaped children (``RUSAGE_CHILDREN``)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def h2load(
@@ -183,12 +192,13 @@ def h2load(
     connections: int | None = None,
     during: Callable[[], None] | None = None,
     stagger_ms: float = 0.0,
-) -> tuple[int, int, float, int]:
+) -> tuple[int, int, float, int, float]:
     """Run h2load: ``n`` POSTs of ``body``, ``concurrency`` streams at once over
     ``connections`` connections (None: at most 64 streams per connection;
     :func:`servehall.bench.processes.h2load_shape`). Returns ``(requests, succeeded,
-    elapsed_s, data_bytes)`` (``data_bytes``: response body bytes received, h2load's
-    ``data`` traffic). ``stagger_ms``: one new connection every so many ms
+    elapsed_s, data_bytes, client_cpu_s)`` (``data_bytes``: response body bytes received,
+    h2load's ``data`` traffic; ``client_cpu_s``: h2load's own CPU seconds).
+    ``stagger_ms``: one new connection every so many ms
     (:func:`servehall.bench.processes.h2load_args`). ``during()`` is called once, 0.3 s
     into the run (while h2load's connections are open)."""
     cmd = [
@@ -202,6 +212,7 @@ def h2load(
         "content-type: application/json",
         url,
     ]
+    cpu0 = _children_cpu_s()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if during is not None:
         time.sleep(0.3)
@@ -212,13 +223,15 @@ def h2load(
         proc.kill()
         stdout, stderr = proc.communicate()
     res = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+    client_cpu_s = _children_cpu_s() - cpu0
     fin = _FINISHED.search(res.stdout)
     req = _REQUESTS.search(res.stdout)
     if fin is None or req is None:
         raise RuntimeError(f"h2load output not understood:\n{res.stdout}\n{res.stderr}")
     elapsed = float(fin.group(1)) / (1000 if fin.group(2) == "ms" else 1)
     data = _DATA.search(res.stdout)
-    return int(req.group(1)), int(req.group(2)), elapsed, int(data.group(1)) if data else 0
+    nbytes = int(data.group(1)) if data else 0
+    return int(req.group(1)), int(req.group(2)), elapsed, nbytes, client_cpu_s
 
 
 def measure(
@@ -254,7 +267,7 @@ def measure(
     port = int(url.split(":")[2].split("/")[0])
     conns: dict[str, int] = {}
     before = process_roles_cpu_s(api_pid)
-    total, ok, elapsed, data = h2load(
+    total, ok, elapsed, data, client_cpu = h2load(
         url,
         body,
         n,
@@ -293,6 +306,7 @@ def measure(
         api_processes=api_processes,
         cpu_by_process={k: round(v, 3) for k, v in by_process.items()},
         connections_by_process=conns,
+        client_cpu_s=round(client_cpu, 3),
     )
 
 
@@ -579,7 +593,8 @@ def print_by_process(rows: list[Row]) -> None:
         print(
             f"  {r.server:15} {r.workload:26} {unit}: "
             + ", ".join(parts)
-            + f", sum {total:.2f} ({cores:.2f} cores); connections: {conns or '-'}"
+            + f", sum {total:.2f} ({cores:.2f} cores; h2load "
+            + f"{r.client_cpu_s / max(r.seconds, 1e-9):.2f}); connections: {conns or '-'}"
         )
     first: dict[str, Row] = {}
     for r in rows:
