@@ -28,6 +28,19 @@
 # `servehall bench compare vllm-server:big launch:h2` (c = 16, 64 tokens, ignore_eos): vLLM's
 # own OpenAI server against servehall on vLLM, targets >= 0.95 of its throughput and TTFT P50
 # <= 1.05x. NOT RUN YET: no GPU was lent to the session that wrote these steps.
+# API_SWEEP=1 adds the API-process sweep (issue 38 item 3) over API_COUNTS (default "1 2 4 8"):
+#   8. the `null` engine (256 sequences, 5 ms steps: 51,200 tok/s nominal, more than one API
+#      process carries) with [server] api_processes = N, one N after the other, driven by
+#      h2load (`bench/bench_api_cpu.py --api-processes 1,2,4,8 --no-bare --stagger-ms 20`: tok/s of 64-token
+#      streams x256, req/s of one-token streams x64, CPU per process); without h2load
+#      (nghttp2-client) the bench's own client over HTTP/1.1 (`bench compare launch:h1
+#      --api-processes ...`); figures only (advisory: N = 2 >= 1.5x N = 1 is the 2-core target);
+#   9. with ENGINE=vllm VLLM_COMPARE=1: for each N, `bench compare vllm-server:big,api=N
+#      launch:h1,api=N` (vLLM's `vllm serve --api-server-count N` against servehall on vLLM
+#      with api_processes = N; HTTP/1.1, c = 64, short outputs so that the API side is
+#      loaded); each server is started for its target only: ~2 vLLM starts per N (budget
+#      ~1.5 min per start; API_COUNTS="1 2" halves it). SWEEP_OUT names the directory the
+#      sweep's outputs are copied to (default /tmp/servehall-api-sweep).
 # Env knobs: DTYPE (float32; bfloat16/float16 make parity advisory), ATTN (sdpa),
 # DEVICE_INDEX (0), KEEP=1 keeps the work directory with server logs,
 # BACKEND=cpu dry-runs the whole script without a GPU (checks the script, not a GPU).
@@ -44,6 +57,9 @@ ATTN=${ATTN:-sdpa}
 DEVICE_INDEX=${DEVICE_INDEX:-0}
 BACKEND=${BACKEND:-cuda}
 ENGINE=${ENGINE:-torch}
+API_SWEEP=${API_SWEEP:-0}
+API_COUNTS=${API_COUNTS:-1 2 4 8}
+SWEEP_OUT=${SWEEP_OUT:-/tmp/servehall-api-sweep}
 WORK=$(mktemp -d -t servehall-gpu-smoke.XXXXXX)
 PIDS=()
 START=$(date +%s)
@@ -283,6 +299,72 @@ EOF
       --model big --concurrency 16 --num-requests 64 --output-len 64 --ignore-eos \
       --output-json "$WORK/compare.json") || STATUS=1
   cp "$WORK/compare.json" "${COMPARE_OUT:-/tmp/servehall-gpu-compare.json}" 2>/dev/null || true
+fi
+
+if [ "$API_SWEEP" = "1" ]; then
+  for pid in "${PIDS[@]:-}"; do [ -n "$pid" ] && kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  PIDS=()
+  mkdir -p "$SWEEP_OUT"
+  COUNTS_CSV=$(echo "$API_COUNTS" | tr -s ' ' ',')
+  echo "== 8. API-process sweep, null engine (api_processes = $COUNTS_CSV; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"
+  if command -v h2load >/dev/null; then
+    SERVEHALL_BENCH_DEMO_DIR="$MODEL" "$PY" bench/bench_api_cpu.py --api-processes "$COUNTS_CSV" --stagger-ms 20 \
+        --no-bare --stream-requests "${SWEEP_STREAMS:-4096}" --short-requests "${SWEEP_SHORT:-8192}" \
+        --json | tee "$WORK/api-sweep-null.txt" || STATUS=1
+  else
+    echo "SKIP  h2load (nghttp2-client) not found: the bench's own client over HTTP/1.1 instead"
+    cat >"$WORK/null.toml" <<EOF
+sinks = []
+[[models]]
+name = "null"
+path = "$MODEL"
+backend = "null"
+options = { step_time_ms = 5.0, max_num_seqs = 256 }
+[scheduler]
+max_concurrency = 256
+[database]
+url = "sqlite+aiosqlite:///$WORK/null.db"
+auto_migrate = true
+EOF
+    for out_len in 64 1; do
+      conc=256; [ "$out_len" = 1 ] && conc=64
+      (cd "$WORK" && servehall bench compare launch:h1 --api-processes "$COUNTS_CSV" \
+          --config null.toml --model null --concurrency "$conc" \
+          --num-requests "${SWEEP_SHORT:-4096}" --input-len 16 --output-len "$out_len" \
+          --ignore-eos --quiet --output-json "$WORK/api-sweep-null-$out_len.json") \
+          | tail -n 20 || STATUS=1
+    done
+  fi
+  cp "$WORK"/api-sweep-null* "$SWEEP_OUT"/ 2>/dev/null || true
+  if [ "$ENGINE" = "vllm" ] && [ "${VLLM_COMPARE:-0}" = "1" ] && [ -d "$WORK/big" ]; then
+    echo "== 9. API-process sweep: vLLM's own server vs servehall on vLLM, N in $API_COUNTS"
+    sed -e 's/^max_concurrency = 16$/max_concurrency = 64/' "$WORK/bench.toml" >"$WORK/sweep.toml"
+    for n in $API_COUNTS; do
+      echo "-- N = $n ($(( $(date +%s) - START )) s in)"
+      (cd "$WORK" && servehall bench compare "vllm-server:big,api=$n" "launch:h1,api=$n" \
+          --config sweep.toml --model big --concurrency 64 --num-requests 512 --input-len 128 \
+          --output-len 16 --ignore-eos --quiet --output-json "$WORK/api-sweep-vllm-$n.json") \
+          | tail -n 12 || STATUS=1
+    done
+    cp "$WORK"/api-sweep-vllm-* "$SWEEP_OUT"/ 2>/dev/null || true
+    # shellcheck disable=SC2086  # API_COUNTS: one argument per count
+    "$PY" - "$WORK" $API_COUNTS <<'EOF'
+import json, sys
+from pathlib import Path
+work = Path(sys.argv[1])
+print(f"{'N':>3} {'vLLM tok/s':>11} {'servehall tok/s':>16} {'ratio':>6}  TTFT P50 ms vLLM / servehall")
+for n in sys.argv[2:]:
+    f = work / f"api-sweep-vllm-{n}.json"
+    if not f.exists():
+        print(f"{n:>3} (no result)")
+        continue
+    v, s = json.loads(f.read_text())["rows"]
+    print(f"{n:>3} {v['output_throughput']:>11.1f} {s['output_throughput']:>16.1f} "
+          f"{s['throughput_ratio']:>6.3f}  {v['ttft_p50_ms']:.1f} / {s['ttft_p50_ms']:.1f}")
+EOF
+  fi
+  echo "sweep outputs: $SWEEP_OUT"
 fi
 echo "== done in $(( $(date +%s) - START )) s"
 exit $STATUS

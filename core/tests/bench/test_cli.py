@@ -119,6 +119,9 @@ def test_engine_names_the_configured_models_for_an_unknown_one(null_config: Path
         (["engine:n"], "engine:, launch: and vllm-server: targets need --config FILE"),
         (["launch:h2"], "need --config FILE"),
         (["engine"], "is not engine:MODEL"),
+        (["launch:h2,api=0"], "'api=0' is not api=N with N in 1..64"),
+        (["launch:h2", "--api-processes", "1,x"], "--api-processes: 'x' is not a number"),
+        (["engine:n,api=2"], "api=N is for launch: and vllm-server: targets"),
     ],
 )
 def test_compare_checks_its_targets_first(args: list[str], expect: str) -> None:

