@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 
+from servehall.bench.processes import FRONTEND, process_role
 from servehall.bench.soak.options import SoakError, SoakOptions
 from servehall.testing.cli import servehall_cmd, stop_process
 from servehall.testing.sockets import free_port
@@ -126,18 +127,14 @@ def rss_bytes(pids: Sequence[int]) -> int:
     return total
 
 
-FRONTEND_MODULE = b"servehall.server.frontend"
-"""What the command line of an HTTP frontend process (``[server] api_processes``) holds."""
-
-
 def frontend_pids(server_pid: int) -> list[int]:
     """The HTTP frontend processes under ``server_pid`` (``-m servehall.server.frontend``,
     ``[server] api_processes`` > 1), sorted; empty with one API process."""
     out = []
     for p in process_tree(server_pid)[1:]:
         with contextlib.suppress(OSError):
-            argv = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
-            if FRONTEND_MODULE in argv:
+            argv = Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace").split("\0")
+            if process_role(argv) == FRONTEND:
                 out.append(p)
     return sorted(out)
 
