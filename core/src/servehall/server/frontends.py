@@ -71,7 +71,8 @@ class FrontendPool:
     Args:
         count: how many.
         server: ``[server]`` (Hypercorn's limits; log level).
-        fds: the listening sockets' descriptors (inherited by every frontend).
+        fds: the listening sockets' descriptors each frontend inherits, one list per
+            frontend (the same list for all where they share the sockets).
         socket_path: the bridge's Unix socket.
         on_restart: called with the frontend's index each time one is started again.
     """
@@ -80,13 +81,15 @@ class FrontendPool:
         self,
         count: int,
         server: ServerSettings,
-        fds: Sequence[int],
+        fds: Sequence[Sequence[int]],
         socket_path: str,
         on_restart: Callable[[int], None] | None = None,
     ) -> None:
+        if len(fds) != count:
+            raise ValueError(f"{count} frontends need {count} lists of descriptors")
         self.count = count
-        self.fds = list(fds)
-        self.argument = frontend_options(server, fds, socket_path)
+        self.fds = [list(f) for f in fds]
+        self.arguments = [frontend_options(server, f, socket_path) for f in fds]
         self.procs: list[asyncio.subprocess.Process | None] = [None] * count
         self.on_restart = on_restart
         self._watchers: list[asyncio.Task[None]] = []
@@ -104,8 +107,8 @@ class FrontendPool:
             sys.executable,
             "-m",
             "servehall.server.frontend",
-            self.argument,
-            pass_fds=self.fds,
+            self.arguments[index],
+            pass_fds=self.fds[index],
             preexec_fn=partial(die_with_parent, os.getpid()),
         )
         self.procs[index] = proc
@@ -189,34 +192,84 @@ class FrontendPool:
             await asyncio.wait(pending, timeout=5)
 
 
+def listening_groups(
+    sockets: Sequence[socket.socket], count: int, backlog: int
+) -> list[list[socket.socket]]:
+    """The listening sockets of each of ``count`` frontends, all listening already (a
+    connection that arrives while the frontends start waits in a backlog).
+
+    Sockets bound with ``SO_REUSEPORT`` (:func:`serve_frontends` binds them so on
+    Linux) get a copy per further frontend
+    (:func:`~servehall.server.listeners.reuse_port_copies`): the kernel spreads new
+    connections over the frontends by a hash of each connection, so a burst of them (a
+    load balancer's or client pool's connections, opened at once) is shared out too. A
+    frontend that is being restarted keeps its queue: connections hashed to it wait
+    until it is back. Otherwise every frontend gets ``sockets`` themselves and the
+    kernel wakes all of them for each connection (:func:`servehall.server.frontend.
+    accept_one_per_turn` makes them take turns).
+
+    Raises:
+        ConfigError: a copy could not be bound.
+    """
+    from servehall.server.listeners import can_reuse_port, reuse_port_copies
+
+    groups = [list(sockets)]
+    shared = not can_reuse_port() or not all(
+        s.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) for s in sockets
+    )
+    try:
+        for _ in range(count - 1):
+            groups.append(groups[0] if shared else reuse_port_copies(sockets))
+    except BaseException:
+        for g in groups[1:]:
+            for s in g:
+                s.close()
+        raise
+    for g in groups[: 1 if shared else count]:
+        for s in g:
+            s.listen(backlog)
+    return groups
+
+
 async def serve_frontends(
     app: Any,
     server: ServerSettings,
-    sockets: Sequence[socket.socket],
+    binds: Sequence[str],
     count: int,
     stop: asyncio.Event,
     on_restart: Callable[[int], None] | None = None,
     on_accept_error: Callable[[int], Any] | None = None,
 ) -> None:
-    """Serve ``app`` through ``count`` frontend processes on ``sockets`` until ``stop``
-    is set, then drain them (the sockets are closed on the way out). ``on_restart``:
+    """Serve ``app`` through ``count`` frontend processes on ``binds`` (``host:port``
+    entries) until ``stop`` is set, then drain them. ``on_restart``:
     called with a frontend's index when it is started again; ``on_accept_error``: with
     the errno of a frontend's failed ``accept()``.
 
     Raises:
-        ConfigError: see :meth:`FrontendPool.start`.
+        ConfigError: a bind entry cannot be bound (``cannot bind HOST:PORT: REASON``);
+            see also :meth:`FrontendPool.start`.
     """
     from servehall.server.bridge import BridgeServer
+    from servehall.server.hypercorn.config import server_config
+    from servehall.server.listeners import bind_sockets, can_reuse_port
 
+    sockets = bind_sockets(binds, reuse_port=can_reuse_port())
+    try:
+        groups = listening_groups(sockets, count, server_config(server).backlog)
+    except BaseException:
+        for s in sockets:
+            s.close()
+        raise
     folder = tempfile.mkdtemp(prefix="servehall-bridge-")
     bridge = BridgeServer(app, os.path.join(folder, "bridge.sock"), on_accept_error)
-    pool = FrontendPool(count, server, [s.fileno() for s in sockets], bridge.path, on_restart)
+    fds = [[s.fileno() for s in g] for g in groups]
+    pool = FrontendPool(count, server, fds, bridge.path, on_restart)
     try:
         await bridge.start()
         await pool.start(bridge.wait_connections)
         await stop.wait()
     finally:
-        for s in sockets:
+        for s in {id(s): s for g in groups for s in g}.values():
             s.close()  # the frontends' copies close as they stop accepting
         await pool.drain(server.graceful_timeout_s + 5.0)
         await bridge.close(timeout_s=5.0)

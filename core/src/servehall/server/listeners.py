@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import socket
+import sys
 from collections.abc import Sequence
 
 from servehall.errors import ConfigError
@@ -53,8 +54,11 @@ def _reason(exc: OSError) -> str:
     return (exc.strerror or str(exc)).lower()
 
 
-def bind_socket(bind: str) -> socket.socket:
+def bind_socket(bind: str, reuse_port: bool = False) -> socket.socket:
     """A bound (not yet listening) TCP socket for one ``host:port`` entry.
+
+    ``reuse_port``: set ``SO_REUSEPORT`` first, so that more sockets can bind the same
+    address (:func:`reuse_port_copies`).
 
     Raises:
         ConfigError: ``cannot bind HOST:PORT: REASON`` (in use, address not on this
@@ -69,6 +73,8 @@ def bind_socket(bind: str) -> socket.socket:
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
         sock.setblocking(False)
         sock.set_inheritable(True)
@@ -78,7 +84,7 @@ def bind_socket(bind: str) -> socket.socket:
     return sock
 
 
-def bind_sockets(binds: Sequence[str]) -> list[socket.socket]:
+def bind_sockets(binds: Sequence[str], reuse_port: bool = False) -> list[socket.socket]:
     """Bound sockets for every entry, in order; none stays open if one fails.
 
     Raises:
@@ -87,7 +93,7 @@ def bind_sockets(binds: Sequence[str]) -> list[socket.socket]:
     sockets: list[socket.socket] = []
     try:
         for b in binds:
-            sockets.append(bind_socket(b))
+            sockets.append(bind_socket(b, reuse_port))
     except BaseException:
         for s in sockets:
             s.close()
@@ -103,6 +109,28 @@ def check_binds(binds: Sequence[str]) -> None:
     """
     for s in bind_sockets(binds):
         s.close()
+
+
+def can_reuse_port() -> bool:
+    """Whether this platform has ``SO_REUSEPORT`` with load balancing (Linux)."""
+    return hasattr(socket, "SO_REUSEPORT") and sys.platform.startswith("linux")
+
+
+def reuse_port_copies(sockets: Sequence[socket.socket]) -> list[socket.socket]:
+    """One more socket bound to each of ``sockets``' addresses (bound with
+    ``reuse_port``), in order: Linux spreads new connections over the listening sockets
+    of one address by a hash of the connection (``SO_REUSEPORT``, socket(7)), so each
+    HTTP frontend (``[server] api_processes``) gets its own accept queue. A port 0 entry
+    gets the port its first socket was given.
+
+    Raises:
+        ConfigError: see :func:`bind_socket`.
+    """
+    binds = []
+    for s in sockets:
+        host, port = s.getsockname()[:2]
+        binds.append(f"[{host}]:{port}" if s.family == socket.AF_INET6 else f"{host}:{port}")
+    return bind_sockets(binds, reuse_port=True)
 
 
 def hypercorn_fd_binds(sockets: Sequence[socket.socket]) -> list[str]:

@@ -153,7 +153,6 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
         if settings.server.config_revisions:
             await _open_revisions(live, settings)
         binds = list(cfg.bind)
-        sockets = bind_sockets(binds)
         frontends = resolve_api_processes(settings.server.api_processes)
         log.info(
             "servehall serving %s on %s%s",
@@ -167,14 +166,14 @@ async def run(settings: Settings, plugins: PluginHost, config_path: Path | None 
             await serve_frontends(
                 app,
                 settings.server,
-                sockets,
+                binds,
                 frontends,
                 stop,
                 on_restart=lambda _: restarts.inc(),
                 on_accept_error=accept_errors.count,
             )
         else:
-            cfg.bind = hypercorn_fd_binds(sockets)
+            cfg.bind = hypercorn_fd_binds(bind_sockets(binds))
             await hypercorn_serve(app, cfg, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
     finally:
         if agent is not None:
