@@ -204,12 +204,19 @@ async def serve_frontends(
         ConfigError: see :meth:`FrontendPool.start`.
     """
     from servehall.server.bridge import BridgeServer
+    from servehall.server.hypercorn.config import server_config
 
     folder = tempfile.mkdtemp(prefix="servehall-bridge-")
     bridge = BridgeServer(app, os.path.join(folder, "bridge.sock"))
     pool = FrontendPool(count, server, [s.fileno() for s in sockets], bridge.path, on_restart)
     try:
         await bridge.start()
+        # listening before the frontends start: a connection that arrives while they do
+        # waits in the backlog instead of being refused (each frontend's Hypercorn calls
+        # listen() again, which keeps the socket as it is)
+        backlog = server_config(server).backlog
+        for s in sockets:
+            s.listen(backlog)
         await pool.start(bridge.wait_connections)
         await stop.wait()
     finally:
