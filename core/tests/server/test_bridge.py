@@ -53,9 +53,7 @@ class Client(FrameProtocol):
 
     def __init__(self) -> None:
         super().__init__()
-        self.answers: dict[int, asyncio.Queue[list[Any]]] = collections.defaultdict(
-            asyncio.Queue
-        )
+        self.answers: dict[int, asyncio.Queue[list[Any]]] = collections.defaultdict(asyncio.Queue)
 
     def message_received(self, message: list[Any]) -> None:
         self.answers[message[1]].put_nowait(message)
