@@ -136,6 +136,46 @@ def _port(response: httpx.Response) -> int:
     return int(response.extensions["network_stream"].get_extra_info("client_addr")[1])
 
 
+def clients_on_both(d: Deployment, who: str, per: int) -> list[tuple[httpx.Client, int]]:
+    """``per`` open HTTP/2 connections to each frontend, interleaved: ``(client, pid)``.
+    (New connections are probed with ``/health/ready`` until each frontend holds
+    ``per``: a burst of connections may all go to one.)"""
+    kept: dict[int, list[httpx.Client]] = {}
+    for _ in range(200):
+        c = d.client(who)
+        with c.stream("GET", "/health/ready") as r:
+            r.read()
+            pid = d.served_by(_port(r))
+        if len(kept.setdefault(pid, [])) < per:
+            kept[pid].append(c)
+        else:
+            c.close()
+        if len(kept) == 2 and all(len(v) == per for v in kept.values()):
+            a, b = kept.values()
+            pa, pb = kept
+            return [x for pair in zip(a, b, strict=True) for x in ((pair[0], pa), (pair[1], pb))]
+    raise AssertionError(f"connections went to {[(p, len(v)) for p, v in kept.items()]} only")
+
+
+async def aclients_on_both(
+    d: Deployment, who: str, per: int
+) -> list[tuple[httpx.AsyncClient, int]]:
+    """:func:`clients_on_both` with async clients."""
+    kept: dict[int, list[httpx.AsyncClient]] = {}
+    for _ in range(200):
+        c = d.aclient(who)
+        async with c.stream("GET", "/health/ready") as r:
+            await r.aread()
+            pid = d.served_by(_port(r))
+        if len(kept.setdefault(pid, [])) < per:
+            kept[pid].append(c)
+        else:
+            await c.aclose()
+        if len(kept) == 2 and all(len(v) == per for v in kept.values()):
+            return [(c, pid) for pid, cs in kept.items() for c in cs]
+    raise AssertionError(f"connections went to {[(p, len(v)) for p, v in kept.items()]} only")
+
+
 @pytest.fixture(scope="module")
 def d(demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     work = tmp_path_factory.mktemp("api-processes")
@@ -258,15 +298,19 @@ def test_metrics_are_one_set_and_ready_is_truthful_from_every_frontend(d: Deploy
 
 
 def test_a_keys_rate_limit_is_counted_once_over_both_frontends(d: Deployment) -> None:
+    clients = clients_on_both(d, "limited", 4)
     codes: list[int] = []
-    frontends: set[int] = set()
-    for _ in range(7):  # 6 per minute allowed; each request on a new connection
-        with d.client("limited") as c, c.stream("POST", "/v1/completions", json=SHORT) as r:
-            r.read()
+    frontends: list[int] = []
+    try:
+        for c, pid in clients[:7]:  # 6 per minute allowed; alternating frontends
+            r = c.post("/v1/completions", json=SHORT)
             codes.append(r.status_code)
-            frontends.add(d.served_by(_port(r)))
+            frontends.append(pid)
+    finally:
+        for c, _ in clients:
+            c.close()
     assert codes == [200] * 6 + [429], codes
-    assert len(frontends) == 2, "all 7 went to one frontend: the split is not tested"
+    assert len(set(frontends)) == 2
 
 
 def test_admission_is_global_over_both_frontends(d: Deployment) -> None:
@@ -346,24 +390,16 @@ def test_a_killed_frontend_is_restarted_while_the_others_streams_finish(d: Deplo
     async def scenario() -> tuple[dict[str, str], int, list[str]]:
         """Streams on both frontends; one frontend SIGKILLed after their first token.
         Returns ``{request_id: "done" | "cut"}``, the victim's pid and its ids."""
-        clients: list[httpx.AsyncClient] = []
         ctxs: list[Any] = []
         streams: list[tuple[httpx.Response, int]] = []
+        clients = await aclients_on_both(d, "a", MAX_CONCURRENCY // 2)
         try:
-            for _ in range(30):
-                c = d.aclient()
-                clients.append(c)
+            for c, pid in clients:
                 ctx = c.stream("POST", "/v1/completions", json=stream_body(300))
                 r = await ctx.__aenter__()
                 ctxs.append(ctx)
                 assert r.status_code == 200
-                streams.append((r, d.served_by(_port(r))))
-                pids = [p for _, p in streams]
-                if len(streams) >= MAX_CONCURRENCY or (
-                    len(set(pids)) == 2 and min(pids.count(p) for p in set(pids)) >= 2
-                ):
-                    break
-            assert len({p for _, p in streams}) == 2
+                streams.append((r, pid))
             victim = streams[0][1]
             lines = [r.aiter_lines() for r, _ in streams]
             for it in lines:  # everyone has its first token
@@ -391,7 +427,7 @@ def test_a_killed_frontend_is_restarted_while_the_others_streams_finish(d: Deplo
             for ctx in ctxs:
                 with contextlib.suppress(httpx.HTTPError):
                     await ctx.__aexit__(None, None, None)
-            for c in clients:
+            for c, _ in clients:
                 await c.aclose()
 
     result, victim, victims = asyncio.run(scenario())
