@@ -235,3 +235,34 @@ async def test_a_frontend_that_cannot_reach_the_primary_fails_the_start(tmp_path
     finally:
         for s in sockets:
             s.close()
+
+
+async def test_serve_frontends_takes_connections_from_the_start_and_stops(
+    tmp_path: Path,
+) -> None:
+    """A connection made before the frontends are up waits in the backlog and is served;
+    ``stop`` drains them and closes the sockets."""
+    from servehall.server.frontends import serve_frontends
+
+    port = free_port()
+    sockets = bind_sockets([f"127.0.0.1:{port}"])
+    server = ServerSettings(bind=[f"127.0.0.1:{port}"], graceful_timeout_s=5, log_level="warning")
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve_frontends(app, server, sockets, 2, stop))
+    for _ in range(100):  # listening before the frontends have started
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            break
+        except OSError:
+            await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("connections refused while the frontends start")
+    writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    answer = await asyncio.wait_for(reader.read(), 60)
+    assert answer.startswith(b"HTTP/1.1 200") and b"\r\nok\r\n" in answer, answer
+    writer.close()
+    stop.set()
+    await asyncio.wait_for(task, 30)
+    assert all(s.fileno() == -1 for s in sockets)
+    with pytest.raises(OSError):
+        await asyncio.open_connection("127.0.0.1", port)
