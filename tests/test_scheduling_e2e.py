@@ -76,6 +76,7 @@ def _deploy(
     options: dict[str, Any] | None = None,
     backend: str | None = None,
     key_args: dict[str, list[str]] | None = None,
+    api_processes: int = 1,
     **auth: Any,
 ) -> tuple[Any, Deployment]:
     cfg = demo_config(
@@ -84,6 +85,7 @@ def _deploy(
         database={"url": f"sqlite+aiosqlite:///{work / 'servehall.db'}"},
         scheduler=scheduler,
         auth={"pepper": {"env": PEPPER_ENV}, "key_cache_ttl_s": 0, **auth},
+        server={"api_processes": api_processes},
     )
     if backend is not None:  # e.g. the null backend: a paced engine, options of its own
         cfg["models"][0]["backend"] = backend
@@ -135,7 +137,9 @@ async def _flood_then_short(
 
         async def one(name: str, who: str) -> None:
             body = {**SHORT, **(a_body or {})} if who == "a" else SHORT
-            r = await c.post("/v1/chat/completions", json=body, headers=d.headers(who))
+            # a connection each: with api_processes = 2 they spread over the frontends
+            async with httpx.AsyncClient(base_url=d.url, http2=True, timeout=120) as own:
+                r = await own.post("/v1/chat/completions", json=body, headers=d.headers(who))
             assert r.status_code == 200, r.text
             done.append(name)
 
@@ -149,15 +153,21 @@ async def _flood_then_short(
     return done
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=[1, 2], ids=["api_processes=1", "api_processes=2"])
 def fair(
-    servehall_server: Any, demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+    servehall_server: Any,
+    demo_model_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
 ) -> Iterator[Deployment]:
+    """A ``fair`` deployment; with ``api_processes = 2`` too (issue 38: the queue and the
+    fair shares stay one over both HTTP frontends)."""
     server, d = _deploy(
         servehall_server,
         demo_model_dir,
         tmp_path_factory.mktemp("sched-fair"),
         {"policy": "fair", "max_concurrency": 1, "max_queue": 32, "queue_timeout_s": 600},
+        api_processes=request.param,
         **PACED,
     )
     with server:

@@ -75,7 +75,8 @@ class FrontendConnection(FrameProtocol):
         self.streams: dict[int, _Stream] = {}
 
     def message_received(self, message: list[Any]) -> None:
-        stream = self.streams.get(message[1])
+        rid = message[1]
+        stream = self.streams.get(rid)
         if stream is None:
             return
         if message[0] == PULL:
@@ -83,6 +84,11 @@ class FrontendConnection(FrameProtocol):
                 stream.pulls.put_nowait(None)
             return
         stream.inbox.append(message)
+        # checked here, not after each write: while the client does not read, the write
+        # (Hypercorn's send) does not return, and the answers pile up meanwhile
+        if not stream.paused and len(stream.inbox) > PAUSE_AT:
+            stream.paused = True
+            self.push((PAUSE, rid))
         waiter = stream.waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -154,13 +160,9 @@ class FrontendApp:
                 await send(start)
             elif kind == END:
                 return bool(message[2])
-            if stream.paused:
-                if len(inbox) < RESUME_AT:
-                    stream.paused = False
-                    conn.push((RESUME, rid))
-            elif len(inbox) > PAUSE_AT:
-                stream.paused = True
-                conn.push((PAUSE, rid))
+            if stream.paused and len(inbox) < RESUME_AT:
+                stream.paused = False
+                conn.push((RESUME, rid))
 
     async def _pump(self, rid: int, stream: _Stream, receive: Any) -> None:
         """Forward the rest of the body, a chunk per PULL of the primary, then the
