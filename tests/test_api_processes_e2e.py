@@ -96,23 +96,18 @@ class Deployment:
                     return pid
         raise AssertionError(f"no frontend holds the connection from port {client_port}")
 
+    def _options(self, who: str) -> dict[str, Any]:
+        """An HTTP/2-only client's options with ``who``'s key."""
+        url = self.server.base_url
+        return {"base_url": url, "http1": False, "http2": True, "timeout": 60} | {
+            "headers": self.headers(who)
+        }
+
     def client(self, who: str = "a") -> httpx.Client:
-        return httpx.Client(
-            base_url=self.server.base_url,
-            http1=False,
-            http2=True,
-            timeout=60,
-            headers=self.headers(who),
-        )
+        return httpx.Client(**self._options(who))
 
     def aclient(self, who: str = "a") -> httpx.AsyncClient:
-        return httpx.AsyncClient(
-            base_url=self.server.base_url,
-            http1=False,
-            http2=True,
-            timeout=60,
-            headers=self.headers(who),
-        )
+        return httpx.AsyncClient(**self._options(who))
 
     def rows(self, sql: str, *args: Any) -> list[Any]:
         with sqlite3.connect(self.db) as db:
