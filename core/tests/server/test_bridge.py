@@ -333,3 +333,28 @@ async def test_close_waits_for_requests_then_cancels_the_rest(tmp_path: Path) ->
     assert finished == ["/short"] and cancelled == ["/long"]
     await asyncio.wait_for(c.closed, 5)  # the connections are closed
     assert not os.path.exists(server.path)
+
+
+async def test_a_frontends_accept_error_is_counted_in_the_primary(tmp_path: Path) -> None:
+    """``[ACCEPT_ERROR, 0, errno]`` reaches ``on_accept_error`` (the serve process's
+    ``servehall_accept_errors_total``), as a real monitor counts it."""
+    import errno
+
+    from servehall.server.accept_errors import AcceptErrorMonitor
+    from servehall.server.bridge_wire import ACCEPT_ERROR
+
+    monitor = AcceptErrorMonitor()
+    server = BridgeServer(echo_app, str(tmp_path / "b.sock"), monitor.count)
+    await server.start()
+    try:
+        c = await Bridge(server).connect()
+        c.push((ACCEPT_ERROR, 0, errno.EMFILE))
+        c.push((ACCEPT_ERROR, 0, errno.EMFILE))
+        for _ in range(100):
+            if monitor.total:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        assert monitor.total == {"EMFILE": 2}
+    finally:
+        await server.close(timeout_s=1.0)

@@ -261,6 +261,9 @@ async def run_frontend(options: dict[str, Any]) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    # SIGHUP re-reads the config in the serve process; a hangup sent to the whole process
+    # group (a closed terminal) must not end the frontends
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     conn.closed.add_done_callback(lambda _: stop.set())
     import gc
 
