@@ -115,6 +115,14 @@ class Baseline:
     phrase: str  # two words whose first occurrence crosses an SSE chunk boundary
 
 
+VERDICT_WORDS = frozenset(
+    {"rule", "action", "block", "stage", "output", "count", "monitor", "true", "false", "null"}
+    | {"demo", "word", "phrase"}
+)
+"""Words of a stored verdict's own JSON (keys, values, rule names): a rule word among them
+would be found in the verdicts without the matched text being stored."""
+
+
 def derive_rules(s: Streamed) -> tuple[str, str]:
     text = s.text
     boundaries = set()
@@ -124,7 +132,11 @@ def derive_rules(s: Streamed) -> tuple[str, str]:
         boundaries.add(pos)
     words = list(re.finditer(r"[A-Za-z]{4,}", text))
     word = next(
-        m.group() for m in words if m.start() >= 10 and first_word_at(text, m.group()) >= 10
+        m.group()
+        for m in words
+        if m.start() >= 10
+        and first_word_at(text, m.group()) >= 10
+        and m.group().lower() not in VERDICT_WORDS
     )
     phrase = ""
     for a, b in itertools.pairwise(re.finditer(r"[A-Za-z]{3,}", text)):
