@@ -221,21 +221,26 @@ async def test_the_primary_waits_while_the_client_does_not_read(setup: Setup) ->
     assert written[-1] == {"type": "http.response.body", "body": b"end\n", "more_body": False}
 
 
-async def test_the_primary_lost_mid_answer_cuts_the_stream_and_then_503(setup: Setup) -> None:
-    """HTTP/1.1: the connection is closed without a complete body. (Over HTTP/2 Hypercorn
-    ends the stream without a frame when the app returns early, as it does for an app
-    that fails mid-answer in a single-process server; the frontend process exits when
-    its primary is gone, which closes the connections.)"""
-    async with httpx.AsyncClient(http1=True, http2=False, timeout=10) as c:
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "http2"])
+async def test_the_primary_lost_mid_answer_cuts_the_stream_and_then_503(
+    setup: Setup, http2: bool
+) -> None:
+    """HTTP/1.1: the connection is closed without a complete body; HTTP/2: the stream is
+    reset (``RST_STREAM(INTERNAL_ERROR)``, servehall.server.hypercorn.
+    h2_incomplete_reset) while the connection stays. Either way the client learns at
+    once that the answer was cut, after the bytes already sent."""
+    async with httpx.AsyncClient(http1=not http2, http2=http2, timeout=10) as c:
+        got = b""
         with pytest.raises(httpx.RemoteProtocolError):
             async with c.stream("GET", setup.url + "/stream?n=2") as r:
                 assert r.status_code == 200
                 async for chunk in r.aiter_bytes():
-                    if chunk.count(b"\n") >= 1 and setup.conn.transport is not None:
+                    got += chunk
+                    if got.count(b"\n") >= 1 and setup.conn.transport is not None:
                         setup.conn.transport.close()  # the primary goes away
+        assert got.startswith(b"0\n")
         await asyncio.wait_for(setup.conn.closed, 5)
         assert setup.conn.streams == {}
-    async with httpx.AsyncClient(http1=False, http2=True, timeout=10) as c:
         r = await c.post(setup.url + "/echo", content=b"x")
         assert r.status_code == 503 and r.headers["retry-after"] == "1"
         assert r.json()["error"]["code"] == "unavailable"

@@ -138,8 +138,8 @@ class BridgedRequest:
                 self.complete = True
         elif kind == "http.response.start":
             self.started = True
-            headers = [(bytes(k), bytes(v)) for k, v in message.get("headers", ())]
-            self.conn.push((START, self.rid, message["status"], headers))
+            # ASGI header names and values are bytes already: passed through as they are
+            self.conn.push((START, self.rid, message["status"], list(message.get("headers", ()))))
 
 
 class BridgeConnection(FrameProtocol):

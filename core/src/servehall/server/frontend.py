@@ -24,6 +24,7 @@ import itertools
 import json
 import logging
 import signal
+import socket
 import sys
 from typing import Any
 
@@ -231,6 +232,17 @@ def accept_one_per_turn(loop: asyncio.AbstractEventLoop) -> None:
     loop._accept_connection = accept_one  # type: ignore[attr-defined]
 
 
+def _reuses_port(fd: int) -> bool:
+    """Whether the listening socket ``fd`` has ``SO_REUSEPORT`` set: then it is this
+    frontend's own copy (:func:`servehall.server.frontends.listening_groups`) and the
+    kernel already spreads connections over the frontends."""
+    reuse = getattr(socket, "SO_REUSEPORT", None)
+    if reuse is None:
+        return False
+    with socket.fromfd(fd, socket.AF_INET, socket.SOCK_STREAM) as sock:
+        return bool(sock.getsockopt(socket.SOL_SOCKET, reuse))
+
+
 async def run_frontend(options: dict[str, Any]) -> None:
     """Connect to the primary at ``options["socket"]``, then serve Hypercorn on the
     inherited listening descriptors ``options["fds"]`` until SIGTERM/SIGINT or until the
@@ -249,7 +261,8 @@ async def run_frontend(options: dict[str, Any]) -> None:
     install_connection_fixes()
     install_closed_write_filter()
     loop = asyncio.get_running_loop()
-    accept_one_per_turn(loop)
+    if not all(_reuses_port(fd) for fd in options["fds"]):
+        accept_one_per_turn(loop)  # sockets shared with the other frontends
     _, conn = await loop.create_unix_connection(FrontendConnection, options["socket"])
 
     class Monitor(AcceptErrorMonitor):  # logs here, counted in the primary's /metrics

@@ -17,6 +17,8 @@ Routes (any method):
   ``/sse`` stream (they all wake in the same loop turn, like servehall's streams on one
   engine step);
 * ``/big?N`` — N bytes (``0123456789`` repeated) in 8 KiB body messages, no pause;
+* ``/cut?N`` — N body messages, then returns without the last one (an unfinished
+  response, as an application that fails mid-stream leaves it);
 * ``/writes`` — how many socket writes this server has made so far (``--count-writes``).
 """
 
@@ -65,6 +67,11 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             body = b"event %d\n" % i
             await send({"type": "http.response.body", "body": body, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return
+    if path == "/cut":
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        for i in range(int(scope["query_string"] or b"1")):
+            await send({"type": "http.response.body", "body": b"part %d\n" % i, "more_body": True})
         return
     if path == "/big":
         data = b"0123456789" * (int(scope["query_string"]) // 10)

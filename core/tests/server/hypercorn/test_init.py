@@ -28,7 +28,8 @@ from servehall.server.hypercorn import install_connection_fixes
 import servehall.server.hypercorn as pkg
 flags_before = {m: getattr(pkg, m)._INSTALLED for m in (
     "conn_release", "h1_early_response", "h2_refused_stream", "h2_workaround",
-    "h2_scheduler", "write_coalesce", "h2_headers", "h2_direct_data")}
+    "h2_scheduler", "write_coalesce", "h2_headers", "h2_direct_data",
+    "h2_incomplete_reset")}
 install_connection_fixes()
 after = [id(resolve(t)) for t in targets]
 install_connection_fixes()

@@ -29,6 +29,7 @@ def test_installed_libraries_match_every_patch() -> None:
         "h2_scheduler",
         "h2_headers",
         "h2_direct_data",
+        "h2_incomplete_reset",
         "write_coalesce",
     }
 

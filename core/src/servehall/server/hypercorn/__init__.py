@@ -16,6 +16,9 @@ Hypercorn"):
 * :mod:`servehall.server.hypercorn.h2_direct_data` — an HTTP/2 body message that can leave
   at once (nothing of its stream buffered, within the window and the frame size) is framed
   at once instead of through the buffer and the sender task (a profiled cost);
+* :mod:`servehall.server.hypercorn.h2_incomplete_reset` — an HTTP/2 response the
+  application leaves unfinished is reset with ``RST_STREAM(INTERNAL_ERROR)`` instead of
+  staying open until the connection ends;
 * :mod:`servehall.server.hypercorn.h2_headers` — a response header block already in h2's
   normal form skips h2's outbound header pipeline, and the ``x-request-id`` is sent as an
   HPACK literal without indexing or Huffman coding (a profiled cost);
@@ -33,6 +36,7 @@ from servehall.server.hypercorn import (
     h1_early_response,
     h2_direct_data,
     h2_headers,
+    h2_incomplete_reset,
     h2_refused_stream,
     h2_scheduler,
     h2_workaround,
@@ -56,4 +60,5 @@ def install_connection_fixes() -> None:
     h2_scheduler.install()
     h2_headers.install()
     h2_direct_data.install()
+    h2_incomplete_reset.install()
     write_coalesce.install()

@@ -129,6 +129,31 @@ TARGETS: tuple[PatchTarget, ...] = (
         ),
     ),
     PatchTarget(
+        "h2_incomplete_reset",
+        "hypercorn",
+        "hypercorn.protocol.h2",
+        "H2Protocol.stream_send",
+        ("elif isinstance(event, StreamClosed):", "await self._close_stream(event.stream_id)"),
+    ),
+    PatchTarget(
+        "h2_incomplete_reset",
+        "hypercorn",
+        "hypercorn.protocol.http_stream",
+        "HTTPStream.app_send",
+        ("await self.send(StreamClosed(stream_id=self.stream_id))",),
+    ),
+    PatchTarget(
+        "h2_incomplete_reset",
+        "hypercorn",
+        "hypercorn.protocol.h2",
+        "H2Protocol._send_data",
+        (
+            "except (h2.exceptions.StreamClosedError, KeyError, h2.exceptions.ProtocolError):",
+            "del self.stream_buffers[stream_id]",
+            "self.priority.remove_stream(stream_id)",
+        ),
+    ),
+    PatchTarget(
         "h2_direct_data",
         "h2",
         "h2.connection",
