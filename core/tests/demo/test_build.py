@@ -30,8 +30,10 @@ def _sha(p: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_demo_model(tmp_path_factory.mktemp("demo") / "model")
+def demo_dir() -> Path:
+    """The test session's demo model (the root conftest.py's cache dir: one build shared
+    with every other test; the tests here only read it or check that it is reused)."""
+    return build_demo_model(default_demo_dir())
 
 
 @pytest.fixture(scope="module")
