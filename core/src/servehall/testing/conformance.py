@@ -450,8 +450,13 @@ class TinyLlamaConformance(BackendConformance):
         probe_backend: the backend whose probe the probe test checks (None = ``backend``).
         max_model_len: the model's ``max_model_len`` in tokens.
         model_options: the model's ``options`` table.
+
+    ``share_engine`` is True here: the tests that only use a running engine share one
+    start per class and isolation mode (a worker process's start is most of each such
+    test's time); the start/stop and dead-engine tests still start their own.
     """
 
+    share_engine: ClassVar[bool] = True
     backend: ClassVar[str] = ""
     plugins: ClassVar[tuple[str, ...]] = ()
     probe_backend: ClassVar[str | None] = None
