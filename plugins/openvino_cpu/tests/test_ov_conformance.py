@@ -15,7 +15,6 @@ from servehall_openvino_cpu.engine import OpenVINOEngine
 
 class TestOpenVINOCpuConformance(BackendConformance):
     timeout_s = 120.0
-    share_engine = True  # one start per isolation mode for the tests that only use one
 
     @pytest.fixture
     def conformance_engine_factory(
