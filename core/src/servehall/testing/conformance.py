@@ -371,7 +371,7 @@ class BackendConformance:
             # idle: nothing running or waiting, no KV block in use (a shared engine's
             # previous test may still be settling: a worker process reports its stats
             # with its heartbeats)
-            idle = await self.wait_kv_released(engine)
+            await self.wait_kv_released(engine)
             prompts = self.prompts(engine)
             streams = [
                 engine.add_request(f"st-{i}", p, greedy(self.long_tokens))
